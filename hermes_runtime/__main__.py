@@ -1,0 +1,3 @@
+from hermes_runtime.cli import main
+
+raise SystemExit(main())

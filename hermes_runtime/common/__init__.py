@@ -1,0 +1,1 @@
+"""Small helpers shared by every capability: errors, atomic files, SQLite, logging."""

@@ -1,0 +1,1 @@
+"""Shared fixtures. Each capability keeps its own fixtures in its test folder."""
