@@ -1,0 +1,109 @@
+"""Pytest fixture that runs the fake OpenAI-compatible server as a real process.
+
+Use it from any conftest or test module (``tests/`` is on ``sys.path`` because
+``tests/conftest.py`` lives there)::
+
+    from fakes.fixtures import fake_llm  # noqa: F401  (re-exported fixture)
+
+    def test_x(fake_llm):
+        url = fake_llm.base_url          # http://127.0.0.1:PORT/v1
+        fake_llm.set_mode("fail")         # normal | fail | hang | garbage
+        fake_llm.requests()               # chat requests the server received
+
+``start_fake_llm()`` is the same thing without pytest (benchmarks, scripts).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SERVER_SCRIPT = Path(__file__).with_name("openai_server.py")
+
+
+@dataclass
+class FakeLLM:
+    """A running fake server: its URL plus helpers to steer and inspect it."""
+
+    process: subprocess.Popen[str]
+    host: str
+    port: int
+
+    @property
+    def root_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.root_url}/v1"
+
+    def _post(self, path: str, payload: dict[str, Any]) -> Any:
+        request = urllib.request.Request(
+            self.root_url + path,
+            data=json.dumps(payload).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.load(response)
+
+    def set_mode(self, mode: str, hang_seconds: float = 30.0) -> None:
+        self._post("/_control", {"mode": mode, "hang_seconds": hang_seconds})
+
+    def reset(self) -> None:
+        self._post("/_reset", {})
+
+    def requests(self) -> list[dict[str, Any]]:
+        with urllib.request.urlopen(self.root_url + "/_requests", timeout=10) as response:
+            return list(json.load(response))
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+
+def start_fake_llm(host: str = "127.0.0.1", extra_args: list[str] | None = None) -> FakeLLM:
+    """Start the server on a free port (``--port 0``) and wait for its banner line."""
+    process = subprocess.Popen(
+        [sys.executable, str(SERVER_SCRIPT), "--host", host, "--port", "0", *(extra_args or [])],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    banner = process.stdout.readline()
+    if "http://" not in banner:
+        process.kill()
+        raise RuntimeError(f"fake OpenAI server did not start: {banner!r}")
+    port = int(banner.rsplit(":", 1)[1].split("/")[0])
+    return FakeLLM(process=process, host=host, port=port)
+
+
+@pytest.fixture
+def fake_llm() -> Iterator[FakeLLM]:
+    server = start_fake_llm()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def fake_llm_session() -> Iterator[FakeLLM]:
+    """One server for a whole test session; call ``reset()`` between tests that steer it."""
+    server = start_fake_llm()
+    try:
+        yield server
+    finally:
+        server.stop()
