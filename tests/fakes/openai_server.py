@@ -162,9 +162,10 @@ def summary_reply(messages: list[dict[str, Any]], max_tokens: int | None) -> str
 
 def is_summary_request(messages: list[dict[str, Any]]) -> bool:
     for message in messages:
-        if message.get("role") in ("system", "user") and "summar" in text_of(
-            message.get("content")
-        ).lower()[:2000]:
+        if (
+            message.get("role") in ("system", "user")
+            and "summar" in text_of(message.get("content")).lower()[:2000]
+        ):
             return True
     return False
 
@@ -196,7 +197,8 @@ def choose_reply(state: ServerState, body: dict[str, Any]) -> tuple[str, list[di
         ]
         return "Tool results: " + " | ".join(parts), []
     if is_summary_request(messages):
-        return summary_reply(messages, body.get("max_tokens") or body.get("max_completion_tokens")), []
+        limit = body.get("max_tokens") or body.get("max_completion_tokens")
+        return summary_reply(messages, limit), []
     return "Echo: " + user[:200], []
 
 
@@ -226,9 +228,9 @@ class Handler(BaseHTTPRequestHandler):
 
     @property
     def state(self) -> ServerState:
-        return self.server.state  # type: ignore[attr-defined,no-any-return]
+        return self.server.state  # type: ignore[attr-defined]
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         """Quiet by default: tests read /_requests instead of stderr."""
 
     def _send_json(self, status: int, payload: Any) -> None:
@@ -300,8 +302,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         if mode == "hang":
             time.sleep(hang)
+        tool_calls: list[dict[str, Any]] = []
         if mode == "garbage":
-            text, tool_calls = "", []
+            text = ""
         else:
             text, tool_calls = choose_reply(self.state, body)
         model = str(body.get("model") or self.state.models[0])
