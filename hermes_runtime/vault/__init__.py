@@ -1,1 +1,33 @@
-"""vault capability."""
+"""Secrets from Vault/OpenBao into an env file (optionally kept fresh) or a child process.
+
+Public surface: render once or as a refresher, exec a command with the
+secrets, and read the env file back (the agent entrypoint uses
+:func:`read_env_file` to load ``HERMES_RUNTIME_SECRETS_ENV``).
+"""
+
+from hermes_runtime.vault.auth import AUTH_METHODS, DEFAULT_JWT_FILE, VaultSettings
+from hermes_runtime.vault.envfile import (
+    format_env_file,
+    parse_env_text,
+    read_env_file,
+    write_env_file,
+)
+from hermes_runtime.vault.execute import exec_with_secrets
+from hermes_runtime.vault.render import RenderResult, render_once, run_refresh
+from hermes_runtime.vault.spec import SecretSpec, parse_secret_spec
+
+__all__ = [
+    "AUTH_METHODS",
+    "DEFAULT_JWT_FILE",
+    "RenderResult",
+    "SecretSpec",
+    "VaultSettings",
+    "exec_with_secrets",
+    "format_env_file",
+    "parse_env_text",
+    "parse_secret_spec",
+    "read_env_file",
+    "render_once",
+    "run_refresh",
+    "write_env_file",
+]

@@ -1,0 +1,215 @@
+"""Render secrets into an env file, once or as a refreshing sidecar.
+
+The file is written with mode 0600 through temp file + rename, and only when
+its content changes, so a watcher (the agent entrypoint) sees a new mtime
+exactly when a value rotated. Logs carry counts and variable names, never
+values.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from hermes_runtime.common.errors import RuntimeFailure
+from hermes_runtime.common.logs import log_event
+from hermes_runtime.vault.auth import Session, TokenKeeper, VaultSettings, login
+from hermes_runtime.vault.envfile import (
+    EnvFileError,
+    format_env_file,
+    parse_env_text,
+    write_env_file,
+)
+from hermes_runtime.vault.secrets import SecretCache
+from hermes_runtime.vault.spec import SecretSpec, check_unique_env_names
+
+IN_MEMORY_FILESYSTEMS = frozenset({"tmpfs", "ramfs"})
+
+
+@dataclass(frozen=True)
+class RenderResult:
+    """What one render did: how many variables, which changed, whether the file was rewritten."""
+
+    out: Path
+    count: int
+    changed: list[str]
+    written: bool
+
+
+@dataclass
+class Renderer:
+    """One login plus a secret cache, rendering ``specs`` into ``out`` on demand."""
+
+    settings: VaultSettings
+    specs: list[SecretSpec]
+    out: Path
+    environ: Mapping[str, str]
+    interval: float = 0
+    cache: SecretCache = field(default_factory=SecretCache)
+    keeper: TokenKeeper | None = None
+
+    def session(self) -> Session:
+        if self.keeper is None:
+            self.keeper = TokenKeeper(
+                login(self.settings, self.environ), self.environ, self.interval
+            )
+        return self.keeper.session
+
+    def fetch(self) -> dict[str, str]:
+        return self.cache.fetch(
+            self.session().client, self.specs, self.settings.addr, self.interval
+        )
+
+    def render(self) -> RenderResult:
+        """Fetch every value, then write the file only if its text differs."""
+        values = self.fetch()
+        return write_if_changed(self.out, values)
+
+
+def previous_values(out: Path) -> tuple[str | None, dict[str, str]]:
+    """The current file's text and values; unreadable or foreign content counts as all-changed."""
+    try:
+        text = out.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None, {}
+    try:
+        return text, parse_env_text(text)
+    except EnvFileError:
+        return text, {}
+
+
+def write_if_changed(out: Path, values: dict[str, str]) -> RenderResult:
+    old_text, old_values = previous_values(out)
+    new_text = format_env_file(values)
+    changed = [name for name, value in values.items() if old_values.get(name) != value]
+    changed += [name for name in old_values if name not in values]
+    if new_text == old_text:
+        return RenderResult(out, len(values), [], written=False)
+    write_env_file(out, values)
+    return RenderResult(out, len(values), changed, written=True)
+
+
+def filesystem_type(path: Path) -> str:
+    """The type of the mount holding ``path`` (longest mount-point prefix in /proc/self/mounts)."""
+    target = str(path.resolve())
+    best, fstype = "", "unknown"
+    try:
+        lines = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return fstype
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        mount_point = parts[1].replace("\\040", " ")
+        inside = target == mount_point or target.startswith(mount_point.rstrip("/") + "/")
+        if inside and len(mount_point) >= len(best):
+            best, fstype = mount_point, parts[2]
+    return fstype
+
+
+def check_output_path(out: Path, environ: Mapping[str, str], log: TextIO | None) -> None:
+    """Refuse the data dir (it is backed up); warn when the file would land on a disk."""
+    resolved = out.parent.resolve() / out.name
+    home = environ.get("HERMES_HOME")
+    if home and resolved.is_relative_to(Path(home).resolve()):
+        raise RuntimeFailure(
+            f"--out {out} is inside HERMES_HOME ({home}), which is backed up; "
+            "write secrets to an in-memory volume such as /run/hermes/secrets/env"
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fstype = filesystem_type(out.parent)
+    if fstype not in IN_MEMORY_FILESYSTEMS:
+        log_event("vault.render.not_in_memory", log, out=str(out), filesystem=fstype)
+
+
+def log_render(result: RenderResult, log: TextIO | None) -> None:
+    log_event(
+        "vault.rendered",
+        log,
+        message=f"rendered {result.count} secrets, changed: {result.changed}",
+        out=str(result.out),
+        secrets=result.count,
+        changed=result.changed,
+        written=result.written,
+    )
+
+
+def render_once(
+    settings: VaultSettings,
+    specs: list[SecretSpec],
+    out: Path,
+    environ: Mapping[str, str] | None = None,
+    log: TextIO | None = None,
+) -> RenderResult:
+    """Log in, fetch, write ``out`` (0600, atomic). On any failure ``out`` is left as it was."""
+    env = os.environ if environ is None else environ
+    check_unique_env_names(specs)
+    check_output_path(out, env, log)
+    result = Renderer(settings, specs, out, env).render()
+    log_render(result, log)
+    return result
+
+
+def run_refresh(
+    settings: VaultSettings,
+    specs: list[SecretSpec],
+    out: Path,
+    interval: float,
+    stop: threading.Event,
+    environ: Mapping[str, str] | None = None,
+    log: TextIO | None = None,
+) -> None:
+    """Render now (failures raise), then every ``interval`` seconds until ``stop`` is set.
+
+    Later failures (Vault down, a key removed) are logged and retried: the
+    last good file stays in place, because a running agent is better off with
+    a value that may soon expire than with none.
+    """
+    env = os.environ if environ is None else environ
+    if interval <= 0:
+        raise RuntimeFailure(f"--refresh must be a positive number of seconds, not {interval}")
+    check_unique_env_names(specs)
+    check_output_path(out, env, log)
+    renderer = Renderer(settings, specs, out, env, interval)
+    log_render(renderer.render(), log)
+    while not stop.wait(interval):
+        refresh_tick(renderer, log)
+
+
+def refresh_tick(renderer: Renderer, log: TextIO | None) -> None:
+    """One refresh: keep the token alive, re-render, log; never raises RuntimeFailure."""
+    result: RenderResult | None
+    try:
+        if renderer.keeper is not None:
+            action = renderer.keeper.ensure_fresh()
+            if action:
+                log_event(f"vault.token.{action}", log, addr=renderer.settings.addr)
+        result = renderer.render()
+    except RuntimeFailure as first:
+        result = _retry_after_login(renderer, first, log)
+    if result is not None and result.written:
+        log_render(result, log)
+
+
+def _retry_after_login(
+    renderer: Renderer, error: RuntimeFailure, log: TextIO | None
+) -> RenderResult | None:
+    """A revoked or expired token shows up as 'permission denied': log in once more and retry."""
+    if (
+        renderer.keeper is not None
+        and renderer.settings.can_login_again()
+        and "denied" in str(error)
+    ):
+        try:
+            renderer.keeper.relogin()
+            log_event("vault.token.relogin", log, addr=renderer.settings.addr)
+            return renderer.render()
+        except RuntimeFailure as second:
+            error = second
+    log_event("vault.refresh.failed", log, error=str(error), out=str(renderer.out))
+    return None
