@@ -1,0 +1,15 @@
+"""The seeded OpenBao dev server fixture for the vault integration tests (see vault_testkit)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from support.openbao import openbao_dev_server
+from vault_testkit import SeededVault, seed
+
+
+@pytest.fixture(scope="module")
+def vault() -> Iterator[SeededVault]:
+    with openbao_dev_server() as server:
+        yield seed(server)
