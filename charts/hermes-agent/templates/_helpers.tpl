@@ -1,0 +1,129 @@
+{{/* Names, labels and images shared by every template (Bitnami "common" conventions). */}}
+
+{{- define "hermes-agent.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "hermes-agent.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "hermes-agent.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Selector labels: stable across upgrades, so they never include the chart version. */}}
+{{- define "hermes-agent.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "hermes-agent.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "hermes-agent.labels" -}}
+helm.sh/chart: {{ include "hermes-agent.chart" . }}
+{{ include "hermes-agent.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: hermes-runtime
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Metadata annotations block shared by all objects; pass (dict "root" $ "extra" $map). */}}
+{{- define "hermes-agent.annotations" -}}
+{{- $all := merge (deepCopy (default (dict) .extra)) (deepCopy .root.Values.commonAnnotations) -}}
+{{- if $all -}}
+annotations:
+  {{- toYaml $all | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{- define "hermes-agent.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "hermes-agent.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* image reference from {registry,repository,tag,digest}; pass (dict "image" $img "default" $tag). */}}
+{{- define "hermes-agent.imageRef" -}}
+{{- $repo := .image.repository -}}
+{{- if .image.registry -}}{{- $repo = printf "%s/%s" .image.registry .image.repository -}}{{- end -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" $repo .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repo (default .default .image.tag | toString) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "hermes-agent.agentImage" -}}
+{{- include "hermes-agent.imageRef" (dict "image" .Values.image "default" .Chart.AppVersion) -}}
+{{- end -}}
+
+{{- define "hermes-agent.gitSyncImage" -}}
+{{- include "hermes-agent.imageRef" (dict "image" .Values.gitSync.image "default" "v4.7.0") -}}
+{{- end -}}
+
+{{- define "hermes-agent.dataClaimName" -}}
+{{- default (printf "%s-data" (include "hermes-agent.fullname" .)) .Values.persistence.existingClaim -}}
+{{- end -}}
+
+{{- define "hermes-agent.backupClaimName" -}}
+{{- default (printf "%s-backup" (include "hermes-agent.fullname" .)) .Values.backup.target.pvc.existingClaim -}}
+{{- end -}}
+
+{{- define "hermes-agent.apiSecretName" -}}
+{{- default (printf "%s-api" (include "hermes-agent.fullname" .)) .Values.apiServer.existingSecret -}}
+{{- end -}}
+
+{{/* "true" when a Vault secret supplies the env var named .env; pass (dict "root" $ "env" "NAME"). */}}
+{{- define "hermes-agent.vaultProvides" -}}
+{{- $found := false -}}
+{{- if .root.Values.vault.enabled -}}
+{{- range .root.Values.vault.secrets -}}
+{{- if eq .env $.env -}}{{- $found = true -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- ternary "true" "" $found -}}
+{{- end -}}
+
+{{/* "true" when the chart owns the API key Secret (no existingSecret, no Vault-provided key). */}}
+{{- define "hermes-agent.createApiSecret" -}}
+{{- if and (not .Values.apiServer.existingSecret) (not (include "hermes-agent.vaultProvides" (dict "root" . "env" "API_SERVER_KEY"))) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when sidecars are native (init containers with restartPolicy Always). */}}
+{{- define "hermes-agent.nativeSidecars" -}}
+{{- if eq .Values.sidecarMode "native" -}}
+true
+{{- else if and (eq .Values.sidecarMode "auto") (semverCompare ">=1.29.0-0" .Capabilities.KubeVersion.Version) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{- define "hermes-agent.backupTargetUrl" -}}
+{{- if eq .Values.backup.target.type "s3" -}}
+{{- printf "s3://%s/%s" .Values.backup.target.s3.bucket (trimAll "/" .Values.backup.target.s3.prefix) | trimSuffix "/" -}}
+{{- else -}}
+file:///backup
+{{- end -}}
+{{- end -}}
+
+{{/* Security context of a container: the shared restricted one, with optional overrides. */}}
+{{- define "hermes-agent.containerSecurityContext" -}}
+{{- $ctx := deepCopy .root.Values.containerSecurityContext -}}
+{{- with .override }}{{- $ctx = mergeOverwrite $ctx (deepCopy .) -}}{{- end }}
+{{- toYaml $ctx -}}
+{{- end -}}
