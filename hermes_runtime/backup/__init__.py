@@ -1,1 +1,32 @@
-"""backup capability."""
+"""Online, SQLite-safe backups of an agent's data dir to a folder or S3, and restore.
+
+Public surface: ``open_target``, ``create_backup``, ``list_snapshots``,
+``verify_snapshot``, ``restore_snapshot``, ``prune_snapshots`` (with
+``PrunePolicy``) and ``write_backup_metrics``. Design and runbook: docs/backup.md.
+"""
+
+from hermes_runtime.backup.create import BackupSummary, create_backup
+from hermes_runtime.backup.metrics import write_backup_metrics
+from hermes_runtime.backup.prune import PrunePolicy, PruneReport, prune_snapshots
+from hermes_runtime.backup.restore import RestoreReport, restore_snapshot
+from hermes_runtime.backup.selection import DEFAULT_EXCLUDES
+from hermes_runtime.backup.target import Target, open_target
+from hermes_runtime.backup.verify import SnapshotInfo, VerifyReport, list_snapshots, verify_snapshot
+
+__all__ = [
+    "DEFAULT_EXCLUDES",
+    "BackupSummary",
+    "PrunePolicy",
+    "PruneReport",
+    "RestoreReport",
+    "SnapshotInfo",
+    "Target",
+    "VerifyReport",
+    "create_backup",
+    "list_snapshots",
+    "open_target",
+    "prune_snapshots",
+    "restore_snapshot",
+    "verify_snapshot",
+    "write_backup_metrics",
+]

@@ -1,0 +1,96 @@
+"""Content-addressed blobs: the key is the sha256 of the raw bytes, the body is zstd.
+
+Hashing and compressing happen in one read of the source, into a local
+spool file, so what gets uploaded is exactly what was hashed even when the
+source file changes underneath (a log being appended, for instance).
+Reading a blob back re-hashes the decompressed bytes and refuses a mismatch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import zstandard
+
+from hermes_runtime.backup.manifest import blob_key
+from hermes_runtime.backup.target import Target
+from hermes_runtime.common.errors import RuntimeFailure
+
+CHUNK = 1 << 20
+ZSTD_LEVEL = 3
+
+
+@dataclass(frozen=True)
+class Spooled:
+    """A compressed copy of one source, ready to upload."""
+
+    digest: str
+    raw_size: int
+    compressed_size: int
+    path: Path
+
+
+def spool_compressed(source: Path, spool: Path) -> Spooled:
+    """Read ``source`` once: hash it and write its zstd body to ``spool``."""
+    sha = hashlib.sha256()
+    raw = 0
+    compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+    with source.open("rb") as src, spool.open("wb") as out:
+        with compressor.stream_writer(out, closefd=False) as writer:
+            while chunk := src.read(CHUNK):
+                sha.update(chunk)
+                raw += len(chunk)
+                writer.write(chunk)
+        out.flush()
+    return Spooled(sha.hexdigest(), raw, spool.stat().st_size, spool)
+
+
+class BlobCorrupt(RuntimeFailure):
+    """A blob's content does not hash to its key."""
+
+
+def restore_blob(target: Target, digest: str, dest: Path, mode: int = 0o644) -> int:
+    """Decompress blob ``digest`` into the new file ``dest``, checking its sha256.
+
+    Returns the raw size. Raises ``BlobCorrupt`` naming the blob on a
+    mismatch or an undecodable body; OSError (disk full) passes through.
+    """
+    key = blob_key(digest)
+    sha = hashlib.sha256()
+    size = 0
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "wb") as out, target.open_stream(key) as body:
+        try:
+            reader = zstandard.ZstdDecompressor().stream_reader(body, read_across_frames=True)
+            while chunk := reader.read(CHUNK):
+                sha.update(chunk)
+                size += len(chunk)
+                out.write(chunk)
+        except zstandard.ZstdError as exc:
+            raise BlobCorrupt(f"blob {key} is corrupt: {exc}") from exc
+        out.flush()
+        os.fsync(out.fileno())
+    if sha.hexdigest() != digest:
+        raise BlobCorrupt(f"blob {key} is corrupt: its content hashes to {sha.hexdigest()}")
+    return size
+
+
+def check_blob(target: Target, digest: str) -> int:
+    """Download, decompress and hash blob ``digest`` without keeping it; return its size."""
+    key = blob_key(digest)
+    sha = hashlib.sha256()
+    size = 0
+    with target.open_stream(key) as body:
+        try:
+            reader = zstandard.ZstdDecompressor().stream_reader(body, read_across_frames=True)
+            while chunk := reader.read(CHUNK):
+                sha.update(chunk)
+                size += len(chunk)
+        except zstandard.ZstdError as exc:
+            raise BlobCorrupt(f"blob {key} is corrupt: {exc}") from exc
+    if sha.hexdigest() != digest:
+        raise BlobCorrupt(f"blob {key} is corrupt: its content hashes to {sha.hexdigest()}")
+    return size
