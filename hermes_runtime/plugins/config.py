@@ -9,6 +9,7 @@ the user's and stays where it is.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 from collections.abc import Iterable, Mapping
@@ -17,16 +18,26 @@ from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import YAMLError
+from ruamel.yaml.error import CommentMark, YAMLError
+from ruamel.yaml.tokens import CommentToken
+from ruamel.yaml.util import load_yaml_guess_indent
 
 from hermes_runtime.common.atomic import atomic_write_text
 from hermes_runtime.common.errors import RuntimeFailure
 
 
-def _yaml() -> YAML:
+def _yaml(text: str = "") -> YAML:
+    """A round-trip YAML that writes with the indentation the file already uses
+    (Hermes itself writes PyYAML's style: two spaces, list dashes not indented)."""
     yaml = YAML(typ="rt")
     yaml.preserve_quotes = True
-    yaml.indent(mapping=2, sequence=4, offset=2)
+    sequence, offset = 2, 0
+    if text.strip():
+        with contextlib.suppress(YAMLError, TypeError, AttributeError):
+            _, guessed_sequence, guessed_offset = load_yaml_guess_indent(text)
+            sequence = guessed_sequence or 2
+            offset = guessed_offset or 0
+    yaml.indent(mapping=2, sequence=sequence, offset=offset)
     return yaml
 
 
@@ -101,15 +112,51 @@ def _store_enabled(document: Any, names: list[str]) -> None:
         plugins = CommentedMap()
         document["plugins"] = plugins
     existing = plugins.get("enabled")
-    if isinstance(existing, CommentedSeq):
-        existing[:] = names
-    else:
+    if not isinstance(existing, CommentedSeq):
         plugins["enabled"] = CommentedSeq(names)
+        return
+    tail = _detach_trailing_lines(existing)
+    for index in reversed(range(len(existing))):
+        if existing[index] not in names:
+            del existing[index]
+    for name in names:
+        if name not in existing:
+            existing.append(name)
+    _attach_trailing_lines(existing, tail)
+
+
+def _detach_trailing_lines(seq: CommentedSeq) -> str:
+    """ruamel hangs the lines after a list (comments, blank lines) on its last item;
+    take them off so removing or appending items does not lose or misplace them."""
+    if not seq:
+        return ""
+    entry = seq.ca.items.get(len(seq) - 1)
+    token = entry[0] if entry else None
+    if token is None or "\n" not in token.value:
+        return ""
+    own, _, tail = token.value.partition("\n")
+    token.value = own + "\n"
+    return tail
+
+
+def _attach_trailing_lines(seq: CommentedSeq, tail: str) -> None:
+    if not tail or not seq:
+        return
+    last = len(seq) - 1
+    entry = seq.ca.items.get(last)
+    if entry and entry[0] is not None:
+        entry[0].value += tail
+    else:
+        seq.ca.items[last] = [CommentToken("\n" + tail, CommentMark(0), None), None, None, None]
 
 
 def _write(path: Path, document: Any) -> None:
     buffer = io.StringIO()
-    _yaml().dump(document, buffer)
+    try:
+        original = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        original = ""
+    _yaml(original).dump(document, buffer)
     mode = _existing_mode(path)
     atomic_write_text(path, buffer.getvalue(), mode=mode)
 

@@ -1,0 +1,190 @@
+"""Real git repositories and a git-sync-shaped layout for the plugin bootstrapper tests.
+
+``GitSyncLike`` reproduces what git-sync v4 leaves on disk, with real git:
+``<root>`` is a git repository fetched from the bare origin, each synced
+commit is a ``git worktree`` at ``<root>/.worktrees/<sha>``, and ``<root>/current``
+is a relative symlink to it, swapped by rename (as git-sync does).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "test",
+    "GIT_AUTHOR_EMAIL": "test@example.invalid",
+    "GIT_COMMITTER_NAME": "test",
+    "GIT_COMMITTER_EMAIL": "test@example.invalid",
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+
+def git(*args: str, cwd: Path | None = None) -> str:
+    env = {**os.environ, **GIT_ENV, "HOME": str(cwd or Path.cwd())}
+    result = subprocess.run(
+        ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise AssertionError(f"git {' '.join(args)} failed: {result.stderr}")
+    return result.stdout.strip()
+
+
+def plugin_files(name: str, version: str) -> dict[str, str]:
+    """A Hermes plugin whose register() records that this version ran (once per load)."""
+    init = textwrap.dedent(
+        f'''
+        import os
+        from pathlib import Path
+
+        VERSION = {version!r}
+
+        def register(ctx):
+            home = Path(os.environ["HERMES_HOME"])
+            with open(home / "plugin-loads.log", "a") as fh:
+                fh.write(f"{name} {{VERSION}} {{os.getpid()}}\\n")
+        '''
+    )
+    manifest = f"name: {name}\nversion: {version!r}\ndescription: test plugin {name}\n"
+    return {"plugin.yaml": manifest, "__init__.py": init}
+
+
+@dataclass
+class PluginRepo:
+    """A bare origin plus a working clone to commit into."""
+
+    bare: Path
+    work: Path
+
+    def commit(
+        self, files: dict[str, str], message: str = "change", remove: tuple[str, ...] = ()
+    ) -> str:
+        for rel in remove:
+            git("rm", "-rq", rel, cwd=self.work)
+        for rel, text in files.items():
+            path = self.work / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        git("add", "-A", cwd=self.work)
+        git("commit", "-qm", message, "--allow-empty", cwd=self.work)
+        git("push", "-q", "origin", "HEAD:main", cwd=self.work)
+        return git("rev-parse", "HEAD", cwd=self.work)
+
+    def symlink(self, rel: str, target: str) -> None:
+        path = self.work / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(target, path)
+
+
+@dataclass
+class GitSyncLike:
+    """What git-sync --root ROOT --link current does, with real git commands."""
+
+    repo: PluginRepo
+    root: Path
+
+    def sync(self) -> str:
+        """Fetch origin's main, add a worktree for it, and swap ``current`` by rename."""
+        if not (self.root / ".git").exists():
+            self.root.mkdir(parents=True, exist_ok=True)
+            git("init", "-q", cwd=self.root)
+            git("remote", "add", "origin", str(self.repo.bare), cwd=self.root)
+        git("fetch", "-q", "origin", "main", cwd=self.root)
+        sha = git("rev-parse", "FETCH_HEAD", cwd=self.root)
+        worktree = self.root / ".worktrees" / sha
+        if not worktree.exists():
+            git("worktree", "add", "-q", "--detach", f".worktrees/{sha}", sha, cwd=self.root)
+        self.point_current_at(f".worktrees/{sha}")
+        return sha
+
+    def point_current_at(self, target: str) -> None:
+        temp = self.root / "current.tmp"
+        if temp.is_symlink():
+            temp.unlink()
+        os.symlink(target, temp)
+        os.replace(temp, self.root / "current")
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "data"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def make_repo(tmp_path: Path) -> Callable[[str], PluginRepo]:
+    def _make(name: str) -> PluginRepo:
+        bare = tmp_path / "origin" / f"{name}.git"
+        work = tmp_path / "work" / name
+        git("init", "-q", "--bare", "-b", "main", str(bare), cwd=tmp_path)
+        git("clone", "-q", str(bare), str(work), cwd=tmp_path)
+        git("checkout", "-q", "-b", "main", cwd=work)
+        return PluginRepo(bare, work)
+
+    return _make
+
+
+@pytest.fixture
+def synced_plugin(
+    data_dir: Path, make_repo: Callable[[str], PluginRepo]
+) -> Callable[..., GitSyncLike]:
+    """A plugin repository committed and synced into ``D/.git-sync/<name>``."""
+
+    def _make(name: str, version: str = "1", sub_path: str = "", sync: bool = True) -> GitSyncLike:
+        repo = make_repo(name)
+        prefix = f"{sub_path}/" if sub_path else ""
+        repo.commit({f"{prefix}{k}": v for k, v in plugin_files(name, version).items()})
+        syncer = GitSyncLike(repo, data_dir / ".git-sync" / name)
+        if sync:
+            syncer.sync()
+        return syncer
+
+    return _make
+
+
+def write_spec(path: Path, plugins: list[dict[str, object]]) -> Path:
+    path.write_text(json.dumps({"plugins": plugins}))
+    return path
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "hermes_runtime", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+
+
+DISCOVER_SNIPPET = """
+import json
+from hermes_cli.plugins import get_plugin_manager
+manager = get_plugin_manager()
+manager.discover_and_load()
+print(json.dumps([p for p in manager.list_plugins() if p["source"] == "user"]))
+"""
+
+
+def hermes_discover(data_dir: Path) -> list[dict[str, object]]:
+    """Run Hermes 0.19.0's own plugin discovery in a fresh process with HERMES_HOME=D."""
+    env = {**os.environ, "HERMES_HOME": str(data_dir)}
+    result = subprocess.run(
+        [sys.executable, "-c", DISCOVER_SNIPPET],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+        cwd=data_dir,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])

@@ -1,0 +1,256 @@
+"""``plugins link`` against real git repositories in a git-sync-shaped layout."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from plugins_testlib import GitSyncLike, plugin_files, run_cli, write_spec
+
+from hermes_runtime.common.errors import RuntimeFailure
+from hermes_runtime.plugins import link_plugins
+
+
+def test_links_relative_through_current_and_enables(
+    data_dir: Path, synced_plugin, tmp_path: Path
+) -> None:
+    synced = synced_plugin("weather")
+    spec = write_spec(tmp_path / "plugins.yaml", [{"name": "weather"}])
+    report = link_plugins(data_dir, spec)
+    assert report.ok, report.to_dict()
+    link = data_dir / "plugins" / "weather"
+    assert os.readlink(link) == "../.git-sync/weather/current"
+    assert (link / "plugin.yaml").is_file()
+    [result] = report.results
+    assert result.status == "linked"
+    assert result.commit == os.readlink(synced.root / "current").split("/")[-1]
+    assert "- weather" in (data_dir / "config.yaml").read_text()
+
+
+def test_sub_path_link_and_new_commit_visible_without_relink(
+    data_dir: Path, synced_plugin, tmp_path: Path
+) -> None:
+    synced = synced_plugin("tools", sub_path="plugins/tools")
+    spec = write_spec(tmp_path / "plugins.yaml", [{"name": "tools", "subPath": "plugins/tools/"}])
+    assert link_plugins(data_dir, spec).ok
+    link = data_dir / "plugins" / "tools"
+    assert os.readlink(link) == "../.git-sync/tools/current/plugins/tools"
+    synced.repo.commit({f"plugins/tools/{k}": v for k, v in plugin_files("tools", "2").items()})
+    synced.sync()
+    assert "VERSION = '2'" in (link / "__init__.py").read_text()
+    second = link_plugins(data_dir, spec)
+    assert [r.status for r in second.results] == ["unchanged"]
+    assert not second.changed
+
+
+def test_second_run_changes_nothing(data_dir: Path, synced_plugin, tmp_path: Path) -> None:
+    synced_plugin("a")
+    synced_plugin("b")
+    spec = write_spec(tmp_path / "plugins.yaml", [{"name": "a"}, {"name": "b", "enabled": False}])
+    assert link_plugins(data_dir, spec).changed
+    config_before = (data_dir / "config.yaml").stat()
+    links_before = {p.name: p.lstat().st_ino for p in (data_dir / "plugins").iterdir()}
+    again = link_plugins(data_dir, spec)
+    assert not again.changed and again.ok
+    assert (data_dir / "config.yaml").stat().st_mtime_ns == config_before.st_mtime_ns
+    assert {p.name: p.lstat().st_ino for p in (data_dir / "plugins").iterdir()} == links_before
+
+
+def test_one_bad_plugin_does_not_stop_the_others(
+    data_dir: Path, synced_plugin, tmp_path: Path
+) -> None:
+    synced_plugin("good")
+    bad = synced_plugin("nomanifest")
+    bad.repo.commit({}, remove=("plugin.yaml",))
+    bad.sync()
+    spec = write_spec(
+        tmp_path / "plugins.yaml",
+        [{"name": "nomanifest"}, {"name": "Bad Name"}, {"name": "good"}, {"name": "never-synced"}],
+    )
+    result = run_cli("plugins", "link", "--data-dir", str(data_dir), "--spec", str(spec), "--json")
+    assert result.returncode == 1, result.stderr
+    assert (data_dir / "plugins" / "good").is_symlink()
+    assert not (data_dir / "plugins" / "nomanifest").exists()
+    out = result.stdout
+    assert "has no plugin.yaml" in out
+    assert "field 'name' must match" in out
+    assert "git-sync has not synced yet" in out
+    enabled = (data_dir / "config.yaml").read_text()
+    assert "- good" in enabled and "nomanifest" not in enabled
+
+
+def test_user_owned_entries_are_never_touched(
+    data_dir: Path, synced_plugin, tmp_path: Path
+) -> None:
+    synced_plugin("mine")
+    synced_plugin("theirs")
+    plugins = data_dir / "plugins"
+    plugins.mkdir()
+    (plugins / "mine").mkdir()
+    (plugins / "mine" / "plugin.yaml").write_text("name: mine\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(str(elsewhere), plugins / "theirs")
+    os.symlink(str(elsewhere), plugins / "hand-made")
+    spec = write_spec(tmp_path / "plugins.yaml", [{"name": "mine"}, {"name": "theirs"}])
+    report = link_plugins(data_dir, spec)
+    assert not report.ok
+    assert {r.name for r in report.failures} == {"mine", "theirs"}
+    assert all("belongs to the user" in (r.error or "") for r in report.failures)
+    assert (plugins / "mine").is_dir() and not (plugins / "mine").is_symlink()
+    assert os.readlink(plugins / "theirs") == str(elsewhere)
+    assert os.readlink(plugins / "hand-made") == str(elsewhere)
+
+
+def test_stale_links_are_removed_and_disabled(
+    data_dir: Path, synced_plugin, tmp_path: Path
+) -> None:
+    synced_plugin("keep")
+    synced_plugin("gone")
+    spec = tmp_path / "plugins.yaml"
+    write_spec(spec, [{"name": "keep"}, {"name": "gone"}])
+    assert link_plugins(data_dir, spec).ok
+    config = data_dir / "config.yaml"
+    config.write_text(config.read_text() + "# user note\n")
+    write_spec(spec, [{"name": "keep"}])
+    report = link_plugins(data_dir, spec)
+    assert {r.name: r.status for r in report.results} == {"keep": "unchanged", "gone": "removed"}
+    assert not os.path.lexists(data_dir / "plugins" / "gone")
+    text = config.read_text()
+    assert "gone" not in text and "- keep" in text and "# user note" in text
+
+
+def test_bad_yaml_spec_names_the_line_and_changes_nothing(
+    data_dir: Path, synced_plugin, tmp_path: Path
+) -> None:
+    synced_plugin("keep")
+    spec = tmp_path / "plugins.yaml"
+    write_spec(spec, [{"name": "keep"}])
+    assert link_plugins(data_dir, spec).ok
+    before = sorted(os.listdir(data_dir / "plugins")), (data_dir / "config.yaml").read_text()
+    spec.write_text("plugins:\n  - name: keep\n  - name: [unclosed\n")
+    result = run_cli("plugins", "link", "--data-dir", str(data_dir), "--spec", str(spec))
+    assert result.returncode == 1
+    assert f"plugin spec {spec} line" in result.stderr
+    after = sorted(os.listdir(data_dir / "plugins")), (data_dir / "config.yaml").read_text()
+    assert after == before
+
+
+def test_unreadable_spec_is_an_error(data_dir: Path, tmp_path: Path) -> None:
+    spec = tmp_path / "plugins.yaml"
+    spec.mkdir()
+    result = run_cli("plugins", "link", "--data-dir", str(data_dir), "--spec", str(spec))
+    assert result.returncode == 1
+    assert str(spec) in result.stderr and "cannot read" in result.stderr
+    assert not (data_dir / "plugins").exists()
+
+
+def test_wait_for_first_sync(data_dir: Path, synced_plugin, tmp_path: Path) -> None:
+    synced = synced_plugin("late", sync=False)
+    spec = write_spec(tmp_path / "plugins.yaml", [{"name": "late"}])
+    timer = threading.Timer(0.5, synced.sync)
+    timer.start()
+    try:
+        report = link_plugins(data_dir, spec, wait_seconds=30)
+    finally:
+        timer.join()
+    assert report.ok, report.to_dict()
+
+
+def test_swap_of_current_while_linking_links_a_consistent_commit(
+    data_dir: Path, synced_plugin, tmp_path: Path
+) -> None:
+    synced: GitSyncLike = synced_plugin("busy")
+    shas = [synced.sync()]
+    for version in ("2", "3"):
+        synced.repo.commit(plugin_files("busy", version))
+        shas.append(synced.sync())
+    spec = write_spec(tmp_path / "plugins.yaml", [{"name": "busy"}])
+    stop = threading.Event()
+
+    def flip() -> None:
+        i = 0
+        while not stop.is_set():
+            synced.point_current_at(f".worktrees/{shas[i % 3]}")
+            i += 1
+
+    flipper = threading.Thread(target=flip)
+    flipper.start()
+    try:
+        reports = [link_plugins(data_dir, spec) for _ in range(20)]
+    finally:
+        stop.set()
+        flipper.join()
+    for report in reports:
+        [result] = report.results
+        if result.status == "failed":
+            assert "kept changing" in (result.error or ""), result.error
+        else:
+            assert result.commit in shas
+    assert any(r.ok for r in reports)
+    assert os.readlink(data_dir / "plugins" / "busy") == "../.git-sync/busy/current"
+
+
+def test_subpath_escape_attempts_are_rejected(
+    data_dir: Path, synced_plugin, tmp_path: Path
+) -> None:
+    synced = synced_plugin("esc")
+    outside = tmp_path / "outside-plugin"
+    outside.mkdir()
+    for name, text in plugin_files("esc", "evil").items():
+        (outside / name).write_text(text)
+    synced.repo.symlink("linked-out", str(outside))
+    synced.repo.symlink("relative-out", "../../../../outside-plugin")
+    synced.repo.commit({})
+    synced.sync()
+    cases = ["../..", "/etc", "a/../../b", ".git", "linked-out", "relative-out"]
+    spec = tmp_path / "plugins.yaml"
+    for case in cases:
+        write_spec(spec, [{"name": "esc", "subPath": case}])
+        report = link_plugins(data_dir, spec)
+        assert not report.ok, case
+        assert not os.path.lexists(data_dir / "plugins" / "esc"), case
+
+
+def test_symlink_inside_plugin_pointing_outside_is_rejected(
+    data_dir: Path, synced_plugin, tmp_path: Path
+) -> None:
+    synced = synced_plugin("leaky")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("s3cret")
+    synced.repo.symlink("data/secret", str(secret))
+    synced.repo.commit({})
+    synced.sync()
+    spec = write_spec(tmp_path / "plugins.yaml", [{"name": "leaky"}])
+    report = link_plugins(data_dir, spec)
+    [result] = report.results
+    assert result.status == "failed"
+    assert "data/secret" in (result.error or "") and "outside" in (result.error or "")
+
+
+def test_current_pointing_outside_the_sync_root_is_rejected(
+    data_dir: Path, synced_plugin, tmp_path: Path
+) -> None:
+    synced = synced_plugin("hijack")
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    for name, text in plugin_files("hijack", "x").items():
+        (foreign / name).write_text(text)
+    synced.point_current_at(str(foreign))
+    spec = write_spec(tmp_path / "plugins.yaml", [{"name": "hijack"}])
+    [result] = link_plugins(data_dir, spec).results
+    assert result.status == "failed" and "outside" in (result.error or "")
+
+
+def test_bad_config_yaml_changes_nothing(data_dir: Path, synced_plugin, tmp_path: Path) -> None:
+    synced_plugin("p")
+    (data_dir / "config.yaml").write_text("plugins: [unclosed\n")
+    spec = write_spec(tmp_path / "plugins.yaml", [{"name": "p"}])
+    try:
+        link_plugins(data_dir, spec)
+    except RuntimeFailure as exc:
+        assert "config.yaml" in str(exc)
+    else:
+        raise AssertionError("a config.yaml that does not parse must be an error")
+    assert not (data_dir / "plugins").exists()
