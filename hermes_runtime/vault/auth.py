@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import hvac
+import hvac.exceptions
 
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.vault.errors import CLIENT_EXCEPTIONS, describe_failure
@@ -28,6 +29,10 @@ AuthMethod = Literal["kubernetes", "token", "approle"]
 AUTH_METHODS: tuple[AuthMethod, ...] = ("kubernetes", "token", "approle")
 DEFAULT_JWT_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 TOKEN_ENV = "VAULT_TOKEN"
+KUBERNETES_DENIED_HINT = (
+    "check that the auth method is enabled at that path, that the role binds this "
+    "ServiceAccount and namespace, and that Vault can reach the TokenReview API"
+)
 
 
 @dataclass(frozen=True)
@@ -123,7 +128,10 @@ def _kubernetes_login(settings: VaultSettings, client: hvac.Client) -> dict[str,
             client.auth.kubernetes.login(role=settings.role, jwt=jwt, mount_point=settings.mount)
         )
     except CLIENT_EXCEPTIONS as exc:
-        raise describe_failure(exc, settings.addr, action) from None
+        failure = describe_failure(exc, settings.addr, action)
+        if isinstance(exc, hvac.exceptions.Forbidden):
+            failure = RuntimeFailure(f"{failure}; {KUBERNETES_DENIED_HINT}")
+        raise failure from None
 
 
 def _approle_login(settings: VaultSettings, client: hvac.Client) -> dict[str, Any]:

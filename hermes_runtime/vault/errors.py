@@ -42,7 +42,7 @@ def describe_failure(exc: BaseException, addr: str, action: str) -> RuntimeFailu
         if transport is not None:
             return transport
     detail = vault_errors(exc)
-    suffix = f": {detail}" if detail else ""
+    suffix = f": {detail}" if detail and detail != "permission denied" else ""
     if isinstance(exc, hvac.exceptions.VaultDown):
         return RuntimeFailure(f"Vault at {addr} is sealed or down while {action}{suffix}")
     if isinstance(exc, hvac.exceptions.Forbidden):
