@@ -28,8 +28,6 @@ tolerations:
 
 {{/* Environment every container of ours gets. */}}
 {{- define "hermes-agent.commonEnv" -}}
-- name: HOME
-  value: /tmp
 - name: HERMES_HOME
   value: {{ include "hermes-agent.paths.data" . }}
 - name: PYTHONDONTWRITEBYTECODE
@@ -164,7 +162,11 @@ tolerations:
     - --refresh
     - {{ $v.refresher.interval | quote }}
     {{- end }}
+  command:
+    - hermes-runtime
   env:
+    - name: HOME
+      value: /tmp
     {{- include "hermes-agent.commonEnv" $root | nindent 4 }}
   securityContext:
     {{- include "hermes-agent.containerSecurityContext" (dict "root" $root) | nindent 4 }}
@@ -201,6 +203,9 @@ command:
   - 'set -a && . "$HERMES_RUNTIME_SECRETS_ENV" && set +a && exec "$@"'
   - with-secrets
   - hermes-runtime
+{{- else }}
+command:
+  - hermes-runtime
 {{- end }}
 {{- end -}}
 
@@ -221,6 +226,8 @@ command:
     - {{ include "hermes-agent.paths.data" . }}
     - --if-empty
   env:
+    - name: HOME
+      value: /tmp
     {{- include "hermes-agent.commonEnv" . | nindent 4 }}
     {{- include "hermes-agent.backupEnv" . | nindent 4 }}
   securityContext:
@@ -271,6 +278,8 @@ backup_once
     - |
       {{- include "hermes-agent.backupScript" . | nindent 6 }}
   env:
+    - name: HOME
+      value: /tmp
     {{- include "hermes-agent.commonEnv" $root | nindent 4 }}
     {{- include "hermes-agent.backupEnv" $root | nindent 4 }}
   securityContext:
