@@ -1,0 +1,116 @@
+"""Turn a session's context items into a valid OpenAI message list.
+
+Raw messages come back exactly as ingested (externalized ones as their
+stub), so the provider's prompt cache keeps hitting; a summary becomes one
+``user`` message whose header names its id, depth, span and how to expand it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hermes_runtime.lcm.records import ContextItem, Summary, message_tokens
+from hermes_runtime.lcm.store import LcmStore
+
+SUMMARY_MARKER = "[LCM summary "
+
+
+def render_summary(summary: Summary) -> dict[str, Any]:
+    header = (
+        f"{SUMMARY_MARKER}{summary.ref} | depth {summary.depth} | {summary.message_count} "
+        f"messages, seq {summary.first_seq}-{summary.last_seq} | "
+        f'expand with lcm_expand(id="{summary.ref}")]'
+    )
+    return {"role": "user", "content": f"{header}\n{summary.content}"}
+
+
+def render_items(items: list[ContextItem]) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    for item in items:
+        if item.summary is not None:
+            messages.append(render_summary(item.summary))
+        else:
+            assert item.message is not None
+            messages.append(item.message.to_openai())
+    return messages
+
+
+def assemble(store: LcmStore, session_id: str) -> list[dict[str, Any]]:
+    """The live context of ``session_id`` as OpenAI messages (repaired if ever invalid)."""
+    return repair(render_items(store.context_items(session_id)))
+
+
+def count_tokens(messages: list[dict[str, Any]]) -> int:
+    return sum(message_tokens(m) for m in messages)
+
+
+def validation_errors(messages: list[dict[str, Any]]) -> list[str]:
+    """Why a list would be rejected by an OpenAI-compatible API (empty list = valid).
+
+    Rules: every tool message answers a call id of the assistant message just
+    before its run of tool messages; every call of an assistant message is
+    answered before the next non-tool message.
+    """
+    errors: list[str] = []
+    pending: set[str] = set()
+    for index, message in enumerate(messages):
+        role = message.get("role")
+        if role not in ("system", "user", "assistant", "tool", "developer"):
+            errors.append(f"message {index}: unknown role {role!r}")
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if call_id not in pending:
+                errors.append(f"message {index}: tool result {call_id!r} without a pending call")
+            pending.discard(call_id)
+            continue
+        if pending:
+            errors.append(f"message {index}: calls {sorted(pending)} left without results")
+            pending = set()
+        if role == "assistant" and message.get("tool_calls"):
+            pending = {str(c.get("id")) for c in message["tool_calls"] if isinstance(c, dict)}
+    if pending:
+        errors.append(f"end of list: calls {sorted(pending)} left without results")
+    return errors
+
+
+def repair(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Last-resort guard: drop what would make the list invalid.
+
+    Compaction never splits a call from its results, so this only acts on
+    histories that were already broken when ingested (e.g. an interrupted
+    turn); dropped items stay in the database and searchable.
+    """
+    if not validation_errors(messages):
+        return messages
+    fixed: list[dict[str, Any]] = []
+    index = 0
+    while index < len(messages):
+        message = messages[index]
+        if message.get("role") == "tool":
+            index += 1  # orphan tool result
+            continue
+        if message.get("role") == "assistant" and message.get("tool_calls"):
+            wanted = {str(c.get("id")) for c in message["tool_calls"] if isinstance(c, dict)}
+            run_end = index + 1
+            while run_end < len(messages) and messages[run_end].get("role") == "tool":
+                run_end += 1
+            results = [m for m in messages[index + 1 : run_end] if m.get("tool_call_id") in wanted]
+            answered = {str(m.get("tool_call_id")) for m in results}
+            if answered == wanted:
+                fixed.append(message)
+                fixed.extend(results)
+            else:
+                fixed.append(_without_calls(message))
+            index = run_end
+            continue
+        fixed.append(message)
+        index += 1
+    return fixed
+
+
+def _without_calls(message: dict[str, Any]) -> dict[str, Any]:
+    calls = json.dumps(message.get("tool_calls"), ensure_ascii=False)[:500]
+    copy = {k: v for k, v in message.items() if k != "tool_calls"}
+    copy["content"] = (message.get("content") or "") + f"\n[unanswered tool calls: {calls}]"
+    return copy

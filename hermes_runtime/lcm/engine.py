@@ -1,0 +1,303 @@
+"""The LCM engine without any host: ingest, sync a host transcript, compact, tools.
+
+Hermes (``hermes_plugin.py``) and the CLI both drive this class. One engine
+is shared by every copy Hermes makes (``share()``); it holds the store, one
+lock per session (compactions of one session never overlap; different
+sessions run in parallel), and the background embedding worker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from hermes_runtime.common.errors import RuntimeFailure
+from hermes_runtime.lcm import metrics, retrieval
+from hermes_runtime.lcm.assembly import SUMMARY_MARKER, assemble, count_tokens
+from hermes_runtime.lcm.compaction import CompactionReport, compact
+from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.embeddings import (
+    Embedder,
+    EmbeddingWorker,
+    OpenAIEmbedder,
+    StaticModelEmbedder,
+)
+from hermes_runtime.lcm.records import message_tokens
+from hermes_runtime.lcm.store import LcmStore
+from hermes_runtime.lcm.summarize import OpenAISummarizer, Summarizer
+
+TOOL_SCHEMAS: list[dict[str, Any]] = [
+    {
+        "name": "lcm_grep",
+        "description": (
+            "Full-text search of the whole conversation history, including parts folded "
+            "into summaries. Returns message/summary ids to pass to lcm_expand."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "words to find (all must match)"},
+                "scope": {"type": "string", "enum": ["session", "all"], "default": "session"},
+                "regex": {"type": "boolean", "default": False},
+                "limit": {"type": "integer", "default": 10},
+            },
+            "required": ["query"],
+        },
+    },
+    {
+        "name": "lcm_search",
+        "description": (
+            "Semantic + keyword search of past conversation (use when wording may differ). "
+            "Returns ids to pass to lcm_expand."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string"},
+                "scope": {"type": "string", "enum": ["session", "all"], "default": "session"},
+                "limit": {"type": "integer", "default": 8},
+            },
+            "required": ["query"],
+        },
+    },
+    {
+        "name": "lcm_describe",
+        "description": "Metadata of a summary (sum_N), message (msg_N) or output (out_HEX).",
+        "parameters": {
+            "type": "object",
+            "properties": {"id": {"type": "string"}},
+            "required": ["id"],
+        },
+    },
+    {
+        "name": "lcm_expand",
+        "description": (
+            "Expand a summary id into its sources (paginated), or return a message or "
+            "externalized output in full."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "id": {"type": "string"},
+                "offset": {"type": "integer", "default": 0},
+                "limit": {"type": "integer", "default": 20},
+            },
+            "required": ["id"],
+        },
+    },
+    {
+        "name": "lcm_read_output",
+        "description": "Read a character range of an externalized output (out_HEX).",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "id": {"type": "string"},
+                "offset": {"type": "integer", "default": 0},
+                "limit": {"type": "integer", "default": 8000},
+            },
+            "required": ["id"],
+        },
+    },
+]
+TOOL_NAMES = frozenset(t["name"] for t in TOOL_SCHEMAS)
+
+
+def fingerprint(message: dict[str, Any]) -> str:
+    data = json.dumps(message, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.blake2b(data.encode(), digest_size=12).hexdigest()
+
+
+def is_own_summary(message: dict[str, Any]) -> bool:
+    content = message.get("content")
+    return (
+        message.get("role") == "user"
+        and isinstance(content, str)
+        and content.startswith(SUMMARY_MARKER)
+    )
+
+
+@dataclass
+class SyncResult:
+    ingested: int
+    system_head: list[dict[str, Any]]
+
+
+class LcmEngine:
+    """Thread-safe LCM operations over one database."""
+
+    def __init__(
+        self,
+        config: LcmConfig,
+        summarizer: Summarizer | None = None,
+        embedder: Embedder | None = None,
+        start_worker: bool = False,
+    ) -> None:
+        self.config = config
+        self.store = LcmStore(config.db_path, config.outputs_dir, config.externalize_chars)
+        self.summarizer = summarizer
+        self.embedder = embedder if embedder is not None else make_embedder(config)
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        self.worker: EmbeddingWorker | None = None
+        if start_worker and self.embedder is not None:
+            self.worker = EmbeddingWorker(self.store, self.embedder)
+            self.worker.start()
+
+    def session_lock(self, session_id: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(session_id, threading.Lock())
+
+    # -- ingest ------------------------------------------------------------
+
+    def ingest(self, session_id: str, messages: list[dict[str, Any]]) -> int:
+        if not messages:
+            return 0
+        started = time.perf_counter()
+        stored = self.store.ingest_many(session_id, messages)
+        metrics.INGEST_SECONDS.observe(time.perf_counter() - started)
+        metrics.INGESTED.inc(len(stored))
+        metrics.EXTERNALIZED.inc(sum(1 for m in stored if m.output_id))
+        if self.worker is not None:
+            self.worker.wake()
+        return len(stored)
+
+    def sync(self, session_id: str, host_messages: list[dict[str, Any]]) -> SyncResult:
+        """Ingest what the host added since the context we last handed it.
+
+        The host's list is our last assembled context plus new messages
+        appended after it; the longest matching prefix (by fingerprint) is
+        already stored, the rest is new. Leading system messages belong to the
+        host (it rebuilds its prompt) and are passed through, not stored.
+        """
+        head = 0
+        while head < len(host_messages) and host_messages[head].get("role") == "system":
+            head += 1
+        conversation = host_messages[head:]
+        known = self.store.host_state(session_id).get("fingerprints", [])
+        prefix = 0
+        for fp, message in zip(known, conversation, strict=False):
+            if fp != fingerprint(message):
+                break
+            prefix += 1
+        fresh = [m for m in conversation[prefix:] if not is_own_summary(m)]
+        count = self.ingest(session_id, fresh)
+        if count or prefix != len(known):
+            self.remember_context(session_id, conversation)
+        return SyncResult(count, host_messages[:head])
+
+    def remember_context(self, session_id: str, conversation: list[dict[str, Any]]) -> None:
+        self.store.set_host_state(
+            session_id, {"fingerprints": [fingerprint(m) for m in conversation]}
+        )
+
+    # -- compaction and assembly -------------------------------------------
+
+    def compact(
+        self, session_id: str, budget: int, extra_tokens: int = 0, force: bool = False
+    ) -> CompactionReport:
+        with self.session_lock(session_id):
+            report = compact(
+                self.store,
+                session_id,
+                budget,
+                self.summarizer,
+                self.config.policy,
+                extra_tokens=extra_tokens,
+                force=force,
+            )
+        metrics.COMPACTION_SECONDS.observe(report.seconds)
+        metrics.COMPACTION_TOKENS_IN.inc(report.tokens_before)
+        metrics.COMPACTION_TOKENS_OUT.inc(report.tokens_after)
+        for level in report.levels:
+            metrics.SUMMARIES.labels(level=str(level)).inc()
+        metrics.COMPACTION_ERRORS.inc(len(report.errors))
+        if self.worker is not None and report.summaries_created:
+            self.worker.wake()
+        return report
+
+    def context(self, session_id: str) -> list[dict[str, Any]]:
+        return assemble(self.store, session_id)
+
+    def fitted_context(
+        self, session_id: str, budget: int, system_head: list[dict[str, Any]] | None = None
+    ) -> tuple[list[dict[str, Any]], CompactionReport]:
+        """Compact as needed, then assemble; the host's system messages ride in front."""
+        head = system_head or []
+        report = self.compact(session_id, budget, extra_tokens=count_tokens(head))
+        messages = self.context(session_id)
+        self.remember_context(session_id, messages)
+        return head + messages, report
+
+    # -- tools -------------------------------------------------------------
+
+    def handle_tool(self, name: str, args: dict[str, Any], session_id: str | None) -> str:
+        """Run a retrieval tool and return its JSON answer (errors are JSON too)."""
+        started = time.perf_counter()
+        try:
+            payload = self._dispatch(name, args or {}, session_id)
+        except RuntimeFailure as exc:
+            payload = {"error": str(exc)}
+        except (TypeError, ValueError) as exc:
+            payload = {"error": f"{name}: bad arguments: {exc}"}
+        metrics.RETRIEVAL_SECONDS.labels(tool=name).observe(time.perf_counter() - started)
+        return json.dumps(payload, ensure_ascii=False, default=str)
+
+    def _dispatch(self, name: str, args: dict[str, Any], session_id: str | None) -> Any:
+        scope = None if args.get("scope") == "all" else session_id
+        if name == "lcm_grep":
+            hits = retrieval.grep(
+                self.store,
+                str(args["query"]),
+                scope,
+                int(args.get("limit", 10)),
+                bool(args.get("regex", False)),
+            )
+            return {"results": [h.as_dict() for h in hits]}
+        if name == "lcm_search":
+            hits = retrieval.hybrid_search(
+                self.store, self.embedder, str(args["query"]), scope, int(args.get("limit", 8))
+            )
+            return {"results": [h.as_dict() for h in hits]}
+        if name == "lcm_describe":
+            return retrieval.describe(self.store, str(args["id"]))
+        if name == "lcm_expand":
+            return retrieval.expand(
+                self.store, str(args["id"]), int(args.get("offset", 0)), int(args.get("limit", 20))
+            )
+        if name == "lcm_read_output":
+            return retrieval.read_output(
+                self.store,
+                str(args["id"]),
+                int(args.get("offset", 0)),
+                int(args.get("limit", 8000)),
+            )
+        raise RuntimeFailure(f"unknown LCM tool {name!r}")
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.stop()
+        self.store.close()
+
+
+def make_embedder(config: LcmConfig) -> Embedder | None:
+    if config.embeddings == "off":
+        return None
+    if config.embeddings == "openai":
+        return OpenAIEmbedder(
+            config.embeddings_base_url or config.summary_base_url,
+            config.embeddings_model,
+            config.embeddings_dim,
+        )
+    return StaticModelEmbedder()
+
+
+def make_summarizer(base_url: str, model: str, api_key: str = "") -> Summarizer | None:
+    return OpenAISummarizer(base_url, model, api_key) if base_url and model else None
+
+
+def tokens_of(messages: list[dict[str, Any]]) -> int:
+    return sum(message_tokens(m) for m in messages)

@@ -1,0 +1,221 @@
+"""Hermes integration: an LCM ``ContextEngine`` registered through the plugin system.
+
+Enable it in Hermes' config.yaml::
+
+    plugins: {enabled: [lcm]}
+    context: {engine: lcm}
+    lcm: {threshold_percent: 0.75}      # optional, see docs/lcm.md
+
+Hermes deep-copies the registered engine for every agent and calls
+``compress`` from pooled threads. Copies share one ``LcmEngine`` (database,
+per-session locks, embedding worker) through ``_Shared``; only the per-agent
+token counters and the bound session are copied.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from agent.context_engine import ContextEngine
+
+from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.engine import TOOL_SCHEMAS, LcmEngine, make_summarizer, tokens_of
+from hermes_runtime.lcm.summarize import LEVEL_DETERMINISTIC
+
+MIN_BUDGET_TOKENS = 512
+
+
+def hermes_home() -> Path:
+    return Path(os.environ.get("HERMES_HOME") or Path.home() / ".hermes")
+
+
+def read_lcm_section(home: Path) -> dict[str, Any]:
+    """The ``lcm:`` mapping of ``$HERMES_HOME/config.yaml`` ({} when absent)."""
+    from ruamel.yaml import YAML
+
+    path = home / "config.yaml"
+    if not path.exists():
+        return {}
+    data = YAML(typ="safe").load(path.read_text(encoding="utf-8")) or {}
+    section = data.get("lcm") if isinstance(data, dict) else None
+    return section if isinstance(section, dict) else {}
+
+
+class _Shared:
+    """State every copy of the engine shares: created lazily, once."""
+
+    def __init__(self, config: LcmConfig | None = None) -> None:
+        self._config = config
+        self._engine: LcmEngine | None = None
+        self._guard = threading.Lock()
+        self.model_endpoint: tuple[str, str, str] = ("", "", "")
+
+    def engine(self) -> LcmEngine:
+        with self._guard:
+            if self._engine is None:
+                config = self._config or LcmConfig.for_home(
+                    hermes_home(), read_lcm_section(hermes_home())
+                )
+                self._engine = LcmEngine(config, start_worker=True)
+                self._refresh_summarizer()
+            return self._engine
+
+    def set_model_endpoint(self, base_url: str, model: str, api_key: str) -> None:
+        with self._guard:
+            self.model_endpoint = (base_url, model, api_key)
+            self._refresh_summarizer()
+
+    def _refresh_summarizer(self) -> None:
+        if self._engine is None:
+            return
+        config = self._engine.config
+        if config.summary_base_url:
+            self._engine.summarizer = make_summarizer(
+                config.summary_base_url,
+                config.summary_model or self.model_endpoint[1],
+                config.summary_api_key or self.model_endpoint[2],
+            )
+        else:
+            self._engine.summarizer = make_summarizer(*self.model_endpoint)
+
+
+class LcmContextEngine(ContextEngine):
+    """Lossless Context Management for Hermes: nothing is dropped, everything expands back."""
+
+    def __init__(self, config: LcmConfig | None = None, shared: _Shared | None = None) -> None:
+        self._shared = shared or _Shared(config)
+        self._session_id = ""
+        self.last_prompt_tokens = 0
+        self.last_completion_tokens = 0
+        self.last_total_tokens = 0
+        self.context_length = 0
+        self.threshold_tokens = 0
+        self.compression_count = 0
+        self.threshold_percent = config.threshold_percent if config else 0.75
+        self._target_percent = config.target_percent if config else 0.5
+        self._last_compress_aborted = False
+        self._last_summary_error: str | None = None
+        self._last_compression_made_progress = False
+        self._last_summary_fallback_used = False
+
+    @property
+    def name(self) -> str:
+        return "lcm"
+
+    @property
+    def engine(self) -> LcmEngine:
+        engine = self._shared.engine()
+        self.threshold_percent = engine.config.threshold_percent
+        self._target_percent = engine.config.target_percent
+        return engine
+
+    @property
+    def session_id(self) -> str:
+        return self._session_id or "default"
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> LcmContextEngine:
+        """Share the database and locks; copy only this agent's counters and session."""
+        clone = LcmContextEngine.__new__(LcmContextEngine)
+        clone.__dict__.update(self.__dict__)
+        clone._shared = self._shared
+        memo[id(self)] = clone
+        return clone
+
+    # -- token accounting --------------------------------------------------
+
+    def update_from_response(self, usage: dict[str, Any]) -> None:
+        self.last_prompt_tokens = int(usage.get("prompt_tokens") or 0)
+        self.last_completion_tokens = int(usage.get("completion_tokens") or 0)
+        self.last_total_tokens = int(usage.get("total_tokens") or 0)
+
+    def update_model(
+        self,
+        model: str,
+        context_length: int,
+        base_url: str = "",
+        api_key: str = "",
+        provider: str = "",
+        api_mode: str = "",
+    ) -> None:
+        engine = self.engine
+        self.context_length = int(context_length or 0)
+        self.threshold_tokens = int(self.context_length * engine.config.threshold_percent)
+        self._shared.set_model_endpoint(base_url, model, api_key)
+
+    def should_compress(self, prompt_tokens: int | None = None) -> bool:
+        tokens = prompt_tokens if prompt_tokens is not None else self.last_prompt_tokens
+        return bool(self.threshold_tokens) and tokens >= self.threshold_tokens
+
+    def should_compress_preflight(self, messages: list[dict[str, Any]]) -> bool:
+        return bool(self.threshold_tokens) and tokens_of(messages) >= self.threshold_tokens
+
+    def has_content_to_compress(self, messages: list[dict[str, Any]]) -> bool:
+        return len(messages) > self.engine.config.policy.fresh_tail_messages
+
+    # -- compaction --------------------------------------------------------
+
+    def compress(
+        self,
+        messages: list[dict[str, Any]],
+        current_tokens: int | None = None,
+        focus_topic: str | None = None,
+        force: bool = False,
+        memory_context: str = "",
+    ) -> list[dict[str, Any]]:
+        """Ingest what is new, fold old turns into summaries, return the fitted context."""
+        engine = self.engine
+        session = self.session_id
+        synced = engine.sync(session, messages)
+        overhead = max(0, (current_tokens or 0) - tokens_of(messages))
+        budget = max(MIN_BUDGET_TOKENS, int(self.context_length * self._target_percent) - overhead)
+        fitted, report = engine.fitted_context(session, budget, synced.system_head)
+        if force and fitted == messages:
+            report = engine.compact(session, budget, force=True)
+            fitted = synced.system_head + engine.context(session)
+            engine.remember_context(session, fitted[len(synced.system_head) :])
+        self.compression_count += 1
+        self._last_compress_aborted = False
+        self._last_compression_made_progress = bool(report.summaries_created)
+        used_fallback = LEVEL_DETERMINISTIC in report.levels and bool(report.errors)
+        self._last_summary_fallback_used = used_fallback
+        self._last_summary_error = report.errors[-1] if used_fallback else None
+        self.last_prompt_tokens = -1 if report.summaries_created else self.last_prompt_tokens
+        return fitted
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def on_session_start(self, session_id: str, **kwargs: Any) -> None:
+        """Bind to a session; a rotation after compaction keeps the same LCM session."""
+        if kwargs.get("old_session_id") and self._session_id:
+            return
+        self._session_id = session_id
+
+    def on_session_end(self, session_id: str, messages: list[dict[str, Any]]) -> None:
+        if messages:
+            self.engine.sync(self.session_id, messages)
+
+    # -- tools -------------------------------------------------------------
+
+    def get_tool_schemas(self) -> list[dict[str, Any]]:
+        return [dict(schema) for schema in TOOL_SCHEMAS]
+
+    def handle_tool_call(self, name: str, args: dict[str, Any], **kwargs: Any) -> str:
+        engine = self.engine
+        live = kwargs.get("messages")
+        if isinstance(live, list) and live:
+            engine.sync(self.session_id, live)
+        return engine.handle_tool(name, args, self.session_id)
+
+    def get_status(self) -> dict[str, Any]:
+        status = super().get_status()
+        status["engine"] = "lcm"
+        status["lcm_session"] = self.session_id
+        return status
+
+
+def register(ctx: Any) -> None:
+    """Hermes plugin hook: offer the LCM engine (selected by ``context.engine: lcm``)."""
+    ctx.register_context_engine(LcmContextEngine())

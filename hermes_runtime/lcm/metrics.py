@@ -1,0 +1,32 @@
+"""Prometheus figures for LCM: ingest, compaction, retrieval, database size.
+
+Metric objects are module-level because Prometheus collectors are
+process-wide by design (the agent's ``/metrics`` endpoint serves the
+default registry); nothing else in LCM keeps global state.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+INGESTED = Counter("lcm_messages_ingested_total", "Messages stored by LCM")
+EXTERNALIZED = Counter("lcm_outputs_externalized_total", "Message contents moved to outputs/")
+INGEST_SECONDS = Histogram(
+    "lcm_ingest_seconds",
+    "Time to store one batch of messages",
+    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.05, 0.1, 0.5),
+)
+COMPACTION_SECONDS = Histogram(
+    "lcm_compaction_seconds", "Duration of one compaction", buckets=(0.01, 0.1, 1, 5, 15, 30, 60, 120)
+)
+COMPACTION_TOKENS_IN = Counter("lcm_compaction_tokens_in_total", "Context tokens before compaction")
+COMPACTION_TOKENS_OUT = Counter("lcm_compaction_tokens_out_total", "Context tokens after compaction")
+SUMMARIES = Counter("lcm_summaries_total", "Summaries created, by escalation level", ["level"])
+COMPACTION_ERRORS = Counter("lcm_summarizer_errors_total", "Summarizer failures that escalated")
+RETRIEVAL_SECONDS = Histogram(
+    "lcm_retrieval_seconds",
+    "Latency of retrieval tools",
+    ["tool"],
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
+)
+DATABASE_BYTES = Gauge("lcm_database_bytes", "Size of the LCM database file plus its WAL")

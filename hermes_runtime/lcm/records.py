@@ -1,0 +1,148 @@
+"""Records the LCM engine passes around, and how a message maps to a row.
+
+A message is kept byte-identical: known OpenAI keys go to their own columns
+and every other key (Hermes adds a few, e.g. ``reasoning``) goes to ``extra``
+as JSON, so ``to_openai`` rebuilds exactly the dict that was ingested.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+KNOWN_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
+MESSAGE_PREFIX, SUMMARY_PREFIX, OUTPUT_PREFIX = "msg_", "sum_", "out_"
+
+
+def estimate_tokens(text: str | None) -> int:
+    """About four characters a token: cheap, deterministic, model-agnostic.
+
+    Exact tokenizers differ per model; compaction only needs a stable,
+    conservative estimate, and the host reports real usage separately.
+    """
+    return (len(text) + 3) // 4 if text else 0
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """The searchable text of a message: its content flattened to a string."""
+    content = message.get("content")
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return json.dumps(content, ensure_ascii=False, sort_keys=True)
+
+
+def message_tokens(message: dict[str, Any]) -> int:
+    tokens = 4 + estimate_tokens(message_text(message))
+    if message.get("tool_calls"):
+        tokens += estimate_tokens(json.dumps(message["tool_calls"], ensure_ascii=False))
+    return tokens
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """One immutable message as stored (content may be a stub when externalized)."""
+
+    id: int
+    session_id: str
+    seq: int
+    role: str
+    content: str | None
+    content_json: str | None
+    tool_calls: str | None
+    tool_call_id: str | None
+    name: str | None
+    extra: str | None
+    output_id: str | None
+    token_count: int
+    created_at: float
+
+    @property
+    def ref(self) -> str:
+        return f"{MESSAGE_PREFIX}{self.id}"
+
+    def to_openai(self, full_content: Any = None) -> dict[str, Any]:
+        """Rebuild the OpenAI message; ``full_content`` replaces an externalization stub."""
+        message: dict[str, Any] = {"role": self.role}
+        if full_content is not None:
+            message["content"] = full_content
+        elif self.content_json is not None:
+            message["content"] = json.loads(self.content_json)
+        else:
+            message["content"] = self.content
+        if self.tool_calls is not None:
+            message["tool_calls"] = json.loads(self.tool_calls)
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            message["name"] = self.name
+        if self.extra:
+            message.update(json.loads(self.extra))
+        return message
+
+
+@dataclass(frozen=True)
+class Summary:
+    id: int
+    session_id: str
+    depth: int
+    content: str
+    token_count: int
+    source_tokens: int
+    level: int
+    first_seq: int
+    last_seq: int
+    start_at: float
+    end_at: float
+    message_count: int
+    created_at: float
+
+    @property
+    def ref(self) -> str:
+        return f"{SUMMARY_PREFIX}{self.id}"
+
+
+@dataclass(frozen=True)
+class OutputRecord:
+    id: str
+    sha256: str
+    size: int
+    encoding: str
+    relpath: str
+    created_at: float
+
+
+@dataclass
+class ContextItem:
+    """One slot of a session's live context: a raw message or a summary."""
+
+    position: int
+    message: StoredMessage | None = None
+    summary: Summary | None = None
+
+    @property
+    def tokens(self) -> int:
+        if self.message is not None:
+            return self.message.token_count
+        assert self.summary is not None
+        return self.summary.token_count + SUMMARY_HEADER_TOKENS
+
+    @property
+    def is_summary(self) -> bool:
+        return self.summary is not None
+
+
+SUMMARY_HEADER_TOKENS = 40
+
+
+@dataclass
+class SessionStats:
+    session_id: str
+    messages: int
+    summaries: int
+    context_items: int
+    context_tokens: int
+    max_depth: int
+    extras: dict[str, Any] = field(default_factory=dict)

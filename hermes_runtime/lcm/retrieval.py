@@ -1,0 +1,321 @@
+"""grep, hybrid search, describe, expand, read an output: how the agent gets history back.
+
+Queries are parsed into quoted FTS5 terms, so user text can never inject
+FTS syntax (a stray ``"`` or ``NEAR(`` is just a word). Hybrid search fuses
+full-text and vector rankings with reciprocal rank fusion, which needs no
+score calibration between the two.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from hermes_runtime.common.errors import RuntimeFailure
+from hermes_runtime.lcm import outputs as out
+from hermes_runtime.lcm.embeddings import Embedder
+from hermes_runtime.lcm.records import (
+    MESSAGE_PREFIX,
+    OUTPUT_PREFIX,
+    SUMMARY_PREFIX,
+    StoredMessage,
+    Summary,
+)
+from hermes_runtime.lcm.store import LcmStore
+
+TERM = re.compile(r"\w+", re.UNICODE)
+RRF_K = 60
+
+
+@dataclass
+class Hit:
+    id: str
+    kind: str
+    session_id: str
+    snippet: str
+    role: str | None = None
+    seq: int | None = None
+    created_at: float | None = None
+    covered_by: str | None = None
+    score: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def fts_query(text: str, any_term: bool = False) -> str | None:
+    """Quote every word: safe against FTS5 syntax, AND by default, OR for recall."""
+    terms = TERM.findall(text)[:32]
+    if not terms:
+        return None
+    return (" OR " if any_term else " ").join(f'"{t}"' for t in terms)
+
+
+def _covered_by(store: LcmStore, message_id: int) -> str | None:
+    row = store.conn.execute(
+        "SELECT summary_id FROM summary_sources WHERE message_id = ? LIMIT 1", (message_id,)
+    ).fetchone()
+    return f"{SUMMARY_PREFIX}{row[0]}" if row else None
+
+
+def _message_hit(store: LcmStore, row: tuple[Any, ...], score: float) -> Hit:
+    message_id, session_id, role, seq, created_at, snippet = row
+    return Hit(
+        id=f"{MESSAGE_PREFIX}{message_id}",
+        kind="message",
+        session_id=session_id,
+        snippet=snippet,
+        role=role,
+        seq=seq,
+        created_at=created_at,
+        covered_by=_covered_by(store, message_id),
+        score=score,
+    )
+
+
+def _fts_messages(
+    store: LcmStore, query: str, session_id: str | None, limit: int
+) -> list[Hit]:
+    where, params = ("AND m.session_id = ?", [session_id]) if session_id else ("", [])
+    rows = store.conn.execute(
+        "SELECT m.id, m.session_id, m.role, m.seq, m.created_at, "
+        "snippet(messages_fts, 0, '[', ']', ' ... ', 24), bm25(messages_fts) "
+        "FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
+        f"WHERE messages_fts MATCH ? {where} ORDER BY bm25(messages_fts) LIMIT ?",
+        [query, *params, limit],
+    ).fetchall()
+    return [_message_hit(store, r[:6], -float(r[6])) for r in rows]
+
+
+def _fts_summaries(
+    store: LcmStore, query: str, session_id: str | None, limit: int
+) -> list[Hit]:
+    where, params = ("AND s.session_id = ?", [session_id]) if session_id else ("", [])
+    rows = store.conn.execute(
+        "SELECT s.id, s.session_id, s.depth, s.created_at, "
+        "snippet(summaries_fts, 0, '[', ']', ' ... ', 24), bm25(summaries_fts) "
+        "FROM summaries_fts JOIN summaries s ON s.id = summaries_fts.rowid "
+        f"WHERE summaries_fts MATCH ? {where} ORDER BY bm25(summaries_fts) LIMIT ?",
+        [query, *params, limit],
+    ).fetchall()
+    return [
+        Hit(f"{SUMMARY_PREFIX}{r[0]}", "summary", r[1], r[4], created_at=r[3], score=-float(r[5]))
+        for r in rows
+    ]
+
+
+def grep(
+    store: LcmStore,
+    query: str,
+    session_id: str | None = None,
+    limit: int = 20,
+    regex: bool = False,
+    any_term: bool = False,
+) -> list[Hit]:
+    """Full-text (or regex) search over messages and summaries, best first."""
+    limit = max(1, min(limit, 200))
+    if regex:
+        return _regex_messages(store, query, session_id, limit)
+    fts = fts_query(query, any_term)
+    if fts is None:
+        return []
+    hits = _fts_messages(store, fts, session_id, limit) + _fts_summaries(
+        store, fts, session_id, limit
+    )
+    return sorted(hits, key=lambda h: -h.score)[:limit]
+
+
+def _regex_messages(
+    store: LcmStore, pattern: str, session_id: str | None, limit: int
+) -> list[Hit]:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise RuntimeFailure(f"LCM grep: invalid regular expression {pattern!r}: {exc}") from exc
+    where, params = ("session_id = ? AND", [session_id]) if session_id else ("", [])
+    rows = store.conn.execute(
+        "SELECT id, session_id, role, seq, created_at, substr(coalesce(content, content_json), 1, 300) "
+        f"FROM messages WHERE {where} coalesce(content, content_json) REGEXP ? "
+        "ORDER BY id DESC LIMIT ?",
+        [*params, pattern, limit],
+    ).fetchall()
+    return [_message_hit(store, r, 0.0) for r in rows]
+
+
+def vector_search(
+    store: LcmStore, embedder: Embedder, query: str, session_id: str | None, limit: int
+) -> list[Hit]:
+    """Nearest items by cosine distance (sqlite-vec scan, filtered on model and session)."""
+    vector = embedder.embed([query])[0].astype(np.float32).tobytes()
+    where, params = ("AND e.session_id = ?", [session_id]) if session_id else ("", [])
+    rows = store.conn.execute(
+        "SELECT e.kind, e.item_id, e.session_id, vec_distance_cosine(e.vector, ?) AS d "
+        f"FROM embeddings e WHERE e.model = ? {where} ORDER BY d LIMIT ?",
+        [vector, embedder.model, *params, limit],
+    ).fetchall()
+    hits = []
+    for kind, item_id, session, distance in rows:
+        if kind == "message":
+            m = store.message(item_id)
+            if m is None:
+                continue
+            row = (m.id, m.session_id, m.role, m.seq, m.created_at, (m.content or "")[:300])
+            hits.append(_message_hit(store, row, 1.0 - float(distance)))
+        else:
+            s = store.summary(item_id)
+            if s is not None:
+                hits.append(
+                    Hit(s.ref, "summary", session, s.content[:300], created_at=s.created_at,
+                        score=1.0 - float(distance))
+                )
+    return hits
+
+
+def hybrid_search(
+    store: LcmStore,
+    embedder: Embedder | None,
+    query: str,
+    session_id: str | None = None,
+    limit: int = 10,
+    mode: str = "hybrid",
+) -> list[Hit]:
+    """Reciprocal rank fusion of full-text (any term) and vector rankings."""
+    depth = max(limit * 5, 50)
+    rankings: list[list[Hit]] = []
+    if mode in ("hybrid", "fts"):
+        fts = fts_query(query, any_term=True)
+        if fts:
+            rankings.append(
+                sorted(
+                    _fts_messages(store, fts, session_id, depth)
+                    + _fts_summaries(store, fts, session_id, depth),
+                    key=lambda h: -h.score,
+                )[:depth]
+            )
+    if mode in ("hybrid", "vector") and embedder is not None:
+        rankings.append(vector_search(store, embedder, query, session_id, depth))
+    fused: dict[str, Hit] = {}
+    scores: dict[str, float] = {}
+    for ranking in rankings:
+        for rank, hit in enumerate(ranking):
+            fused.setdefault(hit.id, hit)
+            scores[hit.id] = scores.get(hit.id, 0.0) + 1.0 / (RRF_K + rank + 1)
+    ordered = sorted(fused.values(), key=lambda h: -scores[h.id])[:limit]
+    for hit in ordered:
+        hit.score = round(scores[hit.id], 6)
+    return ordered
+
+
+def describe(store: LcmStore, ref: str) -> dict[str, Any]:
+    """Metadata of a summary, message or output, without its full content."""
+    kind, key = parse_ref(ref)
+    if kind == "summary":
+        summary = _require(store.summary(int(key)), ref)
+        return {
+            "id": summary.ref,
+            "kind": "summary",
+            "session_id": summary.session_id,
+            "depth": summary.depth,
+            "tokens": summary.token_count,
+            "source_tokens": summary.source_tokens,
+            "escalation_level": summary.level,
+            "seq_range": [summary.first_seq, summary.last_seq],
+            "time_range": [summary.start_at, summary.end_at],
+            "message_count": summary.message_count,
+            "sources": store.summary_source_count(summary.id),
+            "content": summary.content,
+        }
+    if kind == "message":
+        message = _require(store.message(int(key)), ref)
+        return {
+            "id": message.ref,
+            "kind": "message",
+            "session_id": message.session_id,
+            "role": message.role,
+            "seq": message.seq,
+            "tokens": message.token_count,
+            "output_id": message.output_id,
+            "covered_by": _covered_by(store, message.id),
+        }
+    record = _require(store.output(ref), ref)
+    return {"id": record.id, "kind": "output", "size": record.size, "encoding": record.encoding}
+
+
+def expand(store: LcmStore, ref: str, offset: int = 0, limit: int = 50) -> dict[str, Any]:
+    """A summary's sources (paginated), a message in full, or an output in full."""
+    kind, key = parse_ref(ref)
+    if kind == "summary":
+        summary = _require(store.summary(int(key)), ref)
+        total = store.summary_source_count(summary.id)
+        sources = store.summary_sources(summary.id, max(0, offset), max(1, min(limit, 500)))
+        return {
+            "id": summary.ref,
+            "kind": "summary",
+            "total_sources": total,
+            "offset": offset,
+            "next_offset": offset + len(sources) if offset + len(sources) < total else None,
+            "sources": [_source_payload(store, s) for s in sources],
+        }
+    if kind == "message":
+        message = _require(store.message(int(key)), ref)
+        return {"id": message.ref, "kind": "message", "message": store.full_message(message)}
+    record = _require(store.output(ref), ref)
+    content = out.decode_content(store.output_bytes(record), record.encoding)
+    return {"id": record.id, "kind": "output", "content": content}
+
+
+def read_output(store: LcmStore, ref: str, offset: int = 0, limit: int = 8000) -> dict[str, Any]:
+    """A character range of an externalized output, for outputs too big to expand at once."""
+    record = _require(store.output(ref), ref)
+    text = store.output_bytes(record).decode("utf-8")
+    offset = max(0, offset)
+    chunk = text[offset : offset + max(1, min(limit, 100_000))]
+    end = offset + len(chunk)
+    return {
+        "id": record.id,
+        "total_chars": len(text),
+        "offset": offset,
+        "next_offset": end if end < len(text) else None,
+        "content": chunk,
+    }
+
+
+def _source_payload(store: LcmStore, item: StoredMessage | Summary) -> dict[str, Any]:
+    if isinstance(item, Summary):
+        return {
+            "id": item.ref,
+            "kind": "summary",
+            "depth": item.depth,
+            "seq_range": [item.first_seq, item.last_seq],
+            "content": item.content,
+        }
+    payload = {"id": item.ref, "kind": "message", "seq": item.seq, **item.to_openai()}
+    if item.output_id:
+        payload["output_id"] = item.output_id
+    return payload
+
+
+def parse_ref(ref: str) -> tuple[str, str]:
+    ref = str(ref).strip()
+    for prefix, kind in (
+        (SUMMARY_PREFIX, "summary"),
+        (MESSAGE_PREFIX, "message"),
+        (OUTPUT_PREFIX, "output"),
+    ):
+        if ref.startswith(prefix) and len(ref) > len(prefix):
+            key = ref[len(prefix) :]
+            if kind != "output" and not key.isdigit():
+                break
+            return kind, key
+    raise RuntimeFailure(
+        f"LCM id {ref!r} is not a summary (sum_N), message (msg_N) or output (out_HEX) id"
+    )
+
+
+def _require(value: Any, ref: str) -> Any:
+    if value is None:
+        raise RuntimeFailure(f"LCM id {ref} does not exist in this database")
+    return value

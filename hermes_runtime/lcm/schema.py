@@ -1,0 +1,154 @@
+"""Versioned migrations for the LCM database.
+
+Why versioned: the database lives for the agent's whole life (months) and is
+restored from backups made by older releases, so every schema change is a
+numbered step applied once, in a transaction, recorded in ``user_version``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import apsw
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: the normalized core.
+    """
+    CREATE TABLE sessions (
+        id          TEXT PRIMARY KEY,
+        created_at  REAL NOT NULL,
+        next_seq    INTEGER NOT NULL DEFAULT 1,
+        next_pos    INTEGER NOT NULL DEFAULT 1,
+        host_state  TEXT
+    );
+    CREATE TABLE outputs (
+        id          TEXT PRIMARY KEY,
+        sha256      TEXT NOT NULL UNIQUE,
+        size        INTEGER NOT NULL,
+        encoding    TEXT NOT NULL CHECK (encoding IN ('text', 'json')),
+        relpath     TEXT NOT NULL,
+        created_at  REAL NOT NULL
+    );
+    CREATE TABLE messages (
+        id           INTEGER PRIMARY KEY,
+        session_id   TEXT NOT NULL REFERENCES sessions(id),
+        seq          INTEGER NOT NULL,
+        role         TEXT NOT NULL,
+        content      TEXT,
+        content_json TEXT,
+        tool_calls   TEXT,
+        tool_call_id TEXT,
+        name         TEXT,
+        extra        TEXT,
+        output_id    TEXT REFERENCES outputs(id),
+        token_count  INTEGER NOT NULL,
+        created_at   REAL NOT NULL,
+        UNIQUE (session_id, seq)
+    );
+    CREATE TABLE summaries (
+        id          INTEGER PRIMARY KEY,
+        session_id  TEXT NOT NULL REFERENCES sessions(id),
+        depth       INTEGER NOT NULL,
+        content     TEXT NOT NULL,
+        token_count INTEGER NOT NULL,
+        source_tokens INTEGER NOT NULL,
+        level       INTEGER NOT NULL,
+        first_seq   INTEGER NOT NULL,
+        last_seq    INTEGER NOT NULL,
+        start_at    REAL NOT NULL,
+        end_at      REAL NOT NULL,
+        message_count INTEGER NOT NULL,
+        created_at  REAL NOT NULL
+    );
+    CREATE INDEX summaries_session ON summaries(session_id, depth);
+    CREATE TABLE summary_sources (
+        summary_id  INTEGER NOT NULL REFERENCES summaries(id),
+        ord         INTEGER NOT NULL,
+        message_id  INTEGER REFERENCES messages(id),
+        child_id    INTEGER REFERENCES summaries(id),
+        PRIMARY KEY (summary_id, ord),
+        CHECK ((message_id IS NULL) <> (child_id IS NULL))
+    ) WITHOUT ROWID;
+    CREATE INDEX summary_sources_message ON summary_sources(message_id) WHERE message_id IS NOT NULL;
+    CREATE INDEX summary_sources_child ON summary_sources(child_id) WHERE child_id IS NOT NULL;
+    CREATE TABLE context_items (
+        session_id  TEXT NOT NULL REFERENCES sessions(id),
+        position    INTEGER NOT NULL,
+        message_id  INTEGER REFERENCES messages(id),
+        summary_id  INTEGER REFERENCES summaries(id),
+        PRIMARY KEY (session_id, position),
+        CHECK ((message_id IS NULL) <> (summary_id IS NULL))
+    ) WITHOUT ROWID;
+    CREATE TABLE embeddings (
+        kind        TEXT NOT NULL CHECK (kind IN ('message', 'summary')),
+        item_id     INTEGER NOT NULL,
+        model       TEXT NOT NULL,
+        dim         INTEGER NOT NULL,
+        session_id  TEXT NOT NULL,
+        vector      BLOB NOT NULL,
+        PRIMARY KEY (model, kind, item_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE embed_queue (
+        id          INTEGER PRIMARY KEY,
+        kind        TEXT NOT NULL,
+        item_id     INTEGER NOT NULL
+    );
+    CREATE VIRTUAL TABLE messages_fts USING fts5(
+        content, content='messages', content_rowid='id', tokenize='unicode61 remove_diacritics 2'
+    );
+    CREATE VIRTUAL TABLE summaries_fts USING fts5(
+        content, content='summaries', content_rowid='id', tokenize='unicode61 remove_diacritics 2'
+    );
+    CREATE TRIGGER messages_ai AFTER INSERT ON messages BEGIN
+        INSERT INTO messages_fts(rowid, content) VALUES (new.id, coalesce(new.content, new.content_json, ''));
+    END;
+    CREATE TRIGGER summaries_ai AFTER INSERT ON summaries BEGIN
+        INSERT INTO summaries_fts(rowid, content) VALUES (new.id, new.content);
+    END;
+    CREATE TRIGGER messages_no_update BEFORE UPDATE ON messages BEGIN
+        SELECT RAISE(ABORT, 'LCM messages are immutable');
+    END;
+    CREATE TRIGGER messages_no_delete BEFORE DELETE ON messages BEGIN
+        SELECT RAISE(ABORT, 'LCM messages are immutable');
+    END;
+    """,
+)
+
+
+def schema_version(conn: apsw.Connection) -> int:
+    row = conn.execute("PRAGMA user_version").fetchone()
+    return int(row[0]) if row else 0
+
+
+def migrate(conn: apsw.Connection) -> int:
+    """Apply every migration newer than the database, each in its own transaction."""
+    current = schema_version(conn)
+    if current > len(MIGRATIONS):
+        raise ValueError(
+            f"database schema version {current} is newer than this release knows "
+            f"({len(MIGRATIONS)}); upgrade hermes-runtime"
+        )
+    for version in range(current + 1, len(MIGRATIONS) + 1):
+        with write_transaction(conn):
+            conn.execute(MIGRATIONS[version - 1])
+            conn.execute(f"PRAGMA user_version = {version}")
+    return schema_version(conn)
+
+
+@contextlib.contextmanager
+def write_transaction(conn: apsw.Connection) -> Iterator[None]:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``: take the write lock up front.
+
+    A deferred transaction that reads and then writes must upgrade its lock
+    and fails with "database is locked" when another writer got there first
+    (the busy handler cannot help a deadlock); taking the lock at BEGIN lets
+    the busy timeout queue writers instead.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")

@@ -1,0 +1,431 @@
+"""The LCM database: immutable messages, summaries, their edges, live context.
+
+Concurrency model: one apsw connection per thread (WAL lets readers run
+beside the writer), one in-process write lock, and ``BEGIN IMMEDIATE`` for
+every write so writers from other processes queue on the busy timeout
+instead of failing with "database is locked".
+Every write is O(1) in the size of the history: counters live on the
+session row, nothing scans the message table on ingest.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import apsw
+import sqlite_vec
+
+from hermes_runtime.common.errors import RuntimeFailure
+from hermes_runtime.common.sqlite import connect
+from hermes_runtime.lcm import outputs as out
+from hermes_runtime.lcm.records import (
+    KNOWN_KEYS,
+    ContextItem,
+    OutputRecord,
+    StoredMessage,
+    Summary,
+    message_text,
+    message_tokens,
+)
+from hermes_runtime.lcm.schema import migrate, write_transaction
+
+MESSAGE_COLUMNS = (
+    "id, session_id, seq, role, content, content_json, tool_calls, tool_call_id, name, extra, "
+    "output_id, token_count, created_at"
+)
+SUMMARY_COLUMNS = (
+    "id, session_id, depth, content, token_count, source_tokens, level, first_seq, last_seq, "
+    "start_at, end_at, message_count, created_at"
+)
+DEFAULT_EXTERNALIZE_CHARS = 16_000
+
+
+@dataclass(frozen=True)
+class NewSummary:
+    """A summary about to replace a run of context items."""
+
+    depth: int
+    content: str
+    token_count: int
+    source_tokens: int
+    level: int
+    sources: list[tuple[str, int]]  # ("message" | "summary", id), in order
+
+
+class LcmStore:
+    """Thread-safe access to one LCM database and its outputs directory."""
+
+    def __init__(
+        self,
+        db_path: Path | str,
+        outputs_dir: Path | str | None = None,
+        externalize_chars: int = DEFAULT_EXTERNALIZE_CHARS,
+    ) -> None:
+        self.db_path = Path(db_path)
+        self.outputs_dir = (
+            Path(outputs_dir) if outputs_dir else self.db_path.parent / "outputs"
+        )
+        self.externalize_chars = externalize_chars
+        self._local = threading.local()
+        self._write_lock = threading.RLock()
+        self.db_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with self._write_lock:
+                migrate(self.conn)
+        except (apsw.Error, ValueError) as exc:
+            raise RuntimeFailure(f"LCM database {self.db_path}: {exc}") from exc
+
+    # -- connections -------------------------------------------------------
+
+    @property
+    def conn(self) -> apsw.Connection:
+        """This thread's connection (apsw connections are not shared across threads here)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = connect(self.db_path, busy_timeout_ms=30_000)
+            conn.create_scalar_function("regexp", _regexp, 2, deterministic=True)
+            conn.enable_load_extension(True)
+            conn.load_extension(sqlite_vec.loadable_path())
+            conn.enable_load_extension(False)
+            self._local.conn = conn
+        return conn
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    # -- sessions ----------------------------------------------------------
+
+    def _ensure_session(self, session_id: str) -> tuple[int, int]:
+        row = self.conn.execute(
+            "SELECT next_seq, next_pos FROM sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+        if row is None:
+            self.conn.execute(
+                "INSERT INTO sessions(id, created_at) VALUES (?, ?)", (session_id, time.time())
+            )
+            return 1, 1
+        return int(row[0]), int(row[1])
+
+    def session_ids(self) -> list[str]:
+        return [r[0] for r in self.conn.execute("SELECT id FROM sessions ORDER BY created_at")]
+
+    def has_session(self, session_id: str) -> bool:
+        row = self.conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        return row is not None
+
+    def host_state(self, session_id: str) -> dict[str, Any]:
+        row = self.conn.execute(
+            "SELECT host_state FROM sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+        return json.loads(row[0]) if row and row[0] else {}
+
+    def set_host_state(self, session_id: str, state: dict[str, Any]) -> None:
+        with self._write_lock, write_transaction(self.conn):
+            self._ensure_session(session_id)
+            self.conn.execute(
+                "UPDATE sessions SET host_state = ? WHERE id = ?", (json.dumps(state), session_id)
+            )
+
+    # -- ingest ------------------------------------------------------------
+
+    def ingest(
+        self, session_id: str, message: dict[str, Any], created_at: float | None = None
+    ) -> StoredMessage:
+        """Store one message in its own transaction and append it to the live context."""
+        return self.ingest_many(session_id, [message], created_at)[0]
+
+    def ingest_many(
+        self,
+        session_id: str,
+        messages: Sequence[dict[str, Any]],
+        created_at: float | None = None,
+    ) -> list[StoredMessage]:
+        """Store messages in one transaction (batched import); outputs are written first."""
+        _validate_session_id(session_id)
+        prepared = [self._prepare(m) for m in messages]
+        stamp = created_at if created_at is not None else time.time()
+        stored: list[StoredMessage] = []
+        with self._write_lock, write_transaction(self.conn):
+            seq, pos = self._ensure_session(session_id)
+            for row in prepared:
+                stored.append(self._insert_message(session_id, seq, pos, row, stamp))
+                seq, pos = seq + 1, pos + 1
+            self.conn.execute(
+                "UPDATE sessions SET next_seq = ?, next_pos = ? WHERE id = ?",
+                (seq, pos, session_id),
+            )
+        return stored
+
+    def _prepare(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Split a message into columns; externalize big or base64 content (outside the lock)."""
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise RuntimeFailure(f"LCM message needs a string 'role': {str(message)[:200]}")
+        content = message.get("content")
+        row: dict[str, Any] = {
+            "role": message["role"],
+            "content": content if isinstance(content, str) else None,
+            "content_json": None
+            if content is None or isinstance(content, str)
+            else json.dumps(content, ensure_ascii=False),
+            "tool_calls": json.dumps(message["tool_calls"], ensure_ascii=False)
+            if message.get("tool_calls") is not None
+            else None,
+            "tool_call_id": message.get("tool_call_id"),
+            "name": message.get("name"),
+            "output_id": None,
+            "output": None,
+        }
+        extra = {k: v for k, v in message.items() if k not in KNOWN_KEYS}
+        row["extra"] = json.dumps(extra, ensure_ascii=False) if extra else None
+        if out.needs_externalizing(content, self.externalize_chars):
+            data, encoding = out.encode_content(content)
+            sha, rel = out.write_output(self.outputs_dir, data)
+            output_id = out.output_id_for(sha)
+            row["output"] = (output_id, sha, len(data), encoding, rel)
+            row["output_id"] = output_id
+            row["content"] = out.make_stub(output_id, len(data), row["role"], message_text(message))
+            row["content_json"] = None
+        stub_message = {**message, "content": row["content"] if row["output_id"] else content}
+        row["token_count"] = message_tokens(stub_message)
+        return row
+
+    def _insert_message(
+        self, session_id: str, seq: int, pos: int, row: dict[str, Any], stamp: float
+    ) -> StoredMessage:
+        if row["output"] is not None:
+            self.conn.execute(
+                "INSERT OR IGNORE INTO outputs(id, sha256, size, encoding, relpath, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (*row["output"], stamp),
+            )
+        values = (
+            session_id,
+            seq,
+            row["role"],
+            row["content"],
+            row["content_json"],
+            row["tool_calls"],
+            row["tool_call_id"],
+            row["name"],
+            row["extra"],
+            row["output_id"],
+            row["token_count"],
+            stamp,
+        )
+        self.conn.execute(
+            "INSERT INTO messages(session_id, seq, role, content, content_json, tool_calls, "
+            "tool_call_id, name, extra, output_id, token_count, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            values,
+        )
+        message_id = self.conn.last_insert_rowid()
+        self.conn.execute(
+            "INSERT INTO context_items(session_id, position, message_id) VALUES (?, ?, ?)",
+            (session_id, pos, message_id),
+        )
+        self.conn.execute(
+            "INSERT INTO embed_queue(kind, item_id) VALUES ('message', ?)", (message_id,)
+        )
+        return StoredMessage(message_id, *values)
+
+    # -- reads -------------------------------------------------------------
+
+    def message(self, message_id: int) -> StoredMessage | None:
+        row = self.conn.execute(
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?", (message_id,)
+        ).fetchone()
+        return StoredMessage(*row) if row else None
+
+    def summary(self, summary_id: int) -> Summary | None:
+        row = self.conn.execute(
+            f"SELECT {SUMMARY_COLUMNS} FROM summaries WHERE id = ?", (summary_id,)
+        ).fetchone()
+        return Summary(*row) if row else None
+
+    def output(self, output_id: str) -> OutputRecord | None:
+        row = self.conn.execute(
+            "SELECT id, sha256, size, encoding, relpath, created_at FROM outputs WHERE id = ?",
+            (output_id,),
+        ).fetchone()
+        return OutputRecord(*row) if row else None
+
+    def output_bytes(self, record: OutputRecord) -> bytes:
+        path = self.outputs_dir / record.relpath
+        try:
+            return path.read_bytes()
+        except OSError as exc:
+            raise RuntimeFailure(f"LCM output {record.id}: cannot read {path}: {exc}") from exc
+
+    def full_message(self, message: StoredMessage) -> dict[str, Any]:
+        """The message exactly as ingested, an externalized content read back from disk."""
+        if message.output_id is None:
+            return message.to_openai()
+        record = self.output(message.output_id)
+        if record is None:
+            raise RuntimeFailure(f"LCM message {message.ref}: output {message.output_id} missing")
+        return message.to_openai(out.decode_content(self.output_bytes(record), record.encoding))
+
+    def summary_sources(
+        self, summary_id: int, offset: int = 0, limit: int = 1000
+    ) -> list[StoredMessage | Summary]:
+        rows = self.conn.execute(
+            "SELECT message_id, child_id FROM summary_sources WHERE summary_id = ? "
+            "ORDER BY ord LIMIT ? OFFSET ?",
+            (summary_id, limit, offset),
+        ).fetchall()
+        result: list[StoredMessage | Summary] = []
+        for message_id, child_id in rows:
+            item = self.message(message_id) if message_id is not None else self.summary(child_id)
+            assert item is not None, "foreign keys guarantee the source exists"
+            result.append(item)
+        return result
+
+    def summary_source_count(self, summary_id: int) -> int:
+        row = self.conn.execute(
+            "SELECT count(*) FROM summary_sources WHERE summary_id = ?", (summary_id,)
+        ).fetchone()
+        return int(row[0])
+
+    def context_items(self, session_id: str) -> list[ContextItem]:
+        """The live context in order; joins keep it one query (no N+1)."""
+        cursor = self.conn.execute(
+            f"SELECT c.position, {_prefixed('m', MESSAGE_COLUMNS)}, "
+            f"{_prefixed('s', SUMMARY_COLUMNS)} FROM context_items c "
+            "LEFT JOIN messages m ON m.id = c.message_id "
+            "LEFT JOIN summaries s ON s.id = c.summary_id "
+            "WHERE c.session_id = ? ORDER BY c.position",
+            (session_id,),
+        )
+        width_m = len(MESSAGE_COLUMNS.split(","))
+        items = []
+        for row in cursor:
+            m_row, s_row = row[1 : 1 + width_m], row[1 + width_m :]
+            items.append(
+                ContextItem(
+                    position=int(row[0]),
+                    message=StoredMessage(*m_row) if m_row[0] is not None else None,
+                    summary=Summary(*s_row) if s_row[0] is not None else None,
+                )
+            )
+        return items
+
+    # -- compaction writes -------------------------------------------------
+
+    def replace_run(
+        self, session_id: str, positions: Sequence[int], new: NewSummary
+    ) -> Summary | None:
+        """Swap a run of context items for one summary, atomically.
+
+        Returns None (and changes nothing) when the run is no longer in the
+        context, e.g. another thread compacted the same span meanwhile.
+        """
+        if not positions:
+            return None
+        with self._write_lock, write_transaction(self.conn):
+            present = self.conn.execute(
+                "SELECT count(*) FROM context_items WHERE session_id = ? AND position "
+                "BETWEEN ? AND ?",
+                (session_id, positions[0], positions[-1]),
+            ).fetchone()[0]
+            if present != len(positions):
+                return None
+            span = self._span(new.sources)
+            now = time.time()
+            self.conn.execute(
+                "INSERT INTO summaries(session_id, depth, content, token_count, source_tokens, "
+                "level, first_seq, last_seq, start_at, end_at, message_count, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    session_id,
+                    new.depth,
+                    new.content,
+                    new.token_count,
+                    new.source_tokens,
+                    new.level,
+                    *span,
+                    now,
+                ),
+            )
+            summary_id = self.conn.last_insert_rowid()
+            self.conn.executemany(
+                "INSERT INTO summary_sources(summary_id, ord, message_id, child_id) "
+                "VALUES (?, ?, ?, ?)",
+                [
+                    (summary_id, i, ident if kind == "message" else None,
+                     ident if kind == "summary" else None)
+                    for i, (kind, ident) in enumerate(new.sources)
+                ],
+            )
+            self.conn.execute(
+                "DELETE FROM context_items WHERE session_id = ? AND position BETWEEN ? AND ?",
+                (session_id, positions[0], positions[-1]),
+            )
+            self.conn.execute(
+                "INSERT INTO context_items(session_id, position, summary_id) VALUES (?, ?, ?)",
+                (session_id, positions[0], summary_id),
+            )
+            self.conn.execute(
+                "INSERT INTO embed_queue(kind, item_id) VALUES ('summary', ?)", (summary_id,)
+            )
+        result = self.summary(summary_id)
+        assert result is not None
+        return result
+
+    def _span(self, sources: Iterable[tuple[str, int]]) -> tuple[int, int, float, float, int]:
+        """first_seq, last_seq, start_at, end_at, message_count over the sources."""
+        first, last, start, end, count = 1 << 62, -1, float("inf"), float("-inf"), 0
+        for kind, ident in sources:
+            if kind == "message":
+                seq, at = self.conn.execute(
+                    "SELECT seq, created_at FROM messages WHERE id = ?", (ident,)
+                ).fetchone()
+                first, last = min(first, seq), max(last, seq)
+                start, end, count = min(start, at), max(end, at), count + 1
+            else:
+                row = self.conn.execute(
+                    "SELECT first_seq, last_seq, start_at, end_at, message_count "
+                    "FROM summaries WHERE id = ?",
+                    (ident,),
+                ).fetchone()
+                first, last = min(first, row[0]), max(last, row[1])
+                start, end, count = min(start, row[2]), max(end, row[3]), count + row[4]
+        return first, last, start, end, count
+
+    # -- counts ------------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        queries = {
+            "sessions": "SELECT count(*) FROM sessions",
+            "messages": "SELECT max(id) FROM messages",
+            "summaries": "SELECT count(*) FROM summaries",
+            "outputs": "SELECT count(*) FROM outputs",
+            "embeddings": "SELECT count(*) FROM embeddings",
+            "embed_queue": "SELECT count(*) FROM embed_queue",
+        }
+        return {
+            name: int(self.conn.execute(sql).fetchone()[0] or 0) for name, sql in queries.items()
+        }
+
+
+def _prefixed(alias: str, columns: str) -> str:
+    return ", ".join(f"{alias}.{c.strip()}" for c in columns.split(","))
+
+
+def _regexp(pattern: str, value: str | None) -> bool:
+    import re
+
+    return value is not None and re.search(pattern, value) is not None
+
+
+def _validate_session_id(session_id: str) -> None:
+    if not isinstance(session_id, str) or not session_id or len(session_id) > 256:
+        raise RuntimeFailure(f"LCM session id must be 1-256 characters, got {session_id!r}")
