@@ -63,19 +63,20 @@ def format_env_file(values: Mapping[str, str]) -> str:
 def _parse_value(text: str, pos: int, line_no: int) -> tuple[str, int, int]:
     """Parse one value starting at ``pos``; return (value, position after it, lines consumed)."""
     parts: list[str] = []
+    start_line = line_no
     while pos < len(text) and text[pos] != "\n":
         char = text[pos]
         if char == "'":
             end = text.find("'", pos + 1)
             if end < 0:
-                raise EnvFileError(f"line {line_no}: unterminated single quote")
+                raise EnvFileError(f"line {start_line}: unterminated single quote")
             chunk = text[pos + 1 : end]
             parts.append(chunk)
             line_no += chunk.count("\n")
             pos = end + 1
         elif char == "\\":
             if pos + 1 >= len(text):
-                raise EnvFileError(f"line {line_no}: backslash at end of file")
+                raise EnvFileError(f"line {start_line}: backslash at end of file")
             escaped = text[pos + 1]
             if escaped != "\n":  # backslash-newline is a line continuation in the shell
                 parts.append(escaped)
