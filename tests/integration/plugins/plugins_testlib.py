@@ -188,3 +188,109 @@ def hermes_discover(data_dir: Path) -> list[dict[str, object]]:
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+API_KEY = "plugins-test-key-0123456789abcdef"
+
+
+def write_hermes_config(data_dir: Path) -> None:
+    """A minimal config: a provider that is never called (nothing chats in these tests)."""
+    (data_dir / "config.yaml").write_text(
+        "# written by the test; plugins.enabled is managed by hermes-runtime\n"
+        "model:\n  provider: custom\n  base_url: http://127.0.0.1:9/v1\n"
+        "  default: fake\n  api_key: x\n"
+    )
+
+
+class SupervisedGateway:
+    """A real ``hermes gateway run --external-supervisor`` restarted when it exits 75.
+
+    This is what the agent entrypoint does in the pod; the test keeps its own
+    copy so the bootstrapper is tested against Hermes, not against our entrypoint.
+    """
+
+    def __init__(self, data_dir: Path, log_path: Path) -> None:
+        import threading
+
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+        self.exit_codes: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._supervise, daemon=True)
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "HERMES_HOME": str(self.data_dir),
+            "API_SERVER_ENABLED": "true",
+            "API_SERVER_KEY": API_KEY,
+            "API_SERVER_HOST": "127.0.0.1",
+            "API_SERVER_PORT": str(self.port),
+        }
+
+    def start(self) -> SupervisedGateway:
+        self._thread.start()
+        return self
+
+    def _supervise(self) -> None:
+        hermes = str(Path(sys.executable).with_name("hermes"))
+        with self.log_path.open("ab") as log:
+            while not self._stop.is_set():
+                self.process = subprocess.Popen(
+                    [hermes, "gateway", "run", "--external-supervisor"],
+                    env=self.env(),
+                    cwd=self.data_dir,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+                code = self.process.wait()
+                self.exit_codes.append(code)
+                if code != 75:
+                    return
+
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def healthy(self) -> bool:
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        import signal
+
+        self._stop.set()
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._thread.join(timeout=30)
+
+
+def read_loads(data_dir: Path) -> list[tuple[str, str, int]]:
+    path = data_dir / "plugin-loads.log"
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        name, version, pid = line.split()
+        rows.append((name, version, int(pid)))
+    return rows

@@ -1,0 +1,114 @@
+"""End to end with the real Hermes 0.19.0: discovery through the link, reload on a new commit."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from plugins_testlib import (
+    SupervisedGateway,
+    hermes_discover,
+    plugin_files,
+    read_loads,
+    write_hermes_config,
+    write_spec,
+)
+
+from hermes_runtime.plugins import GatewayRestarter, LinkReport, link_plugins, watch
+
+
+def wait_until(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def test_hermes_discovers_the_linked_plugin_once_and_runs_new_commit(
+    data_dir: Path, synced_plugin, tmp_path: Path
+) -> None:
+    write_hermes_config(data_dir)
+    synced = synced_plugin("weather", version="1")
+    synced.repo.commit(plugin_files("weather", "1b"))
+    synced.sync()
+    assert len(list((synced.root / ".worktrees").iterdir())) == 2
+    spec = write_spec(tmp_path / "plugins.yaml", [{"name": "weather"}])
+    assert link_plugins(data_dir, spec).ok
+
+    discovered = hermes_discover(data_dir)
+    weather = [p for p in discovered if p["name"] == "weather"]
+    assert len(weather) == 1, discovered
+    assert weather[0]["key"] == "weather" and weather[0]["enabled"] is True
+    assert weather[0]["error"] is None
+    assert all(
+        ".worktrees" not in str(p["key"]) and "current" not in str(p["key"]) for p in discovered
+    )
+    assert [(n, v) for n, v, _ in read_loads(data_dir)] == [("weather", "1b")]
+
+    synced.repo.commit(plugin_files("weather", "2"))
+    synced.sync()
+    hermes_discover(data_dir)
+    assert [(n, v) for n, v, _ in read_loads(data_dir)] == [("weather", "1b"), ("weather", "2")]
+
+
+def test_disabled_plugin_is_linked_but_not_loaded(
+    data_dir: Path, synced_plugin, tmp_path: Path
+) -> None:
+    write_hermes_config(data_dir)
+    synced_plugin("quiet")
+    spec = write_spec(tmp_path / "plugins.yaml", [{"name": "quiet", "enabled": False}])
+    assert link_plugins(data_dir, spec).ok
+    [quiet] = [p for p in hermes_discover(data_dir) if p["name"] == "quiet"]
+    assert quiet["enabled"] is False
+    assert read_loads(data_dir) == []
+
+
+def test_watch_restarts_the_gateway_onto_the_new_commit(
+    data_dir: Path, synced_plugin, tmp_path: Path
+) -> None:
+    write_hermes_config(data_dir)
+    synced = synced_plugin("weather", version="1")
+    spec = write_spec(tmp_path / "plugins.yaml", [{"name": "weather"}])
+    baseline = link_plugins(data_dir, spec)
+    assert baseline.ok
+    gateway = SupervisedGateway(data_dir, tmp_path / "gateway.log").start()
+    stop = threading.Event()
+    restarter = GatewayRestarter(data_dir, pid=gateway.pid, max_defer_seconds=30)
+    seen: list[LinkReport] = []
+
+    def on_change(report: LinkReport) -> None:
+        seen.append(report)
+        restarter(report)
+
+    watcher = threading.Thread(
+        target=watch,
+        args=(data_dir, spec, on_change, stop),
+        kwargs={"interval": 0.2, "baseline": baseline},
+    )
+    try:
+        wait_until(lambda: gateway.healthy() and read_loads(data_dir), 90, "gateway start")
+        first_pid = gateway.pid()
+        assert [(n, v) for n, v, _ in read_loads(data_dir)] == [("weather", "1")]
+        watcher.start()
+        time.sleep(1.0)
+        assert seen == [], "a steady state must not restart the gateway"
+
+        synced.repo.commit(plugin_files("weather", "2"))
+        new_sha = synced.sync()
+        wait_until(lambda: any(v == "2" for _, v, _ in read_loads(data_dir)), 90, "new code")
+        wait_until(gateway.healthy, 60, "gateway back")
+        assert gateway.exit_codes[:1] == [75]
+        assert gateway.pid() != first_pid
+        [report] = seen
+        assert report.commits() == {"weather": new_sha}
+        loads = read_loads(data_dir)
+        assert [v for _, v, _ in loads] == ["1", "2"]
+        assert loads[-1][2] != loads[0][2]
+    finally:
+        stop.set()
+        if watcher.is_alive():
+            watcher.join(timeout=10)
+        gateway.stop()
