@@ -79,6 +79,7 @@ def create_backup(
     excludes: tuple[str, ...] = (),
     default_excludes: bool = True,
     method: str = "backup",
+    db_attempts: int = 5,
     work_dir: Path | None = None,
     stream: TextIO | None = None,
 ) -> BackupSummary:
@@ -100,7 +101,9 @@ def create_backup(
             )
             progress.start_task(f"backup {snapshot_id}", total=selection.total_bytes)
             run = _Run(target, data_dir, scratch, known, progress)
-            databases = [_backup_database(run, found, method) for found in selection.databases]
+            databases = [
+                _backup_database(run, found, method, db_attempts) for found in selection.databases
+            ]
             files = [r for r in (_backup_file(run, f, previous) for f in selection.files) if r]
             manifest = Manifest(
                 id=snapshot_id,
@@ -137,10 +140,10 @@ def _previous_files(target: Target) -> dict[str, FileRecord]:
     return {}
 
 
-def _backup_database(run: _Run, found: FoundFile, method: str) -> DatabaseRecord:
+def _backup_database(run: _Run, found: FoundFile, method: str, attempts: int) -> DatabaseRecord:
     source = run.data_dir / found.relpath
     snapshot = run.work_dir / "snapshot.db"
-    seconds = snapshot_database(source, snapshot, method=method)
+    seconds = snapshot_database(source, snapshot, method=method, attempts=attempts)
     check = check_database(snapshot)
     if not check.ok:
         raise RuntimeFailure(

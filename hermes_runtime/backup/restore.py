@@ -82,6 +82,7 @@ def restore_snapshot(
     stage_root = _staging_root(data_dir)
     tag = f"{STAGING_PREFIX}{data_dir.name}-{secrets.token_hex(4)}"
     stage = stage_root / f"{tag}-stage"
+    _remove_stale_stages(stage_root, data_dir.name)
     with reporter("backup.restore", stream) as progress:
         progress.step("started", snapshot=snapshot_id, data_dir=str(data_dir), staging=str(stage))
         progress.start_task(f"restore {snapshot_id}", total=manifest.total_bytes)
@@ -115,6 +116,18 @@ def _staging_root(data_dir: Path) -> Path:
     if same_fs and os.access(parent, os.W_OK | os.X_OK) and not os.path.ismount(data_dir):
         return parent
     return data_dir
+
+
+def _remove_stale_stages(stage_root: Path, name: str) -> None:
+    """Staging folders of a restore that crashed before its swap hold nothing of value.
+
+    ``-old`` folders are kept: after a crash in the middle of a swap they hold
+    the previous data (see the runbook in docs/backup.md).
+    """
+    prefix = f"{STAGING_PREFIX}{name}-"
+    for entry in stage_root.iterdir():
+        if entry.name.startswith(prefix) and entry.name.endswith("-stage"):
+            shutil.rmtree(entry, ignore_errors=True)
 
 
 def _materialize(target: Target, manifest: Manifest, stage: Path, progress: Reporter) -> None:
