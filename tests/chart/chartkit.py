@@ -1,0 +1,186 @@
+"""Render the hermes-agent chart with the real helm binary and pick objects out of it.
+
+Why a subprocess and not a template engine in Python: the point is to test what
+`helm install` will do, including helm's own JSON-schema validation and its Go
+template functions, so only the real binary counts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "hermes-agent"
+EXAMPLES = REPO / "values-examples"
+EXAMPLE_NAMES = ("dev", "staging", "production", "ci")
+TOOLS_DIR = REPO / ".cache" / "tools"
+
+# Oldest and newest Kubernetes the chart supports (Chart.yaml kubeVersion >= 1.27;
+# kubernetes-validate 1.37.0 carries schemas up to 1.37).
+OLDEST_KUBE = "1.27.0"
+NEWEST_KUBE = "1.37.0"
+RELEASE = "hermes"
+NAMESPACE = "agents"
+FULLNAME = f"{RELEASE}-hermes-agent"
+
+POD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob", "Pod")
+
+
+@cache
+def helm_binary() -> str:
+    """The helm binary: on PATH, else installed through the project's own script."""
+    found = shutil.which("helm") or (
+        str(TOOLS_DIR / "bin" / "helm") if (TOOLS_DIR / "bin" / "helm").exists() else None
+    )
+    if found:
+        return found
+    subprocess.run([str(REPO / "ci" / "install-tools.sh"), str(TOOLS_DIR)], check=True)
+    return str(TOOLS_DIR / "bin" / "helm")
+
+
+@dataclass(frozen=True)
+class HelmResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_helm(args: Sequence[str]) -> HelmResult:
+    env = {**os.environ, "HELM_CACHE_HOME": str(TOOLS_DIR / "helm-cache")}
+    done = subprocess.run(
+        [helm_binary(), *args], capture_output=True, text=True, env=env, timeout=120
+    )
+    return HelmResult(done.returncode, done.stdout, done.stderr)
+
+
+def template(
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    examples: Sequence[str] = (),
+    kube_version: str = NEWEST_KUBE,
+) -> HelmResult:
+    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+    args += ["--kube-version", kube_version]
+    for name in examples:
+        args += ["-f", str(EXAMPLES / f"{name}.yaml")]
+    with tempfile.TemporaryDirectory(prefix="chart-values-") as scratch:
+        if overrides:
+            path = Path(scratch) / "overrides.yaml"
+            # JSON is YAML: no --set escaping rules to get wrong.
+            path.write_text(json.dumps(overrides), encoding="utf-8")
+            args += ["-f", str(path)]
+        return run_helm(args)
+
+
+@cache
+def _render_cached(key: str, examples: tuple[str, ...], kube_version: str) -> tuple[dict, ...]:
+    overrides = json.loads(key)
+    result = template(overrides, examples=examples, kube_version=kube_version)
+    if result.returncode != 0:
+        raise AssertionError(f"helm template failed:\n{result.stderr}")
+    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
+
+
+class Manifest:
+    """The objects of one render, with lookups by kind and name."""
+
+    def __init__(self, objects: Sequence[dict]) -> None:
+        self.objects = list(objects)
+
+    def all(self, kind: str) -> list[dict]:
+        return [obj for obj in self.objects if obj["kind"] == kind]
+
+    def one(self, kind: str, name: str | None = None) -> dict:
+        matches = [
+            obj for obj in self.all(kind) if name is None or obj["metadata"]["name"] == name
+        ]
+        assert len(matches) == 1, f"expected one {kind} {name or ''}, got {len(matches)}"
+        return matches[0]
+
+    def has(self, kind: str) -> bool:
+        return bool(self.all(kind))
+
+    @property
+    def deployment(self) -> dict:
+        return self.one("Deployment")
+
+    @property
+    def agent_pod(self) -> dict:
+        return self.deployment["spec"]["template"]["spec"]
+
+    def container(self, name: str, pod: dict | None = None) -> dict:
+        pod = pod if pod is not None else self.agent_pod
+        found = [c for c in all_containers(pod) if c["name"] == name]
+        assert len(found) == 1, f"container {name!r} not found once in {container_names(pod)}"
+        return found[0]
+
+    def configmap_file(self, key: str) -> str:
+        return self.one("ConfigMap")["data"][key]
+
+
+def render(
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    examples: Sequence[str] = (),
+    kube_version: str = NEWEST_KUBE,
+) -> Manifest:
+    key = json.dumps(overrides or {}, sort_keys=True)
+    return Manifest(_render_cached(key, tuple(examples), kube_version))
+
+
+def render_error(
+    overrides: Mapping[str, Any] | None = None, *, kube_version: str = NEWEST_KUBE
+) -> str:
+    """Render values that must be refused; return helm's error text."""
+    result = template(overrides, kube_version=kube_version)
+    assert result.returncode != 0, f"helm accepted values it must refuse: {overrides}"
+    return result.stderr
+
+
+def pod_spec(obj: dict) -> dict | None:
+    """The pod spec inside a workload object, whatever its kind."""
+    kind = obj["kind"]
+    if kind == "Pod":
+        return obj["spec"]
+    if kind == "CronJob":
+        return obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    if kind in POD_KINDS:
+        return obj["spec"]["template"]["spec"]
+    return None
+
+
+def pod_specs(manifest: Manifest) -> Iterator[tuple[str, dict]]:
+    for obj in manifest.objects:
+        spec = pod_spec(obj)
+        if spec is not None:
+            yield f"{obj['kind']}/{obj['metadata']['name']}", spec
+
+
+def all_containers(pod: dict) -> list[dict]:
+    return [
+        *pod.get("initContainers", []),
+        *pod.get("containers", []),
+        *pod.get("ephemeralContainers", []),
+    ]
+
+
+def container_names(pod: dict) -> list[str]:
+    return [c["name"] for c in all_containers(pod)]
+
+
+def env_map(container: dict) -> dict[str, Any]:
+    """name -> value, or name -> valueFrom for references."""
+    return {
+        item["name"]: item.get("value", item.get("valueFrom")) for item in container.get("env", [])
+    }

@@ -1,0 +1,116 @@
+"""Every values example (and the defaults) renders, lints, validates and passes Pod Security.
+
+Each render is checked against the oldest and the newest Kubernetes we support: the
+oldest gets legacy sidecars ("auto" mode), the newest native ones.
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from chartkit import (
+    CHART,
+    EXAMPLE_NAMES,
+    EXAMPLES,
+    NEWEST_KUBE,
+    OLDEST_KUBE,
+    all_containers,
+    pod_specs,
+    render,
+    run_helm,
+)
+from kubernetes_validate import validate
+from kubernetes_validate.utils import ValidationError
+from pss import restricted_violations
+
+# ServiceMonitor is a prometheus-operator CRD: no upstream Kubernetes schema exists for it.
+CRD_GROUPS = ("monitoring.coreos.com/",)
+SOURCES = [(), *[(name,) for name in EXAMPLE_NAMES]]
+SOURCE_IDS = ["defaults", *EXAMPLE_NAMES]
+KUBES = [OLDEST_KUBE, NEWEST_KUBE]
+
+
+def _major_minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+@pytest.mark.parametrize("kube", KUBES)
+@pytest.mark.parametrize("examples", SOURCES, ids=SOURCE_IDS)
+def test_every_object_is_valid_kubernetes(examples: tuple[str, ...], kube: str) -> None:
+    manifest = render(examples=examples, kube_version=kube)
+    checked = 0
+    for obj in manifest.objects:
+        if obj["apiVersion"].startswith(CRD_GROUPS):
+            continue
+        try:
+            validate(obj, _major_minor(kube), strict=True)
+        except ValidationError as error:
+            pytest.fail(f"{obj['kind']}/{obj['metadata']['name']} on {kube}: {error.message}")
+        checked += 1
+    assert checked >= 6
+
+
+@pytest.mark.parametrize("kube", KUBES)
+@pytest.mark.parametrize("examples", SOURCES, ids=SOURCE_IDS)
+def test_every_pod_template_passes_restricted(examples: tuple[str, ...], kube: str) -> None:
+    manifest = render(examples=examples, kube_version=kube)
+    pods = list(pod_specs(manifest))
+    assert pods, "no pod templates rendered"
+    for where, pod in pods:
+        assert restricted_violations(pod) == [], where
+
+
+@pytest.mark.parametrize("examples", SOURCES, ids=SOURCE_IDS)
+def test_every_container_has_a_read_only_root(examples: tuple[str, ...]) -> None:
+    for where, pod in pod_specs(render(examples=examples)):
+        for container in all_containers(pod):
+            context = container["securityContext"]
+            assert context["readOnlyRootFilesystem"] is True, f"{where} {container['name']}"
+            assert context["capabilities"]["drop"] == ["ALL"], f"{where} {container['name']}"
+
+
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+def test_helm_lint_strict(name: str) -> None:
+    result = run_helm(["lint", "--strict", str(CHART), "-f", str(EXAMPLES / f"{name}.yaml")])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 chart(s) failed" in result.stdout
+
+
+def test_helm_lint_strict_defaults() -> None:
+    result = run_helm(["lint", "--strict", str(CHART)])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_examples_cover_what_each_environment_promises() -> None:
+    dev = render(examples=("dev",))
+    assert len(dev.agent_pod["initContainers"]) == 1  # one plugin, native sidecar
+    assert dev.has("CronJob") and "file:///backup" in str(dev.one("CronJob"))
+
+    production = render(examples=("production",))
+    agent = production.container("agent")
+    assert "@sha256:" in agent["image"]
+    assert "@sha256:" in production.container("git-sync-weather")["image"]
+    assert production.has("NetworkPolicy")
+    assert agent["resources"]["limits"]["memory"] == "6Gi"
+    cron = production.one("CronJob")
+    assert "s3://hermes-prod-backups/agents/prod" in str(cron)
+    assert "--keep-daily 14" in str(cron)
+    assert production.container("vault-render")
+
+    ci = render(examples=("ci",))
+    for _, pod in pod_specs(ci):
+        for container in all_containers(pod):
+            assert container["imagePullPolicy"] == "Never", container["name"]
+            assert container["image"].startswith("hermes-runtime/"), container["image"]
+
+
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+def test_examples_keep_secrets_out_of_configmaps(name: str) -> None:
+    values = yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())
+    manifest = render(examples=(name,))
+    config_text = str([cm["data"] for cm in manifest.all("ConfigMap")])
+    api_key = (values.get("apiServer") or {}).get("key")
+    if api_key:
+        assert api_key not in config_text
+    config = yaml.safe_load(manifest.configmap_file("config.yaml"))
+    assert config["model"]["api_key"] == "${LLM_API_KEY}"
