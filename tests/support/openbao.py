@@ -47,9 +47,11 @@ class OpenBaoServer:
     root_token: str
     process: subprocess.Popen[bytes]
     log_path: Path
+    ca_cert: Path | None = None  # set with tls=True: the dev CA that signed the server cert
 
     def client(self, token: str | None = None) -> hvac.Client:
-        return hvac.Client(url=self.addr, token=token or self.root_token)
+        verify: bool | str = str(self.ca_cert) if self.ca_cert else True
+        return hvac.Client(url=self.addr, token=token or self.root_token, verify=verify)
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -77,11 +79,15 @@ def _wait_until_ready(server: OpenBaoServer) -> None:
 
 
 @contextlib.contextmanager
-def openbao_dev_server(port: int | None = None) -> Iterator[OpenBaoServer]:
-    """Start ``bao server -dev`` on a free loopback port; stop it afterwards."""
+def openbao_dev_server(port: int | None = None, tls: bool = False) -> Iterator[OpenBaoServer]:
+    """Start ``bao server -dev`` on a free loopback port; stop it afterwards.
+
+    ``tls=True`` uses ``-dev-tls``: HTTPS with a generated CA at ``server.ca_cert``.
+    """
     port = port or free_port()
     with tempfile.TemporaryDirectory(prefix="openbao-") as tmp:
         log_path = Path(tmp) / "bao.log"
+        tls_args = ["-dev-tls", f"-dev-tls-cert-dir={tmp}"] if tls else []
         env = {**os.environ, "HOME": tmp}
         env.pop("VAULT_TOKEN", None)
         env.pop("BAO_TOKEN", None)
@@ -93,13 +99,18 @@ def openbao_dev_server(port: int | None = None) -> Iterator[OpenBaoServer]:
                     "-dev",
                     f"-dev-root-token-id={ROOT_TOKEN}",
                     f"-dev-listen-address=127.0.0.1:{port}",
+                    *tls_args,
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
                 cwd=tmp,
             )
-        server = OpenBaoServer(f"http://127.0.0.1:{port}", ROOT_TOKEN, process, log_path)
+        scheme = "https" if tls else "http"
+        ca_cert = Path(tmp) / "vault-ca.pem" if tls else None
+        server = OpenBaoServer(
+            f"{scheme}://127.0.0.1:{port}", ROOT_TOKEN, process, log_path, ca_cert
+        )
         try:
             _wait_until_ready(server)
             yield server
