@@ -1,0 +1,71 @@
+"""Fixtures for the end-to-end suite against the cluster KUBECONFIG names.
+
+The cluster comes from `make cluster` (ci/cluster-up.sh) or any cluster the
+caller points KUBECONFIG at; pytest-helm-charts' `kube_cluster` fixture holds
+the connection. Every scenario gets a fresh namespace enforcing Pod Security
+"restricted"; when a test fails, that namespace's pods, container logs and
+events are printed before it is deleted, so a CI log is enough to debug.
+
+Adding a scenario: request `namespace` and `helm` (bound to that namespace),
+install what the scenario needs, and use `kube.run_pod` for in-cluster probes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import pytest
+from pytest_helm_charts.clusters import Cluster as HelmChartsCluster
+
+from . import kube
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Remember each phase's report on the item so fixtures can tell a failure."""
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    e2e_dir = Path(__file__).parent
+    for item in items:
+        if e2e_dir in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="module")
+def kube_config(pytestconfig: pytest.Config) -> str:
+    """Overrides pytest-helm-charts' fixture.
+
+    `--kube-config`, then KUBECONFIG, then the local cluster's kubeconfig.
+    """
+    option = pytestconfig.getoption("kube_config", default=None)
+    return str(option) if option else str(kube.kubeconfig_from_env())
+
+
+@pytest.fixture(scope="module")
+def cluster(kube_cluster: HelmChartsCluster) -> kube.Cluster:
+    assert kube_cluster.kube_config_path, "pytest-helm-charts gave no kubeconfig path"
+    return kube.connect(Path(kube_cluster.kube_config_path))
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest, cluster: kube.Cluster) -> Iterator[str]:
+    """A fresh restricted namespace; diagnostics printed if the test failed, then deleted."""
+    prefix = "e2e-" + request.node.name.removeprefix("test_").replace("_", "-").lower()[:40]
+    name = kube.create_restricted_namespace(cluster, prefix.rstrip("-"))
+    yield name
+    report = getattr(request.node, "rep_call", None)
+    if report is None or report.failed:
+        print(kube.diagnostics(cluster, name))
+    kube.delete_namespace(cluster, name)
+
+
+@pytest.fixture
+def helm(cluster: kube.Cluster, namespace: str) -> kube.Helm:
+    return kube.Helm(kubeconfig=cluster.kubeconfig, namespace=namespace)

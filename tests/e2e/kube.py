@@ -1,0 +1,297 @@
+"""Helpers for the end-to-end suite: namespaces, helm, in-cluster probes, diagnostics.
+
+Why a module and not only fixtures: scenarios (plugins, backup, upgrade, vault)
+compose these steps differently; plain functions over a small `Cluster` record
+keep each scenario short and make the failure output the same everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TOOLS_BIN = REPO_ROOT / ".cache" / "tools" / "bin"
+RESTRICTED_LABELS = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+    "pod-security.kubernetes.io/warn": "restricted",
+    "pod-security.kubernetes.io/audit": "restricted",
+}
+LOG_TAIL_LINES = 200
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A connection to the cluster under test: kubeconfig path + API client."""
+
+    kubeconfig: Path
+    api: client.ApiClient
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    @property
+    def apps(self) -> client.AppsV1Api:
+        return client.AppsV1Api(self.api)
+
+
+def connect(kubeconfig: Path) -> Cluster:
+    """Connect and prove the API answers, so a dead cluster fails once, clearly."""
+    if not kubeconfig.is_file():
+        raise RuntimeError(
+            f"kubeconfig {kubeconfig} does not exist: run `make cluster` or set KUBECONFIG"
+        )
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    try:
+        client.VersionApi(api).get_code()
+    except Exception as exc:  # any transport error means the same thing here
+        raise RuntimeError(f"the cluster in {kubeconfig} does not answer: {exc}") from exc
+    return Cluster(kubeconfig=kubeconfig, api=api)
+
+
+def tool(name: str) -> str:
+    """Path of helm/kubectl: the project's pinned copy first, then PATH."""
+    pinned = TOOLS_BIN / name
+    if pinned.is_file():
+        return str(pinned)
+    found = shutil.which(name)
+    if found is None:
+        raise RuntimeError(f"{name} not found in {TOOLS_BIN} or PATH: run `make tools`")
+    return found
+
+
+def wait_until(
+    predicate: Callable[[], bool], timeout: float, what: str, interval: float = 1.0
+) -> None:
+    """Poll `predicate` until true; fail naming `what` (no sleeps in tests)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def create_restricted_namespace(cluster: Cluster, prefix: str) -> str:
+    """A fresh namespace that enforces Pod Security "restricted"."""
+    name = unique_name(prefix)[:63]
+    body = client.V1Namespace(
+        metadata=client.V1ObjectMeta(name=name, labels=dict(RESTRICTED_LABELS))
+    )
+    cluster.core.create_namespace(body)
+    wait_until(
+        lambda: _has_default_serviceaccount(cluster, name), 60, f"default ServiceAccount in {name}"
+    )
+    return name
+
+
+def _has_default_serviceaccount(cluster: Cluster, namespace: str) -> bool:
+    try:
+        cluster.core.read_namespaced_service_account("default", namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+def delete_namespace(cluster: Cluster, namespace: str) -> None:
+    try:
+        cluster.core.delete_namespace(namespace, propagation_policy="Background")
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+@dataclass(frozen=True)
+class Helm:
+    """`helm` bound to one kubeconfig and namespace; failures raise with helm's stderr."""
+
+    kubeconfig: Path
+    namespace: str
+    binary: str = field(default_factory=lambda: tool("helm"))
+
+    def run(self, *args: str, timeout: float = 900) -> str:
+        cmd = [
+            self.binary,
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--namespace",
+            self.namespace,
+            *args,
+        ]
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        if result.returncode != 0:
+            raise AssertionError(
+                f"`helm {' '.join(args)}` exited {result.returncode}\n"
+                f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+            )
+        return result.stdout
+
+    def install(
+        self,
+        release: str,
+        chart: Path,
+        values: list[Path] | None = None,
+        set_values: dict[str, str] | None = None,
+        timeout: str = "10m",
+    ) -> str:
+        args = ["install", release, str(chart), "--wait", "--timeout", timeout]
+        for path in values or []:
+            args += ["--values", str(path)]
+        for key, value in (set_values or {}).items():
+            args += ["--set", f"{key}={value}"]
+        return self.run(*args)
+
+    def test(self, release: str, timeout: str = "5m") -> str:
+        return self.run("test", release, "--logs", "--timeout", timeout)
+
+    def uninstall(self, release: str) -> str:
+        return self.run("uninstall", release, "--wait")
+
+
+def restricted_pod(name: str, image: str, command: list[str], user: int = 65534) -> client.V1Pod:
+    """A one-shot pod that passes Pod Security "restricted"."""
+    security = client.V1SecurityContext(
+        allow_privilege_escalation=False,
+        run_as_non_root=True,
+        run_as_user=user,
+        capabilities=client.V1Capabilities(drop=["ALL"]),
+        seccomp_profile=client.V1SeccompProfile(type="RuntimeDefault"),
+    )
+    container = client.V1Container(
+        name="main",
+        image=image,
+        image_pull_policy="Never",
+        command=command,
+        security_context=security,
+    )
+    spec = client.V1PodSpec(
+        containers=[container], restart_policy="Never", automount_service_account_token=False
+    )
+    return client.V1Pod(metadata=client.V1ObjectMeta(name=name), spec=spec)
+
+
+@dataclass(frozen=True)
+class PodResult:
+    phase: str
+    logs: str
+
+
+def run_pod(cluster: Cluster, namespace: str, pod: client.V1Pod, timeout: float = 120) -> PodResult:
+    """Run a one-shot pod to completion and return its phase and logs (pod deleted after)."""
+    name = pod.metadata.name
+    cluster.core.create_namespaced_pod(namespace, pod)
+    try:
+        wait_until(
+            lambda: _pod_phase(cluster, namespace, name) in ("Succeeded", "Failed"),
+            timeout,
+            f"pod {namespace}/{name}",
+        )
+        logs = cluster.core.read_namespaced_pod_log(name, namespace)
+        return PodResult(phase=_pod_phase(cluster, namespace, name), logs=logs)
+    finally:
+        cluster.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+
+
+def _pod_phase(cluster: Cluster, namespace: str, name: str) -> str:
+    return str(cluster.core.read_namespaced_pod(name, namespace).status.phase)
+
+
+def diagnostics(cluster: Cluster, namespace: str) -> str:
+    """Everything needed to debug a failed scenario from a CI log: pods, logs, events."""
+    lines = [f"===== diagnostics for namespace {namespace} ====="]
+    for pod in cluster.core.list_namespaced_pod(namespace).items:
+        lines += _describe_pod(cluster, namespace, pod)
+    lines.append(f"----- events in {namespace} (oldest first) -----")
+    events = cluster.core.list_namespaced_event(namespace).items
+    for event in sorted(events, key=_event_time):
+        obj = event.involved_object
+        lines.append(
+            f"{_event_time(event)} {event.type} {obj.kind}/{obj.name} "
+            f"{event.reason}: {event.message}"
+        )
+    lines.append("----- PVCs -----")
+    for pvc in cluster.core.list_namespaced_persistent_volume_claim(namespace).items:
+        lines.append(f"{pvc.metadata.name} {pvc.status.phase} class={pvc.spec.storage_class_name}")
+    return "\n".join(lines)
+
+
+def _event_time(event: Any) -> str:
+    stamp = event.last_timestamp or event.event_time or event.metadata.creation_timestamp
+    return stamp.isoformat() if stamp else ""
+
+
+def _describe_pod(cluster: Cluster, namespace: str, pod: Any) -> list[str]:
+    name = pod.metadata.name
+    lines = [
+        f"----- pod {name}: phase={pod.status.phase} "
+        f"node={pod.spec.node_name} ip={pod.status.pod_ip}"
+    ]
+    for cond in pod.status.conditions or []:
+        lines.append(
+            f"  condition {cond.type}={cond.status} "
+            f"{cond.reason or ''} {cond.message or ''}".rstrip()
+        )
+    statuses = (pod.status.init_container_statuses or []) + (pod.status.container_statuses or [])
+    for status in statuses:
+        lines.append(
+            f"  container {status.name}: ready={status.ready} restarts={status.restart_count}"
+        )
+        lines.append(f"    state={_state(status.state)} last={_state(status.last_state)}")
+    containers = (pod.spec.init_containers or []) + pod.spec.containers
+    restarted = {s.name for s in statuses if s.restart_count}
+    for container in containers:
+        lines += _container_logs(cluster, namespace, name, container.name, previous=False)
+        if container.name in restarted:
+            lines += _container_logs(cluster, namespace, name, container.name, previous=True)
+    return lines
+
+
+def _state(state: Any) -> str:
+    if state is None:
+        return "-"
+    for key in ("running", "waiting", "terminated"):
+        detail = getattr(state, key)
+        if detail is not None:
+            reason = getattr(detail, "reason", None) or ""
+            code = getattr(detail, "exit_code", None)
+            message = (getattr(detail, "message", None) or "").strip()
+            exit_part = "" if code is None else f" exit={code}"
+            message_part = f" {message}" if message else ""
+            return f"{key}({reason}{exit_part}{message_part})"
+    return "-"
+
+
+def _container_logs(
+    cluster: Cluster, namespace: str, pod: str, container: str, previous: bool
+) -> list[str]:
+    label = f"  logs {pod}/{container}{' (previous)' if previous else ''}:"
+    try:
+        text = cluster.core.read_namespaced_pod_log(
+            pod, namespace, container=container, previous=previous, tail_lines=LOG_TAIL_LINES
+        )
+    except ApiException as exc:
+        return [f"{label} unavailable ({exc.status} {exc.reason})"]
+    return [label, *("    " + line for line in text.splitlines())]
+
+
+def kubeconfig_from_env() -> Path:
+    """KUBECONFIG as `make e2e` exports it; the local cluster's path otherwise."""
+    value = os.environ.get("KUBECONFIG", "")
+    return Path(value) if value else REPO_ROOT / ".cache" / "k8s" / "kubeconfig"
