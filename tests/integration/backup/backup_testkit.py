@@ -1,0 +1,123 @@
+"""Helpers shared by the backup integration tests: targets, data dirs, the CLI, SQLite reads."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import stat
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from support.seaweedfs import SeaweedServer
+
+from hermes_runtime.common.sqlite import connect
+
+
+@dataclass
+class BackupTarget:
+    """A target URL plus what a CLI process needs to reach it."""
+
+    url: str
+    env: dict[str, str]
+    kind: str
+    root: Path | None = None  # the folder of a file:// target
+    server: SeaweedServer | None = None
+    bucket: str = ""
+
+    def object_keys(self, prefix: str = "") -> list[str]:
+        if self.root is not None:
+            base = self.root
+            return sorted(
+                p.relative_to(base).as_posix()
+                for p in base.rglob("*")
+                if p.is_file() and p.relative_to(base).as_posix().startswith(prefix)
+            )
+        assert self.server is not None
+        client = self.server.client()
+        keys: list[str] = []
+        for page in client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=f"agent/{prefix}"
+        ):
+            keys += [o["Key"].removeprefix("agent/") for o in page.get("Contents", [])]
+        return sorted(keys)
+
+    def read(self, key: str) -> bytes:
+        if self.root is not None:
+            return (self.root / key).read_bytes()
+        assert self.server is not None
+        body = self.server.client().get_object(Bucket=self.bucket, Key=f"agent/{key}")["Body"]
+        return bytes(body.read())
+
+    def write(self, key: str, data: bytes) -> None:
+        if self.root is not None:
+            (self.root / key).write_bytes(data)
+            return
+        assert self.server is not None
+        self.server.client().put_object(Bucket=self.bucket, Key=f"agent/{key}", Body=data)
+
+
+def file_target(tmp_path: Path) -> BackupTarget:
+    root = tmp_path / "backup-volume"
+    root.mkdir()
+    return BackupTarget(f"file://{root}", {}, "file", root=root)
+
+
+def s3_target(server: SeaweedServer) -> BackupTarget:
+    bucket = f"backups-{secrets.token_hex(4)}"
+    server.create_bucket(bucket)
+    return BackupTarget(f"s3://{bucket}/agent", server.env(), "s3", server=server, bucket=bucket)
+
+
+def make_database(path: Path, rows: int, payload: int = 200) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = connect(path)
+    conn.execute("CREATE TABLE IF NOT EXISTS messages(id INTEGER PRIMARY KEY, body TEXT)")
+    with conn:
+        conn.executemany(
+            "INSERT INTO messages(body) VALUES (?)",
+            ((f"message {i} " + "x" * payload,) for i in range(rows)),
+        )
+    conn.close()
+
+
+def tree_fingerprint(root: Path, skip_databases: bool = True) -> dict[str, str]:
+    """Path -> content hash (files), link target (symlinks), 'dir' + mode (folders)."""
+    result: dict[str, str] = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        st = path.lstat()
+        if stat.S_ISLNK(st.st_mode):
+            result[rel] = "link:" + os.readlink(path)
+        elif stat.S_ISDIR(st.st_mode):
+            result[rel] = f"dir:{stat.S_IMODE(st.st_mode):o}"
+        elif skip_databases and (rel.endswith(".db") or "-wal" in rel or "-shm" in rel):
+            continue
+        else:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            result[rel] = f"{digest}:{stat.S_IMODE(st.st_mode):o}"
+    return result
+
+
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "hermes_runtime", "backup", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def rows(db: Path, sql: str) -> list[tuple[object, ...]]:
+    conn = connect(db, readonly=True)
+    try:
+        return [tuple(r) for r in conn.execute(sql).fetchall()]
+    finally:
+        conn.close()

@@ -1,0 +1,59 @@
+"""Fixtures for backup integration tests: a real SeaweedFS, Hermes-like data dirs, the CLI.
+
+Tests that take ``target`` run against BOTH kinds of target: a folder
+(``file://``) and a bucket on a real S3-compatible server (SeaweedFS from
+PyPI) started here as a plain process, once per session.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from backup_testkit import BackupTarget, file_target, make_database, s3_target
+from support.seaweedfs import SeaweedServer, seaweedfs_server
+
+
+@pytest.fixture(scope="session")
+def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
+    with seaweedfs_server(tmp_path_factory.mktemp("seaweed")) as server:
+        yield server
+
+
+@pytest.fixture(params=["file", "s3"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> BackupTarget:
+    if request.param == "file":
+        return file_target(tmp_path)
+    return s3_target(request.getfixturevalue("seaweed"))
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    """A small Hermes-like HERMES_HOME: databases, memory files, secrets, git-sync, caches."""
+    d = tmp_path / "data"
+    d.mkdir()
+    make_database(d / "state.db", 500)
+    make_database(d / "lcm.db", 300)
+    (d / "config.yaml").write_text("model: {provider: custom}\n")
+    (d / "SOUL.md").write_text("You are a careful agent.\n")
+    os.chmod(d / "SOUL.md", 0o600)
+    (d / "memories").mkdir()
+    (d / "memories" / "MEMORY.md").write_text("- the user likes tea\n")
+    (d / "skills" / "tea").mkdir(parents=True)
+    (d / "skills" / "tea" / "SKILL.md").write_text("# brew tea\n")
+    (d / "outputs").mkdir()
+    for i in range(20):
+        (d / "outputs" / f"result-{i}.txt").write_bytes(os.urandom(2000) * 3)
+    (d / "outputs" / "empty.txt").write_bytes(b"")
+    (d / "sessions").mkdir()  # an empty folder must come back too
+    (d / ".env").write_text("OPENAI_API_KEY=sk-live-secret\n")
+    (d / "auth.json").write_text('{"token": "oauth-secret"}\n')
+    (d / ".git-sync" / "weather").mkdir(parents=True)
+    (d / ".git-sync" / "weather" / "plugin.yaml").write_text("name: weather\n")
+    (d / "plugins").mkdir()
+    (d / "plugins" / "weather").symlink_to("../.git-sync/weather")
+    (d / "cache" / "images").mkdir(parents=True)
+    (d / "cache" / "images" / "a.png").write_bytes(b"\x89PNG" * 100)
+    return d

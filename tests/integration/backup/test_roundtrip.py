@@ -1,0 +1,173 @@
+"""Create, list, verify, restore through the CLI, against a folder and a real S3 server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from backup_testkit import BackupTarget, rows, run_cli, tree_fingerprint
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def create(target: BackupTarget, data_dir: Path, *extra: str) -> dict:
+    result = run_cli(
+        "create",
+        "--data-dir",
+        str(data_dir),
+        "--target",
+        target.url,
+        "--json",
+        *extra,
+        env=target.env,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_restore_gives_back_the_data_dir_without_secrets_or_rebuildables(
+    target: BackupTarget, data_dir: Path, tmp_path: Path
+) -> None:
+    summary = create(target, data_dir)
+    assert summary["databases"] == {"lcm.db": {"messages": 300}, "state.db": {"messages": 500}}
+    listed = run_cli("list", "--target", target.url, "--json", env=target.env)
+    assert [s["id"] for s in json.loads(listed.stdout)] == [summary["id"]]
+
+    verified = run_cli("verify", "--target", target.url, env=target.env)
+    assert verified.returncode == 0, verified.stderr
+    assert summary["id"] in verified.stdout
+
+    restored = tmp_path / "restored"
+    result = run_cli(
+        "restore",
+        "--target",
+        target.url,
+        "--snapshot",
+        summary["id"],
+        "--data-dir",
+        str(restored),
+        env=target.env,
+    )
+    assert result.returncode == 0, result.stderr
+    expected = {
+        k: v
+        for k, v in tree_fingerprint(data_dir).items()
+        if not k.startswith((".git-sync", "cache")) and k not in (".env", "auth.json")
+    }
+    assert tree_fingerprint(restored) == expected
+    assert rows(restored / "state.db", "SELECT count(*) FROM messages") == [(500,)]
+    assert rows(restored / "lcm.db", "PRAGMA integrity_check") == [("ok",)]
+    everything = b"".join(target.read(k) for k in target.object_keys())
+    assert b"sk-live-secret" not in everything and b"oauth-secret" not in everything
+
+
+def test_second_backup_of_unchanged_dir_uploads_only_databases_and_manifest(
+    target: BackupTarget, data_dir: Path
+) -> None:
+    first = create(target, data_dir)
+    blobs_before = set(target.object_keys("blobs/"))
+    with_db_change = data_dir / "state.db"
+    from backup_testkit import make_database
+
+    make_database(with_db_change, 1)  # the database changes, the files do not
+    second = create(target, data_dir)
+    new_blobs = set(target.object_keys("blobs/")) - blobs_before
+    assert second["files_uploaded"] == 0
+    assert second["files_unchanged"] == first["files"]
+    assert len(new_blobs) == 1  # the new state.db snapshot; lcm.db is unchanged: same digest
+    new_blob_bytes = sum(len(target.read(k)) for k in new_blobs)
+    manifest = len(target.read(f"manifests/{second['id']}.json"))
+    assert second["bytes_uploaded"] == new_blob_bytes + manifest
+
+
+def test_restore_refuses_a_non_empty_dir_and_leaves_it_untouched(
+    target: BackupTarget, data_dir: Path, tmp_path: Path
+) -> None:
+    create(target, data_dir)
+    occupied = tmp_path / "occupied"
+    occupied.mkdir()
+    (occupied / "keep.txt").write_text("precious")
+    (occupied / "lost+found").mkdir()
+    before = tree_fingerprint(occupied, skip_databases=False)
+
+    refused = run_cli(
+        "restore", "--target", target.url, "--data-dir", str(occupied), env=target.env
+    )
+    assert refused.returncode == 1
+    assert str(occupied) in refused.stderr and "--force" in refused.stderr
+    skipped = run_cli(
+        "restore",
+        "--target",
+        target.url,
+        "--data-dir",
+        str(occupied),
+        "--if-empty",
+        env=target.env,
+    )
+    assert skipped.returncode == 0, skipped.stderr
+    assert tree_fingerprint(occupied, skip_databases=False) == before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".hermes")) == []
+
+    forced = run_cli(
+        "restore", "--target", target.url, "--data-dir", str(occupied), "--force", env=target.env
+    )
+    assert forced.returncode == 0, forced.stderr
+    assert not (occupied / "keep.txt").exists()
+    assert (occupied / "lost+found").is_dir()
+    assert (occupied / "SOUL.md").read_text() == "You are a careful agent.\n"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".hermes")) == []
+
+
+def test_if_empty_restores_into_a_dir_holding_only_lost_and_found(
+    target: BackupTarget, data_dir: Path, tmp_path: Path
+) -> None:
+    create(target, data_dir)
+    fresh = tmp_path / "fresh-pvc"
+    (fresh / "lost+found").mkdir(parents=True)
+    result = run_cli(
+        "restore",
+        "--target",
+        target.url,
+        "--snapshot",
+        "latest",
+        "--data-dir",
+        str(fresh),
+        "--if-empty",
+        "--json",
+        env=target.env,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["restored"] is True
+    assert (fresh / "memories" / "MEMORY.md").read_text() == "- the user likes tea\n"
+
+
+def test_metrics_file_keeps_last_success_across_a_failure(
+    target: BackupTarget, data_dir: Path, tmp_path: Path
+) -> None:
+    metrics = tmp_path / "metrics" / "backup.prom"
+    summary = create(target, data_dir, "--metrics-file", str(metrics))
+
+    def values() -> dict[str, float]:
+        families = text_string_to_metric_families(metrics.read_text())
+        return {s.name: s.value for f in families for s in f.samples}
+
+    ok = values()
+    assert ok["hermes_backup_last_run_success"] == 1
+    assert ok["hermes_backup_bytes_uploaded"] == summary["bytes_uploaded"]
+    failed = run_cli(
+        "create",
+        "--data-dir",
+        str(tmp_path / "missing"),
+        "--target",
+        target.url,
+        "--metrics-file",
+        str(metrics),
+        env=target.env,
+    )
+    assert failed.returncode == 1
+    assert "missing" in failed.stderr
+    after = values()
+    assert after["hermes_backup_last_run_success"] == 0
+    assert (
+        after["hermes_backup_last_success_timestamp_seconds"]
+        == (ok["hermes_backup_last_success_timestamp_seconds"])
+    )
