@@ -13,14 +13,14 @@ import sys
 from collections.abc import Sequence
 
 from hermes_runtime import __version__
-from hermes_runtime.cli import backup, lcm, plugins, vault
+from hermes_runtime.cli import agent, backup, lcm, plugins, vault
 from hermes_runtime.common.errors import RuntimeFailure
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 
-GROUPS = (plugins, backup, lcm, vault)
+GROUPS = (plugins, backup, lcm, vault, agent)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,7 +9,7 @@ import pytest
 
 from hermes_runtime.cli import main
 
-GROUPS = ["plugins", "backup", "lcm", "vault"]
+GROUPS = ["plugins", "backup", "lcm", "vault", "agent"]
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -1,0 +1,125 @@
+# The Hermes runtime agent image: Hermes Agent 0.19.0 + hermes_runtime, non-root (UID/GID 10000),
+# nothing that needs root at start, so it runs with runAsNonRoot, readOnlyRootFilesystem and all
+# capabilities dropped. The writable paths are volumes: /opt/data (HERMES_HOME) and /tmp.
+#
+# BASE_IMAGE: a Debian bookworm image. The public default works wherever Docker Hub is
+# reachable; with no registry, ci/build-images.sh passes the debootstrapped `local/debian:bookworm`
+# (ci/build-base-image.sh), whose Python is Debian's python3.11 (installed below when missing).
+#
+# SQLite: Debian bookworm ships SQLite 3.40, which has the WAL-reset corruption bug fixed in
+# 3.51.3. The stdlib `sqlite3` module (Hermes' state.db) links libsqlite3.so.0 dynamically, so a
+# builder stage compiles the SQLite amalgamation that the npm package better-sqlite3 carries
+# (only registries reachable here: PyPI, npm, apt) and the final stage swaps it in for Debian's.
+ARG BASE_IMAGE=python:3.11-slim-bookworm
+
+FROM ${BASE_IMAGE} AS python-base
+ENV LANG=C.UTF-8 \
+    DEBIAN_FRONTEND=noninteractive \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+# python3.11 comes from apt on a bare Debian base; python:3.11-slim already has it in /usr/local.
+RUN set -eux; \
+    packages="ca-certificates catatonit"; \
+    command -v python3.11 >/dev/null || packages="$packages python3.11 python3.11-venv"; \
+    apt-get update -qq; \
+    apt-get install -y -qq --no-install-recommends $packages >/dev/null; \
+    rm -rf /var/lib/apt/lists/*; \
+    python3.11 --version
+
+# --- builder: a C compiler and the build host's extra CAs (never shipped) ---------------------
+FROM python-base AS builder
+RUN set -eux; \
+    apt-get update -qq; \
+    apt-get install -y -qq --no-install-recommends gcc libc6-dev >/dev/null; \
+    rm -rf /var/lib/apt/lists/*
+COPY ci/images/build-ca/ /usr/local/share/ca-certificates/build-ca/
+RUN update-ca-certificates >/dev/null
+ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
+    PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DEFAULT_TIMEOUT=180
+
+# --- SQLite >= 3.51.3 as libsqlite3.so.0 -------------------------------------------------------
+FROM builder AS sqlite-build
+ARG SQLITE_NPM_PACKAGE=better-sqlite3
+ARG SQLITE_NPM_VERSION=13.2.0
+ARG SQLITE_NPM_SHA256=40487589df3496f2ee0079d22b73c63fccebe7db0e8ee9a2c42421861e321e0b
+ARG SQLITE_MIN_VERSION=3.51.3
+WORKDIR /build
+# Compile options follow Debian's libsqlite3-0 (FTS3/4/5, RTREE, column metadata, loadable
+# extensions, THREADSAFE=1, ...) so every existing user of the library keeps its features.
+RUN set -eux; \
+    url="https://registry.npmjs.org/${SQLITE_NPM_PACKAGE}/-/${SQLITE_NPM_PACKAGE}-${SQLITE_NPM_VERSION}.tgz"; \
+    python3.11 -c "import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], 'pkg.tgz')" "$url"; \
+    echo "${SQLITE_NPM_SHA256}  pkg.tgz" | sha256sum -c -; \
+    tar -xzf pkg.tgz package/deps/sqlite3; \
+    src=package/deps/sqlite3; \
+    version=$(sed -n 's/^#define SQLITE_VERSION *"\(.*\)"/\1/p' "$src/sqlite3.h"); \
+    python3.11 -c "import sys; v=lambda s: tuple(map(int, s.split('.'))); sys.exit(v(sys.argv[1]) < v(sys.argv[2]))" \
+        "$version" "${SQLITE_MIN_VERSION}" || { echo "SQLite $version < ${SQLITE_MIN_VERSION}"; exit 1; }; \
+    gcc -O2 -fPIC -shared -Wl,-soname,libsqlite3.so.0 -o /build/libsqlite3.so.0 "$src/sqlite3.c" \
+        -DSQLITE_SECURE_DELETE -DSQLITE_ENABLE_COLUMN_METADATA -DSQLITE_ENABLE_FTS3 \
+        -DSQLITE_ENABLE_FTS3_PARENTHESIS -DSQLITE_ENABLE_FTS3_TOKENIZER=1 -DSQLITE_ENABLE_FTS4 \
+        -DSQLITE_ENABLE_FTS5 -DSQLITE_ENABLE_RTREE=1 -DSQLITE_SOUNDEX=1 \
+        -DSQLITE_ENABLE_UNLOCK_NOTIFY -DSQLITE_ENABLE_DBSTAT_VTAB \
+        -DSQLITE_ENABLE_UPDATE_DELETE_LIMIT=1 -DSQLITE_ENABLE_LOAD_EXTENSION \
+        -DSQLITE_ENABLE_JSON1 -DSQLITE_LIKE_DOESNT_MATCH_BLOBS -DSQLITE_THREADSAFE=1 \
+        -DSQLITE_USE_URI=1 -DSQLITE_MAX_SCHEMA_RETRY=25 -DSQLITE_ENABLE_PREUPDATE_HOOK \
+        -DSQLITE_ENABLE_SESSION -DSQLITE_ENABLE_STMTVTAB -DSQLITE_MAX_VARIABLE_NUMBER=250000 \
+        -DSQLITE_ENABLE_MATH_FUNCTIONS -DSQLITE_ENABLE_STAT4 \
+        -lm -ldl -lpthread; \
+    echo "$version" > /build/sqlite-version
+
+# --- the Python environment: dependencies first (cached layer), then hermes_runtime ----------
+FROM builder AS venv-build
+ENV VIRTUAL_ENV=/opt/hermes-runtime/venv
+WORKDIR /src
+COPY pyproject.toml ./
+COPY ci/images/agent-constraints.txt /src/constraints.txt
+RUN set -eux; \
+    python3.11 -m venv "$VIRTUAL_ENV"; \
+    "$VIRTUAL_ENV/bin/pip" install -q --upgrade pip; \
+    python3.11 -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
+print('\n'.join(p['dependencies'] + p['optional-dependencies']['hermes']))" > requirements.txt; \
+    "$VIRTUAL_ENV/bin/pip" install -q -c constraints.txt -r requirements.txt
+COPY README.md ./
+COPY hermes_runtime ./hermes_runtime
+RUN set -eux; \
+    "$VIRTUAL_ENV/bin/pip" install -q --no-deps /src; \
+    "$VIRTUAL_ENV/bin/pip" check; \
+    "$VIRTUAL_ENV/bin/python" -m compileall -q "$VIRTUAL_ENV/lib" >/dev/null || true
+
+# --- the agent image ---------------------------------------------------------------------------
+FROM python-base AS agent
+COPY --from=sqlite-build /build/libsqlite3.so.0 /build/sqlite-version /usr/local/lib/hermes-sqlite/
+# Replace Debian's libsqlite3.so.0 in place (dpkg-divert keeps dpkg's view consistent) so the
+# stdlib sqlite3 module, and anything else linking it, loads the new SQLite; then prove it.
+RUN set -eux; \
+    debian_lib=$(readlink -f "$(ls /usr/lib/*/libsqlite3.so.0 | head -n1)"); \
+    dpkg-divert --quiet --local --rename --add "$debian_lib"; \
+    cp /usr/local/lib/hermes-sqlite/libsqlite3.so.0 "$debian_lib"; \
+    ldconfig; \
+    expected=$(cat /usr/local/lib/hermes-sqlite/sqlite-version); \
+    test "$(python3.11 -c 'import sqlite3; print(sqlite3.sqlite_version)')" = "$expected"; \
+    groupadd --gid 10000 hermes; \
+    useradd --uid 10000 --gid 10000 --home-dir /opt/data/home --no-create-home \
+        --shell /usr/sbin/nologin hermes; \
+    install -d -o 10000 -g 10000 -m 0750 /opt/data
+COPY --from=venv-build /opt/hermes-runtime/venv /opt/hermes-runtime/venv
+ENV PATH=/opt/hermes-runtime/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    VIRTUAL_ENV=/opt/hermes-runtime/venv \
+    HERMES_HOME=/opt/data \
+    HOME=/opt/data/home \
+    HERMES_RUNTIME_PLUGIN_SPEC=/etc/hermes-runtime/plugins.yaml \
+    HERMES_RUNTIME_SEED_CONFIG=/etc/hermes-runtime/config.yaml \
+    HERMES_RUNTIME_SEED_SOUL=/etc/hermes-runtime/SOUL.md \
+    HERMES_RUNTIME_METRICS_PORT=9090
+RUN hermes-runtime --version && hermes --version
+USER 10000:10000
+WORKDIR /opt/data
+EXPOSE 8642 9090
+# catatonit is PID 1: it forwards signals to the entrypoint and reaps the zombies that tool
+# subprocesses leave behind. The chart overrides CMD for the backup/vault/restore commands.
+ENTRYPOINT ["/usr/bin/catatonit", "--"]
+CMD ["hermes-runtime", "agent", "run"]

@@ -1,0 +1,73 @@
+"""How to start the Hermes gateway in the foreground with its API server, and with which env.
+
+Found in Hermes 0.19.0's source: ``hermes gateway run`` runs the gateway in the foreground;
+``gateway/config.py`` enables the API server platform from ``API_SERVER_ENABLED`` /
+``API_SERVER_KEY`` / ``API_SERVER_HOST`` / ``API_SERVER_PORT``; ``gateway/restart.py`` treats
+``HERMES_GATEWAY_EXTERNAL_SUPERVISOR=1`` as "a supervisor owns me", so a ``/restart`` makes the
+gateway exit 75 for us to restart it instead of spawning a detached copy of itself.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from hermes_runtime.agent.settings import AgentSettings
+from hermes_runtime.common.errors import RuntimeFailure
+from hermes_runtime.vault import read_env_file
+
+
+def gateway_command() -> list[str]:
+    """The foreground gateway, run by the same interpreter that runs hermes_runtime."""
+    return [sys.executable, "-m", "hermes_cli.main", "gateway", "run", "--replace"]
+
+
+def read_secrets_env(path: Path) -> dict[str, str]:
+    """The rendered secrets env file (``vault render`` output), parsed by the vault package."""
+    return dict(read_env_file(path))
+
+
+def gateway_env(settings: AgentSettings, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The gateway's environment: ours, plus the secrets file, plus the API server settings.
+
+    Values from the secrets file override the container's env (they are the rotated ones). The
+    API server key must come from somewhere Hermes reads: env, secrets file or ``D/.env``.
+    """
+    env = dict(os.environ if base is None else base)
+    if settings.secrets_env is not None:
+        env.update(read_secrets_env(settings.secrets_env))
+    env.update(
+        {
+            "HERMES_HOME": str(settings.data_dir),
+            "HOME": env.get("HOME") or str(settings.home_dir),
+            "API_SERVER_ENABLED": "true",
+            "API_SERVER_HOST": settings.api_host,
+            "API_SERVER_PORT": str(settings.api_port),
+            "HERMES_GATEWAY_EXTERNAL_SUPERVISOR": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    if not env.get("API_SERVER_KEY") and not _dotenv_defines(
+        settings.data_dir / ".env", "API_SERVER_KEY"
+    ):
+        raise RuntimeFailure(
+            "API_SERVER_KEY is not set: the Hermes API server (port "
+            f"{settings.api_port}) refuses to start without it; put it in the secrets env file "
+            f"(HERMES_RUNTIME_SECRETS_ENV={settings.secrets_env}) or {settings.data_dir / '.env'}"
+        )
+    return env
+
+
+def _dotenv_defines(path: Path, name: str) -> bool:
+    """Whether Hermes' own ``.env`` assigns a non-empty value to ``name``."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return False
+    for line in lines:
+        key, sep, value = line.strip().removeprefix("export ").partition("=")
+        if sep and key.strip() == name and value.strip().strip("'\""):
+            return True
+    return False

@@ -1,0 +1,215 @@
+"""``agent prepare`` and ``agent run``: seed the data dir, link plugins, supervise the gateway."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hermes_runtime.agent.gateway import gateway_command, gateway_env
+from hermes_runtime.agent.metrics import AgentMetrics
+from hermes_runtime.agent.seed import SeedResult, seed_config, seed_soul
+from hermes_runtime.agent.settings import AgentSettings
+from hermes_runtime.agent.supervisor import Supervisor
+from hermes_runtime.common.errors import RuntimeFailure
+from hermes_runtime.common.logs import log_event
+from hermes_runtime.plugins import GatewayRestarter, LinkReport, link_plugins, watch
+
+
+@dataclass
+class PrepareReport:
+    """What ``prepare`` did; ``plugins`` is ``None`` when there is no plugin spec file."""
+
+    config: SeedResult
+    soul: SeedResult
+    plugins: LinkReport | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.plugins is None or self.plugins.ok
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "config": self.config.as_dict(),
+            "soul": self.soul.as_dict(),
+            "plugins": _link_report_dict(self.plugins),
+            "notes": self.notes,
+        }
+
+
+def _link_report_dict(report: LinkReport | None) -> Any:
+    if report is None:
+        return None
+    return {"ok": report.ok, "results": [dataclasses.asdict(r) for r in report.results]}
+
+
+def ensure_data_dir(settings: AgentSettings) -> None:
+    """The data dir must exist and be writable: it is a PVC, never created by us at its root."""
+    data_dir = settings.data_dir
+    if not data_dir.is_dir():
+        raise RuntimeFailure(f"data dir {data_dir} (HERMES_HOME) does not exist or is no directory")
+    if not os.access(data_dir, os.W_OK | os.X_OK):
+        raise RuntimeFailure(
+            f"data dir {data_dir} (HERMES_HOME) is not writable by UID {os.getuid()}: "
+            "set the pod's fsGroup so the volume is group-writable"
+        )
+    settings.state_dir.mkdir(mode=0o750, exist_ok=True)
+    settings.home_dir.mkdir(mode=0o750, exist_ok=True)
+
+
+def prepare(settings: AgentSettings) -> PrepareReport:
+    """Seed ``config.yaml``/``SOUL.md`` (keeping user edits) and link the plugins."""
+    ensure_data_dir(settings)
+    report = PrepareReport(
+        config=seed_config(
+            settings.seed_config, settings.data_dir / "config.yaml", settings.state_dir
+        ),
+        soul=seed_soul(settings.seed_soul, settings.data_dir / "SOUL.md", settings.state_dir),
+    )
+    spec = settings.plugin_spec
+    if spec is not None and spec.exists():
+        report.plugins = link_plugins(
+            settings.data_dir, spec, wait_seconds=settings.plugin_wait_seconds
+        )
+    elif spec is not None:
+        report.notes.append(f"plugin spec {spec} does not exist: no plugins linked")
+    log_event("agent.prepare", **report.as_dict())
+    return report
+
+
+def run_agent(settings: AgentSettings, metrics: AgentMetrics | None = None) -> int:
+    """Prepare, then run the gateway in the foreground until SIGTERM/SIGINT; return its status.
+
+    Side jobs run on daemon threads while the gateway runs: ``/metrics``, the plugin watcher
+    (graceful gateway restart when a plugin's commit or the spec changes) and the secrets file
+    watcher (restart when Vault renders new values, so the gateway sees them in its env).
+    """
+    metrics = metrics or AgentMetrics()
+    report = prepare(settings)
+    if report.plugins is not None:
+        metrics.record_link_report(report.plugins)
+    gateway_env(settings)  # fail now, with a clear message, rather than in a restart loop
+    supervisor = Supervisor(
+        gateway_command(),
+        lambda: gateway_env(settings),
+        stop_timeout=settings.stop_timeout,
+        metrics=metrics,
+        cwd=settings.data_dir,
+    )
+    supervisor.install_signal_handlers()
+    stop = threading.Event()
+    with (
+        _metrics_server(metrics, settings),
+        _side_jobs(settings, supervisor, metrics, report, stop),
+    ):
+        status = supervisor.run()
+    log_event("agent.run.exit", status=status)
+    return status
+
+
+@contextlib.contextmanager
+def _metrics_server(metrics: AgentMetrics, settings: AgentSettings) -> Iterator[None]:
+    if settings.metrics_port == 0:  # 0 disables the endpoint
+        yield
+        return
+    try:
+        server = metrics.serve(settings.metrics_port, settings.metrics_host)
+    except OSError as exc:
+        raise RuntimeFailure(
+            f"cannot serve metrics on port {settings.metrics_port} "
+            f"(HERMES_RUNTIME_METRICS_PORT): {exc.strerror}"
+        ) from exc
+    try:
+        yield
+    finally:
+        server.shutdown()
+
+
+@contextlib.contextmanager
+def _side_jobs(
+    settings: AgentSettings,
+    supervisor: Supervisor,
+    metrics: AgentMetrics,
+    report: PrepareReport,
+    stop: threading.Event,
+) -> Iterator[None]:
+    threads = []
+    spec = settings.plugin_spec
+    if spec is not None:
+        threads.append(_start(_watch_plugins, settings, spec, supervisor, metrics, report, stop))
+    if settings.secrets_env is not None:
+        threads.append(_start(_watch_secrets, settings.secrets_env, supervisor, stop, settings))
+    try:
+        yield
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=5)
+
+
+def _start(target: Any, *args: Any) -> threading.Thread:
+    thread = threading.Thread(target=target, args=args, name=target.__name__, daemon=True)
+    thread.start()
+    return thread
+
+
+def _watch_plugins(
+    settings: AgentSettings,
+    spec: Path,
+    supervisor: Supervisor,
+    metrics: AgentMetrics,
+    report: PrepareReport,
+    stop: threading.Event,
+) -> None:
+    """Hand the plugins package's watcher a restarter aimed at the child we supervise."""
+
+    def child_pid() -> int:
+        child = supervisor.child
+        if child is None or child.poll() is not None:
+            raise RuntimeFailure("the gateway is not running, nothing to restart")
+        return child.pid
+
+    restarter = GatewayRestarter(settings.data_dir, pid=child_pid)
+
+    def on_change(link_report: LinkReport) -> None:
+        metrics.record_link_report(link_report)
+        restarter(link_report)
+        metrics.gateway_restarts.labels(reason="plugins-changed").inc()
+
+    watch(
+        settings.data_dir,
+        spec,
+        on_change,
+        stop,
+        interval=min(settings.watch_interval, 1.0),
+        baseline=report.plugins,
+    )
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _watch_secrets(
+    path: Path, supervisor: Supervisor, stop: threading.Event, settings: AgentSettings
+) -> None:
+    """Restart the gateway when the rendered secrets file changes (its env is read at start)."""
+    last = _digest(path)
+    while not stop.wait(settings.watch_interval):
+        current = _digest(path)
+        if current is not None and current != last:
+            log_event("agent.secrets.changed", file=str(path))
+            supervisor.request_restart("secrets-changed")
+        if current is not None:
+            last = current

@@ -1,0 +1,81 @@
+"""The agent entrypoint's settings: one dataclass, filled from the environment the chart sets."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from hermes_runtime.common.errors import RuntimeFailure
+
+DEFAULT_DATA_DIR = Path("/opt/data")
+DEFAULT_METRICS_PORT = 9090
+DEFAULT_API_PORT = 8642
+DEFAULT_STOP_TIMEOUT = 25.0  # below Kubernetes' default 30 s grace period
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """Where things are and how to run the gateway; see docs in ``from_env``."""
+
+    data_dir: Path = DEFAULT_DATA_DIR
+    plugin_spec: Path | None = None
+    seed_config: Path | None = None
+    seed_soul: Path | None = None
+    secrets_env: Path | None = None
+    metrics_port: int = DEFAULT_METRICS_PORT
+    metrics_host: str = "0.0.0.0"
+    api_host: str = "0.0.0.0"
+    api_port: int = DEFAULT_API_PORT
+    stop_timeout: float = DEFAULT_STOP_TIMEOUT
+    plugin_wait_seconds: float = 0.0
+    watch_interval: float = 5.0
+
+    @property
+    def state_dir(self) -> Path:
+        """Where the entrypoint keeps its own records (last seeds applied)."""
+        return self.data_dir / ".hermes-runtime"
+
+    @property
+    def home_dir(self) -> Path:
+        """``$HOME`` for the gateway: writable and persistent even on a read-only root."""
+        return self.data_dir / "home"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> AgentSettings:
+        """Read the env the chart sets; an unset or empty variable means the default.
+
+        ``HERMES_HOME``, ``HERMES_RUNTIME_PLUGIN_SPEC``, ``HERMES_RUNTIME_SEED_CONFIG``,
+        ``HERMES_RUNTIME_SEED_SOUL``, ``HERMES_RUNTIME_SECRETS_ENV``,
+        ``HERMES_RUNTIME_METRICS_PORT``, ``API_SERVER_HOST`` and ``API_SERVER_PORT``.
+        """
+        env = os.environ if env is None else env
+
+        def path(name: str) -> Path | None:
+            value = env.get(name, "").strip()
+            return Path(value) if value else None
+
+        return cls(
+            data_dir=path("HERMES_HOME") or DEFAULT_DATA_DIR,
+            plugin_spec=path("HERMES_RUNTIME_PLUGIN_SPEC"),
+            seed_config=path("HERMES_RUNTIME_SEED_CONFIG"),
+            seed_soul=path("HERMES_RUNTIME_SEED_SOUL"),
+            secrets_env=path("HERMES_RUNTIME_SECRETS_ENV"),
+            metrics_port=_port(env, "HERMES_RUNTIME_METRICS_PORT", DEFAULT_METRICS_PORT),
+            api_host=env.get("API_SERVER_HOST", "").strip() or "0.0.0.0",
+            api_port=_port(env, "API_SERVER_PORT", DEFAULT_API_PORT),
+        )
+
+
+def _port(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise RuntimeFailure(f"{name}={raw!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise RuntimeFailure(f"{name}={value} is outside 0-65535")
+    return value

@@ -1,0 +1,181 @@
+"""Run the Hermes gateway as a child process: forward signals, stop gracefully, restart on request.
+
+Why a child process and not an in-process call: the gateway owns its event loop, its signal
+handlers and its own restart protocol (exit code 75 = "restart me", as systemd's
+``RestartForceExitStatus``); restarting it cleanly after a plugin or secret change needs a fresh
+interpreter anyway. The supervisor stays small and single-threaded in its loop: signal handlers
+and other threads only set flags that the loop polls, so no lock is ever taken in a handler.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from hermes_runtime.agent.metrics import AgentMetrics
+from hermes_runtime.common.logs import log_event
+
+GATEWAY_RESTART_EXIT_CODE = 75  # gateway/restart.py GATEWAY_SERVICE_RESTART_EXIT_CODE
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    kind: str  # exited | restart | stop
+    code: int = 0
+    reason: str = ""
+    signum: int = signal.SIGTERM
+
+
+def exit_status(returncode: int) -> int:
+    """A shell-style exit status: a child killed by signal N becomes 128 + N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class Supervisor:
+    """Keeps one gateway child running until a stop signal; see ``run``."""
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        env_factory: Callable[[], Mapping[str, str]],
+        *,
+        stop_timeout: float = 25.0,
+        metrics: AgentMetrics | None = None,
+        cwd: Path | None = None,
+        poll_interval: float = 0.1,
+        restart_exit_codes: Sequence[int] = (GATEWAY_RESTART_EXIT_CODE,),
+        restart_signal: int = signal.SIGUSR1,
+    ) -> None:
+        self._command = list(command)
+        self._env_factory = env_factory
+        self._stop_timeout = stop_timeout
+        self._metrics = metrics
+        self._cwd = cwd
+        self._poll_interval = poll_interval
+        self._restart_exit_codes = set(restart_exit_codes)
+        self._restart_signal = restart_signal
+        self._restart_lock = threading.Lock()
+        self._restart_reasons: list[str] = []
+        self._stop_signal: int | None = None  # set from signal handlers: plain attribute only
+        self._hangup = False
+        self.child: subprocess.Popen[bytes] | None = None
+
+    # -- requests (any thread / signal handler) ------------------------------------------------
+    def request_restart(self, reason: str) -> None:
+        """Ask for a graceful restart of the gateway child (plugins changed, secrets rotated).
+
+        The child gets ``restart_signal`` (SIGUSR1: Hermes drains its turns and exits 75), is
+        killed after ``stop_timeout`` if it has not exited, and a new child is started.
+        """
+        with self._restart_lock:
+            self._restart_reasons.append(reason)
+
+    def request_stop(self, signum: int = signal.SIGTERM) -> None:
+        """Stop: forward ``signum`` to the gateway, wait for it, then return its exit status."""
+        self._stop_signal = signum
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM/SIGINT stop the gateway gracefully; SIGHUP restarts it (main thread only)."""
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, lambda s, _f: self.request_stop(s))
+        signal.signal(signal.SIGHUP, lambda _s, _f: setattr(self, "_hangup", True))
+
+    # -- the loop --------------------------------------------------------------------------------
+    def run(self) -> int:
+        """Run the gateway until it exits for good or a stop is requested; return its status.
+
+        A child exit with a restart code (75), or a restart request, starts a new child; any
+        other exit ends the loop with the child's status, so Kubernetes sees real crashes.
+        """
+        while True:
+            if self._stop_signal is not None:
+                return 128 + self._stop_signal
+            child = self._spawn()
+            outcome = self._wait(child)
+            if outcome.kind == "stop":
+                return self._terminate(child, outcome.signum)
+            if outcome.kind == "restart":
+                self._terminate(child, self._restart_signal)
+                self._count_restart(outcome.reason)
+                continue
+            if outcome.code in self._restart_exit_codes and self._stop_signal is None:
+                self._count_restart("gateway-requested")
+                continue
+            log_event("agent.gateway.exited", status=outcome.code)
+            return outcome.code
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        env = dict(self._env_factory())
+        # A new session: a terminal's Ctrl+C reaches only the supervisor, which forwards it once.
+        child = subprocess.Popen(self._command, env=env, cwd=self._cwd, start_new_session=True)
+        self.child = child
+        log_event("agent.gateway.start", pid=child.pid, command=self._command[:6])
+        if self._metrics is not None:
+            self._metrics.gateway_starts.inc()
+            self._metrics.gateway_up.set(1)
+        return child
+
+    def _wait(self, child: subprocess.Popen[bytes]) -> _Outcome:
+        while True:
+            returncode = child.poll()
+            if returncode is not None:
+                self._mark_down()
+                return _Outcome("exited", code=exit_status(returncode))
+            if self._stop_signal is not None:
+                return _Outcome("stop", signum=self._stop_signal)
+            reason = self._pop_restart_reason()
+            if reason is not None:
+                return _Outcome("restart", reason=reason)
+            time.sleep(self._poll_interval)
+
+    def _pop_restart_reason(self) -> str | None:
+        if self._hangup:
+            self._hangup = False
+            return "sighup"
+        with self._restart_lock:
+            if not self._restart_reasons:
+                return None
+            reasons = ", ".join(dict.fromkeys(self._restart_reasons))
+            self._restart_reasons.clear()
+            return reasons
+
+    def _terminate(self, child: subprocess.Popen[bytes], signum: int) -> int:
+        """Forward ``signum``; after ``stop_timeout`` kill the child's whole process group."""
+        log_event("agent.gateway.stop", pid=child.pid, signal=signal.Signals(signum).name)
+        with contextlib.suppress(ProcessLookupError):
+            child.send_signal(signum)
+        deadline = time.monotonic() + self._stop_timeout
+        forwarded = signum
+        while child.poll() is None and time.monotonic() < deadline:
+            # A second stop signal while waiting is forwarded too (e.g. an impatient Ctrl+C).
+            if self._stop_signal is not None and self._stop_signal != forwarded:
+                forwarded = self._stop_signal
+                with contextlib.suppress(ProcessLookupError):
+                    child.send_signal(forwarded)
+            time.sleep(self._poll_interval)
+        if child.poll() is None:
+            log_event("agent.gateway.kill", pid=child.pid, after_seconds=self._stop_timeout)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+        self._mark_down()
+        status = exit_status(child.returncode)
+        log_event("agent.gateway.stopped", pid=child.pid, status=status)
+        return status
+
+    def _mark_down(self) -> None:
+        if self._metrics is not None:
+            self._metrics.gateway_up.set(0)
+
+    def _count_restart(self, reason: str) -> None:
+        log_event("agent.gateway.restart", reason=reason)
+        if self._metrics is not None:
+            self._metrics.gateway_restarts.labels(reason=reason).inc()

@@ -1,0 +1,90 @@
+"""`hermes-runtime agent prepare|run`: the agent image's entrypoint.
+
+Every option defaults to the environment variable the chart sets (see
+``AgentSettings.from_env``), so the image's ``CMD`` is just ``hermes-runtime agent run``.
+This module only parses arguments and calls :mod:`hermes_runtime.agent`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from hermes_runtime.agent import AgentSettings, prepare, run_agent
+from hermes_runtime.cli._shared import add_group, print_json
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data-dir", type=Path, help="HERMES_HOME (default: $HERMES_HOME or /opt/data)"
+    )
+    parser.add_argument(
+        "--plugin-spec", type=Path, help="plugins.yaml ($HERMES_RUNTIME_PLUGIN_SPEC)"
+    )
+    parser.add_argument(
+        "--seed-config", type=Path, help="config seed ($HERMES_RUNTIME_SEED_CONFIG)"
+    )
+    parser.add_argument("--seed-soul", type=Path, help="SOUL.md seed ($HERMES_RUNTIME_SEED_SOUL)")
+    parser.add_argument(
+        "--plugin-wait-seconds",
+        type=float,
+        default=0.0,
+        help="wait this long for git-sync's first checkout of each plugin",
+    )
+
+
+def _settings(args: argparse.Namespace) -> AgentSettings:
+    """Environment defaults, overridden by whichever options were given."""
+    overrides: dict[str, Any] = {
+        "data_dir": args.data_dir,
+        "plugin_spec": args.plugin_spec,
+        "seed_config": args.seed_config,
+        "seed_soul": args.seed_soul,
+        "plugin_wait_seconds": args.plugin_wait_seconds,
+        "secrets_env": getattr(args, "secrets_env", None),
+        "metrics_port": getattr(args, "metrics_port", None),
+        "api_port": getattr(args, "api_port", None),
+        "stop_timeout": getattr(args, "stop_timeout", None),
+    }
+    given = {key: value for key, value in overrides.items() if value is not None}
+    return dataclasses.replace(AgentSettings.from_env(), **given)
+
+
+def handle_prepare(args: argparse.Namespace) -> int:
+    report = prepare(_settings(args))
+    if args.json:
+        print_json(report.as_dict())
+    return 0 if report.ok or not args.strict else 1
+
+
+def handle_run(args: argparse.Namespace) -> int:
+    return run_agent(_settings(args))
+
+
+def register(subparsers: Any) -> None:
+    verbs = add_group(subparsers, "agent", "The agent image's entrypoint: seed, link, run Hermes.")
+    prep = verbs.add_parser(
+        "prepare", help="seed config.yaml/SOUL.md (keeping user edits) and link plugins"
+    )
+    _add_common(prep)
+    prep.add_argument("--json", action="store_true", help="print the report as JSON")
+    prep.add_argument("--strict", action="store_true", help="exit 1 when a plugin fails to link")
+    prep.set_defaults(handler=handle_prepare)
+
+    run = verbs.add_parser(
+        "run", help="prepare, then run the Hermes gateway (API server) in the foreground"
+    )
+    _add_common(run)
+    run.add_argument(
+        "--secrets-env", type=Path, help="env file for the gateway ($HERMES_RUNTIME_SECRETS_ENV)"
+    )
+    run.add_argument(
+        "--metrics-port",
+        type=int,
+        help="Prometheus port, 0 disables ($HERMES_RUNTIME_METRICS_PORT)",
+    )
+    run.add_argument("--api-port", type=int, help="Hermes API server port ($API_SERVER_PORT, 8642)")
+    run.add_argument("--stop-timeout", type=float, help="seconds to wait for a graceful stop (25)")
+    run.set_defaults(handler=handle_run)

@@ -1,0 +1,156 @@
+"""The gateway supervisor with real child processes: exit codes, restarts, graceful stop."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from hermes_runtime.agent import AgentMetrics, Supervisor
+
+# A child that records each start, exits with a scripted status per start, and on SIGTERM or
+# SIGUSR1 exits with the code a test asks for (or ignores it).
+CHILD = r"""
+import os, signal, sys, time
+log, plan = sys.argv[1], sys.argv[2].split(",")
+with open(log, "a") as fh:
+    fh.write(f"{os.getpid()}\n")
+starts = sum(1 for _ in open(log))
+action = plan[min(starts, len(plan)) - 1]
+def on_term(signum, frame):
+    with open(log + ".signals", "a") as fh:
+        fh.write(f"{signum}\n")
+    if os.environ.get("IGNORE_TERM") != "1":
+        sys.exit(int(os.environ.get("TERM_EXIT", "0")))
+signal.signal(signal.SIGTERM, on_term)
+signal.signal(signal.SIGUSR1, lambda s, f: sys.exit(75))
+if action != "run":
+    sys.exit(int(action))
+while True:
+    time.sleep(0.05)
+"""
+
+
+def make_supervisor(
+    tmp_path: Path, plan: str, metrics: AgentMetrics | None = None, **env: str
+) -> tuple[Supervisor, Path]:
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    log = tmp_path / "starts.log"
+    child_env = {**os.environ, **env}
+    supervisor = Supervisor(
+        [sys.executable, str(script), str(log), plan],
+        lambda: child_env,
+        stop_timeout=2.0,
+        metrics=metrics,
+        poll_interval=0.02,
+    )
+    return supervisor, log
+
+
+def starts(log: Path) -> int:
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def wait_for(predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+def run_in_thread(supervisor: Supervisor) -> tuple[threading.Thread, list[int]]:
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(supervisor.run()), daemon=True)
+    thread.start()
+    return thread, result
+
+
+def test_a_crash_exit_code_is_propagated(tmp_path: Path) -> None:
+    supervisor, log = make_supervisor(tmp_path, "3")
+    assert supervisor.run() == 3
+    assert starts(log) == 1
+
+
+def test_exit_75_means_restart_me(tmp_path: Path) -> None:
+    metrics = AgentMetrics()
+    supervisor, log = make_supervisor(tmp_path, "75,75,0", metrics)
+    assert supervisor.run() == 0
+    assert starts(log) == 3
+    restarts = metrics.registry.get_sample_value(
+        "hermes_runtime_gateway_restarts_total", {"reason": "gateway-requested"}
+    )
+    assert restarts == 2
+    assert metrics.registry.get_sample_value("hermes_runtime_gateway_starts_total") == 3
+
+
+def test_request_restart_replaces_the_child_gracefully(tmp_path: Path) -> None:
+    metrics = AgentMetrics()
+    supervisor, log = make_supervisor(tmp_path, "run", metrics)
+    thread, result = run_in_thread(supervisor)
+    wait_for(lambda: starts(log) == 1)
+    first_pid = supervisor.child.pid if supervisor.child else None
+    supervisor.request_restart("secrets-changed")
+    wait_for(lambda: starts(log) == 2)
+    assert supervisor.child is not None and supervisor.child.pid != first_pid
+    assert (
+        metrics.registry.get_sample_value(
+            "hermes_runtime_gateway_restarts_total", {"reason": "secrets-changed"}
+        )
+        == 1
+    )
+    supervisor.request_stop(signal.SIGTERM)
+    thread.join(10)
+    assert result == [0]
+
+
+def test_stop_forwards_sigterm_and_returns_the_child_status(tmp_path: Path) -> None:
+    supervisor, log = make_supervisor(tmp_path, "run", TERM_EXIT="0")
+    thread, result = run_in_thread(supervisor)
+    wait_for(lambda: starts(log) == 1)
+    supervisor.request_stop(signal.SIGTERM)
+    thread.join(10)
+    assert result == [0]
+    assert (tmp_path / "starts.log.signals").read_text().split() == [str(int(signal.SIGTERM))]
+    assert starts(log) == 1
+
+
+def test_a_child_that_ignores_sigterm_is_killed_after_the_timeout(tmp_path: Path) -> None:
+    supervisor, log = make_supervisor(tmp_path, "run", IGNORE_TERM="1")
+    thread, result = run_in_thread(supervisor)
+    wait_for(lambda: starts(log) == 1)
+    began = time.monotonic()
+    supervisor.request_stop(signal.SIGTERM)
+    thread.join(15)
+    assert result == [128 + signal.SIGKILL]
+    assert time.monotonic() - began >= 2.0
+
+
+def test_signals_to_the_supervisor_process_are_forwarded(tmp_path: Path) -> None:
+    """The real path: SIGTERM to the supervisor's own process (as catatonit/kubelet sends)."""
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    runner = tmp_path / "runner.py"
+    runner.write_text(
+        "import os, sys\n"
+        "from hermes_runtime.agent import Supervisor\n"
+        f"s = Supervisor([sys.executable, {str(script)!r}, {str(tmp_path / 'starts.log')!r},"
+        " 'run'], lambda: {**os.environ, 'TERM_EXIT': '0'}, stop_timeout=5, poll_interval=0.02)\n"
+        "s.install_signal_handlers()\n"
+        "sys.exit(s.run())\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(runner)])
+    log = tmp_path / "starts.log"
+    wait_for(lambda: starts(log) == 1)
+    proc.send_signal(signal.SIGHUP)  # SIGHUP: restart the gateway
+    wait_for(lambda: starts(log) == 2)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(15) == 0
+    child_pids = [int(p) for p in log.read_text().split()]
+    assert len(set(child_pids)) == 2
+    for pid in child_pids:
+        assert not Path(f"/proc/{pid}").exists(), f"gateway child {pid} outlived the supervisor"
