@@ -102,9 +102,7 @@ class Manifest:
         return [obj for obj in self.objects if obj["kind"] == kind]
 
     def one(self, kind: str, name: str | None = None) -> dict:
-        matches = [
-            obj for obj in self.all(kind) if name is None or obj["metadata"]["name"] == name
-        ]
+        matches = [obj for obj in self.all(kind) if name is None or obj["metadata"]["name"] == name]
         assert len(matches) == 1, f"expected one {kind} {name or ''}, got {len(matches)}"
         return matches[0]
 

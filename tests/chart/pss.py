@@ -37,7 +37,9 @@ SAFE_SYSCTLS = frozenset(
         "net.ipv4.tcp_keepalive_probes",
     }
 )
-SELINUX_TYPES = frozenset({"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"})
+SELINUX_TYPES = frozenset(
+    {"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
+)
 SECCOMP_OK = frozenset({"RuntimeDefault", "Localhost"})
 APPARMOR_OK_TYPES = frozenset({"RuntimeDefault", "Localhost"})
 APPARMOR_PREFIX = "container.apparmor.security.beta.kubernetes.io/"
@@ -71,7 +73,9 @@ def _volumes(pod: Mapping[str, Any]) -> list[str]:
 
 def _sysctls(pod: Mapping[str, Any]) -> list[str]:
     sysctls = (pod.get("securityContext") or {}).get("sysctls") or []
-    return [f"sysctl {s.get('name')} is not safe" for s in sysctls if s.get("name") not in SAFE_SYSCTLS]
+    return [
+        f"sysctl {s.get('name')} is not safe" for s in sysctls if s.get("name") not in SAFE_SYSCTLS
+    ]
 
 
 def _selinux(where: str, context: Mapping[str, Any]) -> list[str]:

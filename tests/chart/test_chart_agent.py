@@ -1,0 +1,212 @@
+"""The agent pod: one writer, the contracts' env and mounts, seeds, secrets, probes."""
+
+from __future__ import annotations
+
+import base64
+
+import yaml
+from chartkit import FULLNAME, container_names, env_map, render
+
+LLM = {"llm": {"baseUrl": "http://llm:8000/v1", "model": "m1", "existingSecret": "llm-key"}}
+
+
+def test_single_writer_deployment() -> None:
+    deployment = render().deployment
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+
+
+def test_data_pvc_kept_on_uninstall_and_mounted_at_opt_data() -> None:
+    manifest = render({"persistence": {"size": "3Gi", "storageClass": "fast"}})
+    pvc = manifest.one("PersistentVolumeClaim", f"{FULLNAME}-data")
+    assert pvc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "3Gi"
+    assert pvc["spec"]["storageClassName"] == "fast"
+    volumes = {v["name"]: v for v in manifest.agent_pod["volumes"]}
+    assert volumes["data"]["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"]
+    mounts = {m["mountPath"]: m["name"] for m in manifest.container("agent")["volumeMounts"]}
+    assert mounts["/opt/data"] == "data"
+
+
+def test_existing_claim_replaces_the_chart_pvc() -> None:
+    manifest = render({"persistence": {"existingClaim": "my-data"}})
+    names = [p["metadata"]["name"] for p in manifest.all("PersistentVolumeClaim")]
+    assert f"{FULLNAME}-data" not in names
+    volumes = {v["name"]: v for v in manifest.agent_pod["volumes"]}
+    assert volumes["data"]["persistentVolumeClaim"]["claimName"] == "my-data"
+
+
+def test_agent_container_follows_the_entrypoint_contract() -> None:
+    manifest = render({**LLM, "hermes": {"soul": "Be kind."}})
+    agent = manifest.container("agent")
+    assert agent["command"] == ["hermes-runtime"]
+    assert agent["args"] == ["agent", "run"]
+    env = env_map(agent)
+    assert env["HERMES_HOME"] == "/opt/data"
+    assert env["HERMES_RUNTIME_PLUGIN_SPEC"] == "/etc/hermes-runtime/plugins.yaml"
+    assert env["HERMES_RUNTIME_SEED_CONFIG"] == "/etc/hermes-runtime/config.yaml"
+    assert env["HERMES_RUNTIME_SEED_SOUL"] == "/etc/hermes-runtime/SOUL.md"
+    assert env["HERMES_RUNTIME_METRICS_PORT"] == "9090"
+    assert env["API_SERVER_ENABLED"] == "true"
+    assert env["API_SERVER_HOST"] == "0.0.0.0"
+    assert env["API_SERVER_PORT"] == "8642"
+    assert env["LLM_API_KEY"] == {"secretKeyRef": {"name": "llm-key", "key": "api-key"}}
+    assert "SOUL.md" in manifest.one("ConfigMap")["data"]
+
+
+def test_writable_volumes_are_exactly_data_tmp_and_in_memory_secrets() -> None:
+    manifest = render()
+    mounts = {m["mountPath"]: m for m in manifest.container("agent")["volumeMounts"]}
+    assert set(mounts) == {"/opt/data", "/tmp", "/run/hermes/secrets", "/etc/hermes-runtime"}
+    assert mounts["/etc/hermes-runtime"]["readOnly"] is True
+    volumes = {v["name"]: v for v in manifest.agent_pod["volumes"]}
+    assert volumes["secrets"]["emptyDir"]["medium"] == "Memory"
+    assert "emptyDir" in volumes["tmp"]
+    assert volumes["seed"]["configMap"]["name"] == FULLNAME
+
+
+def test_probes_hit_health_on_the_api_port() -> None:
+    agent = render({"apiServer": {"port": 9000}}).container("agent")
+    ports = {p["name"]: p["containerPort"] for p in agent["ports"]}
+    assert ports == {"http": 9000, "metrics": 9090}
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert agent[probe]["httpGet"] == {"path": "/health", "port": "http"}
+    assert env_map(agent)["API_SERVER_PORT"] == "9000"
+
+
+def test_seed_config_sets_the_model_provider_and_lcm_without_secrets() -> None:
+    manifest = render(
+        {
+            **LLM,
+            "lcm": {"contextThreshold": 0.6, "freshTailCount": 10},
+            "hermes": {"config": {"agent": {"max_turns": 7}, "context": {"extra": 1}}},
+        }
+    )
+    config = yaml.safe_load(manifest.configmap_file("config.yaml"))
+    assert config["model"] == {
+        "provider": "custom",
+        "base_url": "http://llm:8000/v1",
+        "default": "m1",
+        "api_key": "${LLM_API_KEY}",
+    }
+    assert config["context"] == {"engine": "lcm", "extra": 1}
+    assert config["lcm"]["context_threshold"] == 0.6
+    assert config["lcm"]["fresh_tail_count"] == 10
+    assert "lcm" in config["plugins"]["enabled"]
+    assert config["agent"] == {"max_turns": 7}
+
+
+def test_lcm_off_selects_hermes_compressor() -> None:
+    config = yaml.safe_load(render({"lcm": {"enabled": False}}).configmap_file("config.yaml"))
+    assert config["context"]["engine"] == "compressor"
+    assert "lcm" not in config
+
+
+def test_api_key_prefers_an_existing_secret() -> None:
+    manifest = render({"apiServer": {"existingSecret": "my-api", "existingSecretKey": "token"}})
+    assert not manifest.has("Secret")
+    env = env_map(manifest.container("agent"))
+    assert env["API_SERVER_KEY"] == {"secretKeyRef": {"name": "my-api", "key": "token"}}
+
+
+def test_api_key_value_goes_to_a_secret_never_a_configmap() -> None:
+    key = "a-very-long-api-key-0123456789"
+    manifest = render({"apiServer": {"key": key}})
+    secret = manifest.one("Secret")
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert base64.b64decode(secret["data"]["api-key"]).decode() == key
+    assert key not in str(manifest.all("ConfigMap"))
+    assert key not in str(manifest.deployment)
+    env = env_map(manifest.container("agent"))
+    assert env["API_SERVER_KEY"]["secretKeyRef"]["name"] == secret["metadata"]["name"]
+
+
+def test_no_key_given_generates_one_strong_enough_for_hermes() -> None:
+    secret = render().one("Secret")
+    key = base64.b64decode(secret["data"]["api-key"]).decode()
+    assert len(key) >= 16  # Hermes refuses API_SERVER_KEY shorter than 16 characters
+
+
+def test_config_checksum_restarts_the_pod_when_seeds_change() -> None:
+    def checksum(values: dict) -> str:
+        annotations = render(values).deployment["spec"]["template"]["metadata"]["annotations"]
+        return annotations["checksum/config"]
+
+    assert checksum({}) != checksum({"hermes": {"soul": "Different."}})
+    assert checksum({}) == checksum({"backup": {"schedule": "1 1 * * *"}})
+
+
+def test_image_tag_defaults_to_app_version_and_digest_wins() -> None:
+    assert render().container("agent")["image"] == "hermes-runtime/agent:0.1.0"
+    digest = "sha256:" + "a" * 64
+    image = {"registry": "reg.example", "tag": "9.9", "digest": digest}
+    assert render({"image": image}).container("agent")["image"] == (
+        f"reg.example/hermes-runtime/agent@{digest}"
+    )
+
+
+def test_service_account_token_not_mounted_by_default() -> None:
+    manifest = render()
+    assert manifest.agent_pod["automountServiceAccountToken"] is False
+    assert manifest.one("ServiceAccount")["automountServiceAccountToken"] is False
+    assert manifest.agent_pod["serviceAccountName"] == FULLNAME
+
+
+def test_service_exposes_api_and_metrics_to_the_agent_pod() -> None:
+    manifest = render()
+    service = manifest.one("Service")
+    ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
+    assert ports == {"http": 8642, "metrics": 9090}
+    pod_labels = manifest.deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+
+
+def test_service_monitor_and_pdb_are_opt_in() -> None:
+    default = render()
+    assert not default.has("ServiceMonitor") and not default.has("PodDisruptionBudget")
+    manifest = render(
+        {
+            "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
+            "podDisruptionBudget": {"enabled": True},
+        }
+    )
+    monitor = manifest.one("ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    assert manifest.one("PodDisruptionBudget")["spec"]["maxUnavailable"] == 0
+
+
+def test_extra_env_volumes_and_containers() -> None:
+    sidecar = {"name": "shell", "image": "busybox", "securityContext": {}}
+    manifest = render(
+        {
+            "extraEnv": [{"name": "TEAM", "value": "blue"}],
+            "env": [{"name": "ONLY_AGENT", "value": "1"}],
+            "envFrom": [{"configMapRef": {"name": "more"}}],
+            "extraVolumes": [{"name": "extra", "emptyDir": {}}],
+            "extraVolumeMounts": [{"name": "extra", "mountPath": "/extra"}],
+            "extraContainers": [sidecar],
+            "plugins": [{"name": "weather", "repo": "https://git.example.com/w.git"}],
+        }
+    )
+    agent = manifest.container("agent")
+    assert env_map(agent)["TEAM"] == "blue"
+    assert env_map(agent)["ONLY_AGENT"] == "1"
+    assert agent["envFrom"] == [{"configMapRef": {"name": "more"}}]
+    assert {"name": "extra", "mountPath": "/extra"} in agent["volumeMounts"]
+    assert {"name": "extra", "emptyDir": {}} in manifest.agent_pod["volumes"]
+    assert "shell" in container_names(manifest.agent_pod)
+    backup_pod = manifest.one("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert env_map(backup_pod["containers"][0])["TEAM"] == "blue"
+    assert "ONLY_AGENT" not in env_map(backup_pod["containers"][0])
+
+
+def test_helm_test_pod_checks_health_and_metrics() -> None:
+    pod = render().one("Pod")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    args = pod["spec"]["containers"][0]["args"]
+    assert args == [
+        f"http://{FULLNAME}:8642/health",
+        f"http://{FULLNAME}:9090/metrics",
+    ]
+    assert pod["metadata"]["labels"][f"{FULLNAME}-client"] == "true"

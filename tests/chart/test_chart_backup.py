@@ -1,0 +1,184 @@
+"""Backups: the CronJob beside a ReadWriteOnce volume, the sidecar mode, targets, restore."""
+
+from __future__ import annotations
+
+import shlex
+
+from chartkit import FULLNAME, container_names, env_map, render
+
+S3 = {
+    "backup": {
+        "target": {
+            "type": "s3",
+            "s3": {
+                "bucket": "hermes-bkp",
+                "prefix": "/team/a/",
+                "endpoint": "http://seaweedfs:8333",
+                "region": "eu-west-1",
+                "existingSecret": "s3-creds",
+            },
+        }
+    }
+}
+
+
+def _cron_pod(values: dict | None = None) -> dict:
+    cron = render(values).one("CronJob")
+    return cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+
+
+def _script(container: dict) -> str:
+    assert container["command"][:2] == ["/bin/sh", "-c"]
+    return container["command"][2]
+
+
+def test_cronjob_settings_come_from_values() -> None:
+    values = {
+        "backup": {
+            "schedule": "5 4 * * *",
+            "timeZone": "Europe/Paris",
+            "concurrencyPolicy": "Replace",
+            "successfulJobsHistoryLimit": 1,
+            "failedJobsHistoryLimit": 5,
+        }
+    }
+    spec = render(values).one("CronJob")["spec"]
+    assert spec["schedule"] == "5 4 * * *"
+    assert spec["timeZone"] == "Europe/Paris"
+    assert spec["concurrencyPolicy"] == "Replace"
+    assert spec["successfulJobsHistoryLimit"] == 1
+    assert spec["failedJobsHistoryLimit"] == 5
+
+
+def test_cronjob_follows_the_agent_to_its_node_for_read_write_once() -> None:
+    manifest = render()
+    pod = manifest.one("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    terms = pod["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert len(terms) == 1
+    assert terms[0]["topologyKey"] == "kubernetes.io/hostname"
+    agent_labels = manifest.deployment["spec"]["template"]["metadata"]["labels"]
+    selector = terms[0]["labelSelector"]["matchLabels"]
+    assert selector.items() <= agent_labels.items()
+    backup_labels = manifest.one("CronJob")["spec"]["jobTemplate"]["spec"]["template"]
+    assert not selector.items() <= backup_labels["metadata"]["labels"].items()
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["data"]["persistentVolumeClaim"]["claimName"] == f"{FULLNAME}-data"
+
+
+def test_cronjob_creates_then_prunes_with_retention() -> None:
+    container = _cron_pod()["containers"][0]
+    script = _script(container)
+    create = script.index("hermes-runtime backup create --data-dir /opt/data")
+    prune = script.index("hermes-runtime backup prune")
+    assert create < prune
+    words = shlex.split(script[prune:].splitlines()[0])
+    assert words[words.index("--keep-last") + 1] == "7"
+    assert words[words.index("--keep-daily") + 1] == "7"
+    assert words[words.index("--keep-weekly") + 1] == "4"
+    assert "--exclude '.git-sync/**'" in script
+    assert "set -eu" in script
+
+
+def test_zero_daily_and_weekly_retention_are_left_out() -> None:
+    values = {"backup": {"retention": {"keepLast": 3, "keepDaily": 0, "keepWeekly": 0}}}
+    script = _script(_cron_pod(values)["containers"][0])
+    assert "--keep-last 3" in script
+    assert "--keep-daily" not in script and "--keep-weekly" not in script
+
+
+def test_pvc_target_is_the_embedded_default() -> None:
+    manifest = render()
+    backup_pvc = manifest.one("PersistentVolumeClaim", f"{FULLNAME}-backup")
+    assert backup_pvc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    container = _cron_pod()["containers"][0]
+    assert env_map(container)["BACKUP_TARGET"] == "file:///backup"
+    assert {"name": "backup", "mountPath": "/backup"} in container["volumeMounts"]
+
+
+def test_s3_target_takes_credentials_from_a_secret_never_from_args() -> None:
+    manifest = render(S3)
+    assert f"{FULLNAME}-backup" not in [
+        p["metadata"]["name"] for p in manifest.all("PersistentVolumeClaim")
+    ]
+    container = _cron_pod(S3)["containers"][0]
+    env = env_map(container)
+    assert env["BACKUP_TARGET"] == "s3://hermes-bkp/team/a"
+    assert env["AWS_ENDPOINT_URL"] == "http://seaweedfs:8333"
+    assert env["AWS_REGION"] == "eu-west-1"
+    assert env["AWS_ACCESS_KEY_ID"] == {
+        "secretKeyRef": {"name": "s3-creds", "key": "AWS_ACCESS_KEY_ID"}
+    }
+    assert env["AWS_SECRET_ACCESS_KEY"]["secretKeyRef"]["key"] == "AWS_SECRET_ACCESS_KEY"
+    assert "AWS_SECRET" not in _script(container)
+
+
+def test_sidecar_mode_backs_up_inside_the_agent_pod_for_read_write_once_pod() -> None:
+    values = {
+        "persistence": {"accessModes": ["ReadWriteOncePod"]},
+        "backup": {"mode": "sidecar", "interval": 3600},
+    }
+    manifest = render(values)
+    assert not manifest.has("CronJob")
+    backup = manifest.container("backup")
+    assert backup in manifest.agent_pod["containers"]
+    script = _script(backup)
+    assert "while :; do" in script
+    assert "sleep 3600" in script
+    assert "backup_once ||" in script  # one failed run does not kill the loop
+    mounts = {m["mountPath"] for m in backup["volumeMounts"]}
+    assert {"/opt/data", "/backup"} <= mounts
+
+
+def test_sidecar_mode_works_without_persistence() -> None:
+    manifest = render({"persistence": {"enabled": False}, "backup": {"mode": "sidecar"}})
+    assert "backup" in container_names(manifest.agent_pod)
+    volumes = {v["name"]: v for v in manifest.agent_pod["volumes"]}
+    assert volumes["data"] == {"name": "data", "emptyDir": {}}
+
+
+def test_backup_disabled_renders_no_job_and_no_backup_pvc() -> None:
+    manifest = render({"backup": {"enabled": False}})
+    assert not manifest.has("CronJob")
+    assert len(manifest.all("PersistentVolumeClaim")) == 1
+
+
+def test_restore_fills_an_empty_volume_before_plugins_and_agent() -> None:
+    values = {
+        "restore": {"fromSnapshot": "latest"},
+        "plugins": [{"name": "weather", "repo": "https://git.example.com/w.git"}],
+    }
+    manifest = render(values)
+    init = manifest.agent_pod["initContainers"]
+    assert [c["name"] for c in init] == ["restore", "git-sync-weather"]
+    restore = init[0]
+    assert restore["command"] == ["hermes-runtime"]
+    assert restore["args"] == [
+        "backup",
+        "restore",
+        "--target",
+        "$(BACKUP_TARGET)",
+        "--snapshot",
+        "latest",
+        "--data-dir",
+        "/opt/data",
+        "--if-empty",
+    ]
+    assert env_map(restore)["BACKUP_TARGET"] == "file:///backup"
+    mounts = {m["mountPath"]: m for m in restore["volumeMounts"]}
+    assert mounts["/backup"]["readOnly"] is True
+    assert mounts["/opt/data"]["name"] == "data"
+
+
+def test_restore_from_s3_uses_the_same_credentials() -> None:
+    values = {**S3, "restore": {"fromSnapshot": "20261129T031700Z-abc"}}
+    restore = render(values).container("restore")
+    env = env_map(restore)
+    assert env["BACKUP_TARGET"] == "s3://hermes-bkp/team/a"
+    assert env["AWS_ACCESS_KEY_ID"]["secretKeyRef"]["name"] == "s3-creds"
+    assert "20261129T031700Z-abc" in restore["args"]
+
+
+def test_backup_resources_apply_to_the_job() -> None:
+    values = {"backup": {"resources": {"limits": {"memory": "3Gi"}}}}
+    container = _cron_pod(values)["containers"][0]
+    assert container["resources"]["limits"] == {"memory": "3Gi"}
