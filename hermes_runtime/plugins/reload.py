@@ -47,7 +47,22 @@ def gateway_pid(data_dir: Path) -> int:
         pid = int(value["pid"]) if isinstance(value, dict) else int(value)
     except (ValueError, KeyError, TypeError) as exc:
         raise RuntimeFailure(f"{path}: no PID in {text[:80]!r}") from exc
+    if not _is_hermes_gateway(pid):
+        raise RuntimeFailure(
+            f"{path}: PID {pid} is not a Hermes gateway in this PID namespace "
+            "(run the watcher in the agent container, or share the pod's process namespace)"
+        )
     return pid
+
+
+def _is_hermes_gateway(pid: int) -> bool:
+    """SIGUSR1's default action kills: never send it to a PID that is not the gateway."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    words = [Path(arg.decode(errors="replace")).name for arg in argv if arg]
+    return "gateway" in words and any(w.startswith("hermes") for w in words)
 
 
 def active_agent_count(data_dir: Path) -> int | None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import threading
 import time
 from pathlib import Path
 
+import pytest
 from plugins_testlib import (
     SupervisedGateway,
     hermes_discover,
@@ -15,7 +18,8 @@ from plugins_testlib import (
     write_spec,
 )
 
-from hermes_runtime.plugins import GatewayRestarter, LinkReport, link_plugins, watch
+from hermes_runtime.common.errors import RuntimeFailure
+from hermes_runtime.plugins import GatewayRestarter, LinkReport, gateway_pid, link_plugins, watch
 
 
 def wait_until(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
@@ -112,3 +116,19 @@ def test_watch_restarts_the_gateway_onto_the_new_commit(
         if watcher.is_alive():
             watcher.join(timeout=10)
         gateway.stop()
+
+
+def test_gateway_pid_file_must_name_a_hermes_gateway(data_dir: Path, tmp_path: Path) -> None:
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        (data_dir / "gateway.pid").write_text(f'{{"pid": {sleeper.pid}}}')
+        with pytest.raises(RuntimeFailure, match="is not a Hermes gateway"):
+            gateway_pid(data_dir)
+        assert sleeper.poll() is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    (data_dir / "gateway.pid").write_text("not json")
+    with pytest.raises(RuntimeFailure, match="no PID"):
+        gateway_pid(data_dir)
+    assert os.path.exists(data_dir / "gateway.pid")
