@@ -1,15 +1,234 @@
-"""`hermes-runtime lcm`: placeholder until its capability lands."""
+"""`hermes-runtime lcm`: import history, assemble context, search, expand, stats, doctor."""
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+from pathlib import Path
 from typing import Any
 
-from hermes_runtime.cli._shared import add_group, not_implemented
-
-VERBS = "import context grep search expand stats doctor".split()
+from hermes_runtime.cli._shared import add_group, print_json
+from hermes_runtime.common.errors import RuntimeFailure
 
 
 def register(subparsers: Any) -> None:
-    verbs = add_group(subparsers, "lcm", "Lossless Context Management: import history, assemble context, search, expand.")
-    for verb in VERBS:
-        verbs.add_parser(verb, help="not implemented yet").set_defaults(handler=not_implemented)
+    verbs = add_group(
+        subparsers, "lcm", "Lossless Context Management: import history, assemble context, search, expand."
+    )
+    _import_parser(verbs)
+    p = verbs.add_parser("context", help="assemble a session's context under a token budget")
+    _common(p)
+    p.add_argument("--session", required=True)
+    p.add_argument("--budget", type=int, required=True, help="tokens")
+    _llm_options(p)
+    p.set_defaults(handler=_context)
+    p = verbs.add_parser("grep", help="full-text (or regex) search")
+    _common(p)
+    p.add_argument("--session", help="one session (default: all sessions)")
+    p.add_argument("--regex", action="store_true", help="QUERY is a Python regular expression")
+    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("query")
+    p.set_defaults(handler=_grep)
+    p = verbs.add_parser("search", help="hybrid full-text + vector search")
+    _common(p)
+    p.add_argument("--session", help="one session (default: all sessions)")
+    p.add_argument("--limit", type=int, default=10)
+    p.add_argument("--mode", choices=["hybrid", "fts", "vector"], default="hybrid")
+    p.add_argument("query")
+    p.set_defaults(handler=_search)
+    p = verbs.add_parser("expand", help="a summary's sources, a message or an output in full")
+    _common(p)
+    p.add_argument("--offset", type=int, default=0)
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("id", help="sum_N, msg_N or out_HEX")
+    p.set_defaults(handler=_expand)
+    p = verbs.add_parser("stats", help="counts and sizes")
+    _common(p)
+    p.set_defaults(handler=_stats)
+    p = verbs.add_parser("doctor", help="integrity, FTS consistency, orphan outputs")
+    _common(p)
+    p.add_argument("--full", action="store_true", help="integrity_check instead of quick_check")
+    p.add_argument("--rebuild-fts", action="store_true", help="rebuild the FTS indexes first")
+    p.set_defaults(handler=_doctor)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", required=True, type=Path, help="LCM database (e.g. /opt/data/lcm.db)")
+    p.add_argument("--outputs", type=Path, help="externalized outputs dir (default: beside --db)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _llm_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--llm-base-url", help="OpenAI-compatible endpoint for summaries")
+    p.add_argument("--llm-model", default="default")
+    p.add_argument(
+        "--llm-api-key-env", default="OPENAI_API_KEY", help="env var holding the API key"
+    )
+
+
+def _import_parser(verbs: Any) -> None:
+    p = verbs.add_parser("import", help="ingest a JSONL file (or Hermes' state.db) and compact")
+    _common(p)
+    p.add_argument("--session", help="session id for a JSONL file")
+    p.add_argument("--hermes-state", type=Path, help="import every session of this state.db")
+    p.add_argument("--budget", type=int, default=32_000, help="compact each session to this")
+    _llm_options(p)
+    p.add_argument("file", nargs="?", type=Path, help="OpenAI-format messages, one per line")
+    p.set_defaults(handler=_import)
+
+
+def _engine(args: argparse.Namespace, must_exist: bool = True) -> Any:
+    from hermes_runtime.lcm import LcmConfig, LcmEngine, make_summarizer
+
+    if must_exist and not args.db.exists():
+        raise RuntimeFailure(f"--db {args.db}: no such database")
+    outputs = args.outputs or args.db.parent / "outputs"
+    config = LcmConfig(db_path=args.db, outputs_dir=outputs)
+    summarizer = None
+    if getattr(args, "llm_base_url", None):
+        summarizer = make_summarizer(
+            args.llm_base_url, args.llm_model, os.environ.get(args.llm_api_key_env, "")
+        )
+    return LcmEngine(config, summarizer=summarizer)
+
+
+def _import(args: argparse.Namespace) -> int:
+    from hermes_runtime.lcm.importer import import_hermes_state, import_messages, read_jsonl
+
+    if bool(args.file) == bool(args.hermes_state):
+        raise RuntimeFailure("lcm import: give either FILE (with --session) or --hermes-state")
+    if args.file and not args.session:
+        raise RuntimeFailure("lcm import: --session is required with FILE")
+    messages = read_jsonl(args.file) if args.file else []
+    engine = _engine(args, must_exist=False)
+    try:
+        if args.file:
+            sessions, count = [args.session], import_messages(engine, args.session, messages)
+            skipped: list[str] = []
+        else:
+            report = import_hermes_state(engine, args.hermes_state)
+            sessions, count, skipped = report.sessions, report.messages, report.skipped_sessions
+        compactions = [engine.compact(s, args.budget) for s in sessions]
+        payload = {
+            "sessions": sessions,
+            "skipped_sessions": skipped,
+            "messages": count,
+            "summaries_created": sum(len(c.summaries_created) for c in compactions),
+            "context_tokens": {c.session_id: c.tokens_after for c in compactions},
+        }
+    finally:
+        engine.close()
+    _emit(args, payload, f"imported {count} messages into {len(sessions)} session(s)")
+    return 0
+
+
+def _context(args: argparse.Namespace) -> int:
+    from hermes_runtime.lcm.assembly import count_tokens
+
+    engine = _engine(args)
+    try:
+        if not engine.store.has_session(args.session):
+            raise RuntimeFailure(f"--session {args.session}: not in {args.db}")
+        messages, report = engine.fitted_context(args.session, args.budget)
+    finally:
+        engine.close()
+    payload = {
+        "session": args.session,
+        "budget": args.budget,
+        "tokens": count_tokens(messages),
+        "summaries_created": report.summaries_created,
+        "messages": messages,
+    }
+    _emit(args, payload, json.dumps(messages, ensure_ascii=False, indent=2))
+    return 0
+
+
+def _grep(args: argparse.Namespace) -> int:
+    from hermes_runtime.lcm import retrieval
+
+    engine = _engine(args)
+    try:
+        hits = retrieval.grep(engine.store, args.query, args.session, args.limit, args.regex)
+    finally:
+        engine.close()
+    _emit_hits(args, hits)
+    return 0
+
+
+def _search(args: argparse.Namespace) -> int:
+    from hermes_runtime.lcm import retrieval
+    from hermes_runtime.lcm.embeddings import embed_all
+
+    engine = _engine(args)
+    try:
+        if engine.embedder is not None and args.mode != "fts":
+            embed_all(engine.store, engine.embedder)
+        hits = retrieval.hybrid_search(
+            engine.store, engine.embedder, args.query, args.session, args.limit, args.mode
+        )
+    finally:
+        engine.close()
+    _emit_hits(args, hits)
+    return 0
+
+
+def _expand(args: argparse.Namespace) -> int:
+    from hermes_runtime.lcm import retrieval
+
+    engine = _engine(args)
+    try:
+        payload = retrieval.expand(engine.store, args.id, args.offset, args.limit)
+    finally:
+        engine.close()
+    _emit(args, payload, json.dumps(payload, ensure_ascii=False, indent=2))
+    return 0
+
+
+def _stats(args: argparse.Namespace) -> int:
+    from hermes_runtime.lcm.doctor import stats
+
+    engine = _engine(args)
+    try:
+        payload = stats(engine.store)
+    finally:
+        engine.close()
+    _emit(args, payload, "\n".join(f"{k}: {v}" for k, v in payload.items()))
+    return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from hermes_runtime.lcm.doctor import doctor, rebuild_fts
+
+    engine = _engine(args)
+    try:
+        if args.rebuild_fts:
+            rebuild_fts(engine.store)
+        report = doctor(engine.store, full=args.full)
+    finally:
+        engine.close()
+    payload = {
+        "ok": report.ok,
+        "checks": report.checks,
+        "problems": report.problems,
+        "seconds": report.seconds,
+    }
+    text = "ok" if report.ok else "problems:\n" + "\n".join(f"- {p}" for p in report.problems)
+    _emit(args, payload, text)
+    return 0 if report.ok else 1
+
+
+def _emit_hits(args: argparse.Namespace, hits: list[Any]) -> None:
+    rows = [h.as_dict() for h in hits]
+    text = "\n".join(
+        f"{h.id}\t{h.session_id}\t{h.role or h.kind}\t{h.snippet.replace(chr(10), ' ')[:160]}"
+        for h in hits
+    )
+    _emit(args, {"results": rows}, text or "no results")
+
+
+def _emit(args: argparse.Namespace, payload: Any, text: str) -> None:
+    if args.json:
+        print_json(payload)
+    else:
+        print(text)

@@ -172,14 +172,19 @@ def _forced_step(
     items: list[ContextItem], head: int, tail: int, policy: CompactionPolicy
 ) -> Step | None:
     """Over budget with nothing due: fold everything before the tail into one summary."""
-    span = tail - head
-    if span >= 2:
-        depth = max((i.summary.depth for i in items[head:tail] if i.summary), default=-1) + 1
-        return Step(head, tail, depth, policy.condense_target_tokens)
-    if span == 1 and items[head].tokens > SUMMARY_HEADER_TOKENS + 16:
-        depth = items[head].summary.depth + 1 if items[head].summary else 0
-        return Step(head, tail, depth, max(8, (items[head].tokens - SUMMARY_HEADER_TOKENS) // 2))
-    return None
+    if tail - head < 2:
+        return None
+    depth = max((i.summary.depth for i in items[head:tail] if i.summary), default=-1) + 1
+    return Step(head, tail, depth, policy.condense_target_tokens)
+
+
+def _shrink_step(items: list[ContextItem], head: int, tail: int) -> Step | None:
+    """The last rung: one item left before the tail and still too big; halve it."""
+    if tail - head != 1 or items[head].tokens <= SUMMARY_HEADER_TOKENS + 16:
+        return None
+    summary = items[head].summary
+    depth = summary.depth + 1 if summary is not None else 0
+    return Step(head, tail, depth, max(8, (items[head].tokens - SUMMARY_HEADER_TOKENS) // 2))
 
 
 def compact(
@@ -211,10 +216,12 @@ def compact(
             step = _leaf_step(items, head, tail, policy)
         if step is None and total > budget:
             step = _forced_step(items, head, tail, policy)
+        if step is None and total > budget and keep > 0:
+            keep -= 1  # let the fresh tail shrink before squeezing summaries further
+            continue
+        if step is None and total > budget:
+            step = _shrink_step(items, head, tail)
         if step is None:
-            if keep > 0 and total > budget:
-                keep -= 1  # last rung: let the fresh tail shrink
-                continue
             break
         run = items[step.start : step.end]
         target = _bounded_target(run, step.target)

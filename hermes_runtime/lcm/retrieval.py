@@ -152,8 +152,9 @@ def vector_search(
     vector = embedder.embed([query])[0].astype(np.float32).tobytes()
     where, params = ("AND e.session_id = ?", [session_id]) if session_id else ("", [])
     rows = store.conn.execute(
+        "SELECT kind, item_id, session_id, d FROM ("
         "SELECT e.kind, e.item_id, e.session_id, vec_distance_cosine(e.vector, ?) AS d "
-        f"FROM embeddings e WHERE e.model = ? {where} ORDER BY d LIMIT ?",
+        f"FROM embeddings e WHERE e.model = ? {where}) WHERE d IS NOT NULL ORDER BY d LIMIT ?",
         [vector, embedder.model, *params, limit],
     ).fetchall()
     hits = []

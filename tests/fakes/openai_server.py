@@ -29,7 +29,7 @@ How replies are chosen (first match wins)
    (several allowed) asks for those tool calls, when the tools are offered.
 3. After tool results (last message has role ``tool``): ``Tool results: NAME ->
    <first 400 chars>`` for each result of the turn.
-4. A summarization request (system or user text mentions "summar"): a
+4. A summarization request (no tools, the system message mentions "summar"): a
    deterministic summary ``SUMMARY: <head> ... <tail>`` shorter than its input,
    bounded by ``max_tokens`` (4 characters a token).
 5. Otherwise: ``Echo: <last user message, first 200 chars>``.
@@ -160,12 +160,12 @@ def summary_reply(messages: list[dict[str, Any]], max_tokens: int | None) -> str
     return f"SUMMARY: {head} ... {tail}"
 
 
-def is_summary_request(messages: list[dict[str, Any]]) -> bool:
-    for message in messages:
-        if (
-            message.get("role") in ("system", "user")
-            and "summar" in text_of(message.get("content")).lower()[:2000]
-        ):
+def is_summary_request(body: dict[str, Any]) -> bool:
+    """A request without tools whose system message asks for a summary."""
+    if body.get("tools"):
+        return False
+    for message in body.get("messages") or []:
+        if message.get("role") == "system" and "summar" in text_of(message.get("content")).lower():
             return True
     return False
 
@@ -196,7 +196,7 @@ def choose_reply(state: ServerState, body: dict[str, Any]) -> tuple[str, list[di
             for r in results
         ]
         return "Tool results: " + " | ".join(parts), []
-    if is_summary_request(messages):
+    if is_summary_request(body):
         limit = body.get("max_tokens") or body.get("max_completion_tokens")
         return summary_reply(messages, limit), []
     return "Echo: " + user[:200], []

@@ -1,0 +1,117 @@
+"""Bring existing history into LCM: OpenAI-format JSONL files and Hermes' own state.db.
+
+Importing is batched (one transaction per chunk of messages) and checked
+line by line first, so a bad line is reported with its number and nothing
+from that file is half-imported.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from hermes_runtime.common.errors import RuntimeFailure
+from hermes_runtime.common.logs import reporter
+from hermes_runtime.lcm.engine import LcmEngine
+
+BATCH = 500
+ROLES = ("system", "user", "assistant", "tool", "developer")
+
+
+@dataclass
+class ImportReport:
+    sessions: list[str] = field(default_factory=list)
+    messages: int = 0
+    skipped_sessions: list[str] = field(default_factory=list)
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Parse and validate every line before anything is stored."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise RuntimeFailure(f"cannot read {path}: {exc}") from exc
+    messages = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            message = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise RuntimeFailure(f"{path}:{number}: not JSON: {exc.msg}") from exc
+        if not isinstance(message, dict) or message.get("role") not in ROLES:
+            raise RuntimeFailure(f"{path}:{number}: field 'role' must be one of {', '.join(ROLES)}")
+        messages.append(message)
+    return messages
+
+
+def import_messages(
+    engine: LcmEngine, session_id: str, messages: list[dict[str, Any]]
+) -> int:
+    total = 0
+    with reporter("lcm.import") as report:
+        report.start_task(f"importing {session_id}", len(messages))
+        for start in range(0, len(messages), BATCH):
+            chunk = messages[start : start + BATCH]
+            total += engine.ingest(session_id, chunk)
+            report.advance(len(chunk))
+    return total
+
+
+def hermes_sessions(state_db: Path) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """Yield (session id, OpenAI messages) from Hermes' state.db, oldest session first."""
+    if not state_db.exists():
+        raise RuntimeFailure(f"Hermes state database {state_db} does not exist")
+    conn = apsw.Connection(str(state_db), flags=apsw.SQLITE_OPEN_READONLY)
+    conn.set_busy_timeout(30_000)
+    try:
+        sessions = [
+            r[0]
+            for r in conn.execute(
+                "SELECT session_id, min(id) AS first FROM messages GROUP BY session_id ORDER BY first"
+            )
+        ]
+        for session_id in sessions:
+            rows = conn.execute(
+                "SELECT role, content, tool_call_id, tool_calls, tool_name FROM messages "
+                "WHERE session_id = ? AND role IN ('user', 'assistant', 'tool') ORDER BY id",
+                (session_id,),
+            ).fetchall()
+            yield session_id, [_hermes_row(*row) for row in rows]
+    except apsw.Error as exc:
+        raise RuntimeFailure(f"Hermes state database {state_db}: {exc}") from exc
+    finally:
+        conn.close()
+
+
+def _hermes_row(
+    role: str, content: str | None, tool_call_id: str | None, tool_calls: str | None, name: str | None
+) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": role, "content": content}
+    if tool_calls:
+        try:
+            message["tool_calls"] = json.loads(tool_calls)
+        except json.JSONDecodeError:
+            message["content"] = (content or "") + f"\n[tool calls: {tool_calls[:2000]}]"
+    if tool_call_id:
+        message["tool_call_id"] = tool_call_id
+    if role == "tool" and name:
+        message["name"] = name
+    return message
+
+
+def import_hermes_state(engine: LcmEngine, state_db: Path) -> ImportReport:
+    """Import every Hermes session LCM does not know yet (re-running is safe)."""
+    report = ImportReport()
+    for session_id, messages in hermes_sessions(state_db):
+        if engine.store.has_session(session_id):
+            report.skipped_sessions.append(session_id)
+            continue
+        report.messages += import_messages(engine, session_id, messages)
+        report.sessions.append(session_id)
+    return report
