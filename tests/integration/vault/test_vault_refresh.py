@@ -2,80 +2,28 @@
 
 from __future__ import annotations
 
-import io
-import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import hvac
 from support.openbao import OpenBaoServer, openbao_dev_server
-from vault_testkit import SeededVault, assert_no_secret_leaked
+from vault_testkit import (
+    INTERVAL,
+    SeededVault,
+    assert_no_secret_leaked,
+    event_names,
+    events,
+    file_value,
+    refresher,
+    wait_for,
+)
 
-from hermes_runtime.vault import VaultSettings, parse_secret_spec, read_env_file, run_refresh
-
-INTERVAL = 0.2
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-def events(log: io.StringIO) -> list[dict[str, object]]:
-    return [json.loads(line) for line in log.getvalue().splitlines() if line.strip()]
-
-
-def event_names(log: io.StringIO) -> list[str]:
-    return [str(record["event"]) for record in events(log)]
-
-
-def file_value(out: Path, name: str) -> str | None:
-    try:
-        return read_env_file(out).get(name)
-    except Exception:
-        return None
-
-
-@contextmanager
-def refresher(
-    settings: VaultSettings, specs: list[str], out: Path, environ: dict[str, str]
-) -> Iterator[io.StringIO]:
-    """Run ``run_refresh`` in a thread; stop it and re-raise its error on exit."""
-    log = io.StringIO()
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            run_refresh(
-                settings, [parse_secret_spec(s) for s in specs], out, INTERVAL, stop, environ, log
-            )
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    try:
-        wait_for(lambda: out.exists() or bool(errors), what=f"first render of {out}")
-        yield log
-    finally:
-        stop.set()
-        thread.join(timeout=15)
-        assert not thread.is_alive(), "refresh loop did not stop"
-    if errors:
-        raise errors[0]
+from hermes_runtime.vault import VaultSettings, read_env_file
 
 
 def put_kv2(client: hvac.Client, name: str, **values: str) -> None:
