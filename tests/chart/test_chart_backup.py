@@ -68,7 +68,7 @@ def test_cronjob_follows_the_agent_to_its_node_for_read_write_once() -> None:
 def test_cronjob_creates_then_prunes_with_retention() -> None:
     container = _cron_pod()["containers"][0]
     script = _script(container)
-    create = script.index("hermes-runtime backup create --data-dir /opt/data")
+    create = script.index('hermes-runtime backup create --data-dir "$HERMES_HOME"')
     prune = script.index("hermes-runtime backup prune")
     assert create < prune
     words = shlex.split(script[prune:].splitlines()[0])

@@ -253,7 +253,7 @@ Pass (dict "root" $ "loop" bool).
 set -eu
 if [ -n "${HERMES_RUNTIME_SECRETS_ENV:-}" ]; then set -a; . "$HERMES_RUNTIME_SECRETS_ENV"; set +a; fi
 backup_once() {
-  hermes-runtime backup create --data-dir {{ include "hermes-agent.paths.data" .root }} --target "$BACKUP_TARGET"{{ range $b.excludes }} --exclude {{ squote . }}{{ end }} &&
+  hermes-runtime backup create --data-dir "$HERMES_HOME" --target "$BACKUP_TARGET"{{ range $b.excludes }} --exclude {{ squote . }}{{ end }} &&
   hermes-runtime backup prune --target "$BACKUP_TARGET" --keep-last {{ int $b.retention.keepLast }}{{ if $b.retention.keepDaily }} --keep-daily {{ int $b.retention.keepDaily }}{{ end }}{{ if $b.retention.keepWeekly }} --keep-weekly {{ int $b.retention.keepWeekly }}{{ end }}
 }
 {{- if .loop }}
