@@ -1,0 +1,26 @@
+"""LCM unit fixtures: a fresh database per test, and the fake LLM server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fakes.fixtures import fake_llm  # noqa: F401  (re-exported fixture)
+
+from hermes_runtime.lcm import LcmConfig, LcmEngine, LcmStore
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[LcmStore]:
+    db = LcmStore(tmp_path / "lcm.db", tmp_path / "outputs", externalize_chars=2_000)
+    yield db
+    db.close()
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[LcmEngine]:
+    config = LcmConfig.for_home(tmp_path, {"embeddings": "off", "externalize_chars": 2_000})
+    lcm = LcmEngine(config)
+    yield lcm
+    lcm.close()

@@ -1,0 +1,87 @@
+"""Conversation builders and the lossless check shared by LCM tests.
+
+``reconstruct`` walks an assembled context the way the agent would: every
+summary is expanded (recursively, page by page) and every externalization
+stub is read back, so comparing its result with what was ingested proves
+that nothing was lost and every byte comes back.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from typing import Any
+
+from hermes_runtime.lcm import retrieval
+from hermes_runtime.lcm.assembly import SUMMARY_MARKER
+from hermes_runtime.lcm.store import LcmStore
+
+SUMMARY_REF = re.compile(r"^\[LCM summary (sum_\d+) ")
+OUTPUT_REF = re.compile(r"^\[LCM externalized \w+ output (out_[0-9a-f]+):")
+
+
+def tool_turn(
+    index: int, question: str, results: list[str], answer: str = ""
+) -> list[dict[str, Any]]:
+    """A user question, an assistant asking for tools, their results, a final answer."""
+    calls = [
+        {
+            "id": f"call_{index}_{n}",
+            "type": "function",
+            "function": {"name": "lookup", "arguments": f'{{"n": {n}}}'},
+        }
+        for n in range(len(results))
+    ]
+    turn: list[dict[str, Any]] = [{"role": "user", "content": question}]
+    if results:
+        turn.append({"role": "assistant", "content": None, "tool_calls": calls})
+        turn += [
+            {"role": "tool", "tool_call_id": call["id"], "content": result}
+            for call, result in zip(calls, results, strict=True)
+        ]
+    turn.append({"role": "assistant", "content": answer or f"answer {index}"})
+    return turn
+
+
+def simple_conversation(turns: int, filler: int = 20) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    for i in range(turns):
+        results = [f"result {i} " + "data " * filler] if i % 2 else []
+        messages += tool_turn(i, f"question {i} about topic{i} " + "words " * filler, results)
+    return messages
+
+
+def blob(size: int) -> str:
+    return base64.b64encode(bytes(range(256)) * (size // 256 + 1)).decode()[:size]
+
+
+def expand_summary(store: LcmStore, ref: str) -> list[dict[str, Any]]:
+    """Every original message under a summary, in order, page by page."""
+    messages: list[dict[str, Any]] = []
+    offset: int | None = 0
+    while offset is not None:
+        page = retrieval.expand(store, ref, offset=offset, limit=7)
+        for source in page["sources"]:
+            if source["kind"] == "summary":
+                messages += expand_summary(store, source["id"])
+            else:
+                messages.append(retrieval.expand(store, source["id"])["message"])
+        offset = page["next_offset"]
+    return messages
+
+
+def reconstruct(store: LcmStore, context: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The full history reachable from an assembled context."""
+    history: list[dict[str, Any]] = []
+    for message in context:
+        content = message.get("content")
+        if isinstance(content, str) and content.startswith(SUMMARY_MARKER):
+            match = SUMMARY_REF.match(content)
+            assert match, content[:200]
+            history += expand_summary(store, match.group(1))
+            continue
+        if isinstance(content, str) and (stub := OUTPUT_REF.match(content)):
+            full = retrieval.expand(store, stub.group(1))["content"]
+            message = {**message, "content": full}
+        history.append(message)
+    return history

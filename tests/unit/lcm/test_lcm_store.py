@@ -1,0 +1,113 @@
+"""Storage: messages come back byte-identical, big outputs leave the database."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import apsw
+import pytest
+from lcm_conversations import blob
+
+from hermes_runtime.common.errors import RuntimeFailure
+from hermes_runtime.lcm import LcmStore
+from hermes_runtime.lcm.schema import MIGRATIONS, schema_version
+
+
+def test_roundtrip_keeps_every_key_and_byte(store: LcmStore) -> None:
+    originals = [
+        {"role": "user", "content": "héllo ✓ \x00 nul and emoji 🚀", "name": "alice"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ],
+            "reasoning": "thinking...",
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        {"role": "user", "content": [{"type": "text", "text": "parts"}]},
+    ]
+    stored = store.ingest_many("s", originals)
+    assert [store.full_message(m) for m in stored] == originals
+    assert [m.seq for m in stored] == [1, 2, 3, 4]
+
+
+def test_large_output_is_externalized_atomically(store: LcmStore, tmp_path: Path) -> None:
+    big = "line of tool output\n" * 500
+    message = store.ingest("s", {"role": "tool", "tool_call_id": "c", "content": big})
+    assert message.output_id is not None
+    assert message.content is not None and len(message.content) < 1_500
+    assert message.output_id in message.content and "lcm_read_output" in message.content
+    files = [p for p in (tmp_path / "outputs").rglob("*") if p.is_file()]
+    assert len(files) == 1 and files[0].read_text() == big
+    assert not [p for p in files if p.name.endswith(".tmp")]
+    assert store.full_message(message)["content"] == big
+
+
+def test_base64_blob_never_enters_the_database(store: LcmStore, tmp_path: Path) -> None:
+    image = blob(3_000)
+    content = [{"type": "image_url", "image_url": {"url": f"data:image/png;base64,{image}"}}]
+    message = store.ingest("s", {"role": "user", "content": content})
+    store.close()
+    raw = b"".join(p.read_bytes() for p in tmp_path.glob("lcm.db*"))
+    assert image[:200].encode() not in raw
+    reopened = LcmStore(tmp_path / "lcm.db", tmp_path / "outputs")
+    again = reopened.message(message.id)
+    assert again is not None and reopened.full_message(again)["content"] == content
+    reopened.close()
+
+
+def test_same_output_is_stored_once(store: LcmStore, tmp_path: Path) -> None:
+    big = "x" * 5_000
+    first = store.ingest("a", {"role": "tool", "tool_call_id": "1", "content": big})
+    second = store.ingest("b", {"role": "tool", "tool_call_id": "2", "content": big})
+    assert first.output_id == second.output_id
+    assert store.counts()["outputs"] == 1
+
+
+def test_messages_are_immutable(store: LcmStore) -> None:
+    message = store.ingest("s", {"role": "user", "content": "fixed"})
+    with pytest.raises(apsw.ConstraintError):
+        store.conn.execute("UPDATE messages SET content = 'changed' WHERE id = ?", (message.id,))
+    with pytest.raises(apsw.ConstraintError):
+        store.conn.execute("DELETE FROM messages WHERE id = ?", (message.id,))
+
+
+def test_migrations_are_recorded_and_idempotent(tmp_path: Path) -> None:
+    first = LcmStore(tmp_path / "lcm.db")
+    assert schema_version(first.conn) == len(MIGRATIONS)
+    first.ingest("s", {"role": "user", "content": "kept"})
+    first.close()
+    second = LcmStore(tmp_path / "lcm.db")
+    assert second.counts()["messages"] == 1
+    assert second.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    second.close()
+
+
+def test_newer_schema_is_refused_with_the_path(tmp_path: Path) -> None:
+    conn = apsw.Connection(str(tmp_path / "lcm.db"))
+    conn.execute("PRAGMA user_version = 999")
+    conn.close()
+    with pytest.raises(RuntimeFailure, match=r"lcm\.db.*999"):
+        LcmStore(tmp_path / "lcm.db")
+
+
+@pytest.mark.parametrize(
+    "bad", [{"content": "no role"}, {"role": 3, "content": "x"}, "not a dict"]
+)
+def test_bad_message_is_rejected_and_nothing_is_stored(store: LcmStore, bad: object) -> None:
+    good = {"role": "user", "content": "fine"}
+    with pytest.raises(RuntimeFailure, match="role"):
+        store.ingest_many("s", [good, bad])  # type: ignore[list-item]
+    assert store.counts()["messages"] == 0
+
+
+def test_ingest_queues_embeddings_and_fts(store: LcmStore) -> None:
+    store.ingest("s", {"role": "user", "content": "zebra crossing"})
+    assert store.counts()["embed_queue"] == 1
+    rows = store.conn.execute(
+        "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'zebra'"
+    ).fetchall()
+    assert len(rows) == 1
+    assert json.loads(json.dumps(store.counts()))["messages"] == 1
