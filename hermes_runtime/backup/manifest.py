@@ -26,7 +26,7 @@ FORMAT_VERSION = 1
 MANIFEST_PREFIX = "manifests/"
 BLOB_PREFIX = "blobs/"
 VERIFIED_PREFIX = "verified/"
-SNAPSHOT_ID_RE = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6}$")
+SNAPSHOT_ID_RE = re.compile(r"^\d{8}T\d{9}Z-[0-9a-f]{6}$")
 
 
 @dataclass(frozen=True)
@@ -92,13 +92,14 @@ class Manifest:
 
 
 def new_snapshot_id(now: datetime | None = None) -> str:
-    """Ids sort by creation time, so "latest" is simply the largest id."""
+    """Ids sort by creation time (to the millisecond), so "latest" is simply the largest id."""
     moment = now or datetime.now(UTC)
-    return f"{moment.strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
+    millis = moment.microsecond // 1000
+    return f"{moment.strftime('%Y%m%dT%H%M%S')}{millis:03d}Z-{secrets.token_hex(3)}"
 
 
 def snapshot_time(snapshot_id: str) -> datetime:
-    return datetime.strptime(snapshot_id[:16], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+    return datetime.strptime(snapshot_id[:18], "%Y%m%dT%H%M%S%f").replace(tzinfo=UTC)
 
 
 def manifest_key(snapshot_id: str) -> str:

@@ -78,6 +78,7 @@ def restore_snapshot(
         )
     snapshot_id = resolve_snapshot(target, snapshot)
     manifest = load_manifest(target, snapshot_id)
+    created_data_dir = not data_dir.exists()
     data_dir.mkdir(parents=True, exist_ok=True)
     stage_root = _staging_root(data_dir)
     tag = f"{STAGING_PREFIX}{data_dir.name}-{secrets.token_hex(4)}"
@@ -91,6 +92,9 @@ def restore_snapshot(
             _materialize(target, manifest, stage, progress)
         except (OSError, RuntimeFailure) as exc:
             shutil.rmtree(stage, ignore_errors=True)
+            if created_data_dir:
+                with contextlib.suppress(OSError):
+                    data_dir.rmdir()
             raise RuntimeFailure(
                 f"restore of snapshot {snapshot_id} into {data_dir} failed while staging in "
                 f"{stage}: {exc}; {data_dir} is unchanged"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from backup_testkit import BackupTarget, rows, run_cli, tree_fingerprint
+from backup_testkit import BackupTarget, make_database, rows, run_cli, tree_fingerprint
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -66,8 +66,6 @@ def test_second_backup_of_unchanged_dir_uploads_only_databases_and_manifest(
     first = create(target, data_dir)
     blobs_before = set(target.object_keys("blobs/"))
     with_db_change = data_dir / "state.db"
-    from backup_testkit import make_database
-
     make_database(with_db_change, 1)  # the database changes, the files do not
     second = create(target, data_dir)
     new_blobs = set(target.object_keys("blobs/")) - blobs_before

@@ -1,0 +1,245 @@
+"""Faults: bad credentials, an outage mid-upload, kill -9, corruption, a full disk, a lock.
+
+In every case the command fails with exit 1 and a message naming what is at
+fault, and nothing half-done becomes visible: no snapshot is listed, the
+data dir is left as it was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import zstandard
+from backup_testkit import BackupTarget, file_target, run_cli, s3_target, tree_fingerprint
+from support.seaweedfs import seaweedfs_server
+
+from hermes_runtime.backup import create_backup, open_target
+from hermes_runtime.common.errors import RuntimeFailure
+
+
+def create_ok(target: BackupTarget, data_dir: Path) -> str:
+    result = run_cli("create", "--data-dir", str(data_dir), "--target", target.url, env=target.env)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def add_many_files(data_dir: Path, count: int = 600, size: int = 40_000) -> None:
+    bulk = data_dir / "outputs" / "bulk"
+    bulk.mkdir(parents=True)
+    for i in range(count):
+        (bulk / f"part-{i:04d}.bin").write_bytes(os.urandom(size))
+
+
+def start_create(target: BackupTarget, data_dir: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hermes_runtime",
+            "backup",
+            "create",
+            "--data-dir",
+            str(data_dir),
+            "--target",
+            target.url,
+        ],
+        env={**os.environ, **target.env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for_blobs(target: BackupTarget, count: int, process: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 60
+    while len(target.object_keys("blobs/")) < count:
+        assert process.poll() is None, "create finished before the fault could be injected"
+        assert time.monotonic() < deadline, "create uploaded nothing"
+        time.sleep(0.01)
+
+
+def listed(target: BackupTarget) -> list[str]:
+    result = run_cli("list", "--target", target.url, env=target.env)
+    assert result.returncode == 0, result.stderr
+    return [line.split()[0] for line in result.stdout.splitlines()]
+
+
+def test_wrong_credentials_fail_naming_the_target(seaweed, data_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    target = s3_target(seaweed)
+    env = {**target.env, "AWS_SECRET_ACCESS_KEY": "not-the-secret"}
+    result = run_cli("create", "--data-dir", str(data_dir), "--target", target.url, env=env)
+    assert result.returncode == 1
+    assert target.url in result.stderr
+    assert "SignatureDoesNotMatch" in result.stderr
+    assert "not-the-secret" not in result.stderr
+    assert target.object_keys() == []
+
+
+def test_unreachable_endpoint_fails_naming_it(data_dir: Path) -> None:
+    result = run_cli(
+        "create",
+        "--data-dir",
+        str(data_dir),
+        "--target",
+        "s3://backups/agent",
+        "--s3-endpoint",
+        "http://127.0.0.1:9",
+        env={"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"},
+    )
+    assert result.returncode == 1
+    assert "s3://backups/agent" in result.stderr and "127.0.0.1:9" in result.stderr
+
+
+def test_target_going_down_mid_upload_leaves_no_snapshot(data_dir: Path, tmp_path: Path) -> None:
+    add_many_files(data_dir)
+    with seaweedfs_server(tmp_path) as server:
+        target = s3_target(server)
+        process = start_create(target, data_dir)
+        wait_for_blobs(target, 3, process)
+        server.stop()  # SIGKILL: the store vanishes in the middle of the upload
+        _, stderr = process.communicate(timeout=120)
+        assert process.returncode == 1, stderr
+        assert target.url in stderr
+        server.start()
+        assert listed(target) == []
+        snapshot = create_ok(target, data_dir)  # the next run completes the job
+        assert listed(target) == [snapshot]
+
+
+def test_kill_9_during_create_lists_no_half_snapshot(data_dir: Path, tmp_path: Path) -> None:
+    target = file_target(tmp_path)
+    first = create_ok(target, data_dir)
+    add_many_files(data_dir)
+    process = start_create(target, data_dir)
+    wait_for_blobs(target, len(target.object_keys("blobs/")) + 5, process)
+    process.send_signal(signal.SIGKILL)
+    process.communicate(timeout=30)
+    assert listed(target) == [first]
+    restored = tmp_path / "restored"
+    result = run_cli("restore", "--target", target.url, "--data-dir", str(restored))
+    assert result.returncode == 0, result.stderr
+    assert first in result.stdout
+    assert not (restored / "outputs" / "bulk").exists()
+    # the orphans of the killed run are collected by prune, the kept snapshot still verifies
+    pruned = run_cli("prune", "--target", target.url, "--keep-last", "1", "--grace-seconds", "0")
+    assert pruned.returncode == 0, pruned.stderr
+    assert all(".partial-" not in key for key in target.object_keys())
+    assert run_cli("verify", "--target", target.url).returncode == 0
+
+
+@pytest.mark.parametrize("damage", ["garbage", "other-content"])
+def test_corrupt_blob_is_named_by_verify_and_stops_restore(
+    target: BackupTarget, data_dir: Path, tmp_path: Path, damage: str
+) -> None:
+    snapshot = create_ok(target, data_dir)
+    digest = hashlib.sha256((data_dir / "memories" / "MEMORY.md").read_bytes()).hexdigest()
+    key = f"blobs/{digest[:2]}/{digest}.zst"
+    body = os.urandom(64) if damage == "garbage" else zstandard.compress(b"- the user hates tea\n")
+    target.write(key, body)
+
+    verify = run_cli("verify", "--target", target.url, "--snapshot", snapshot, env=target.env)
+    assert verify.returncode == 1
+    assert snapshot in verify.stderr and "memories/MEMORY.md" in verify.stderr
+    assert key in verify.stderr
+
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    (existing / "state.txt").write_text("before")
+    restore = run_cli(
+        "restore", "--target", target.url, "--data-dir", str(existing), "--force", env=target.env
+    )
+    assert restore.returncode == 1
+    assert key in restore.stderr and "unchanged" in restore.stderr
+    assert sorted(p.name for p in existing.iterdir()) == ["state.txt"]
+    assert (existing / "state.txt").read_text() == "before"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".hermes-restore")] == []
+
+
+def test_corrupt_manifest_is_named_by_verify_list_and_restore(
+    target: BackupTarget, data_dir: Path, tmp_path: Path
+) -> None:
+    snapshot = create_ok(target, data_dir)
+    key = f"manifests/{snapshot}.json"
+    target.write(key, target.read(key).replace(b'"messages": 500', b'"messages": 501'))
+
+    verify = run_cli("verify", "--target", target.url, env=target.env)
+    assert verify.returncode == 1
+    assert snapshot in verify.stderr and key in verify.stderr and "corrupt" in verify.stderr
+    listing = run_cli("list", "--target", target.url, env=target.env)
+    assert snapshot in listing.stdout and "corrupt" in listing.stdout
+    restore = run_cli(
+        "restore", "--target", target.url, "--data-dir", str(tmp_path / "r"), env=target.env
+    )
+    assert restore.returncode == 1 and key in restore.stderr
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs: a real ENOSPC, not a simulated one (needs root, as in CI)."""
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)], check=True)
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=True)
+
+
+@pytest.mark.parametrize("layout", ["dir-on-small-disk", "data-dir-is-the-mount"])
+def test_disk_full_while_staging_leaves_data_dir_as_it_was(
+    data_dir: Path, tmp_path: Path, small_tmpfs: Path, layout: str
+) -> None:
+    target = file_target(tmp_path)
+    (data_dir / "outputs" / "large.bin").write_bytes(os.urandom(3 * 1024 * 1024))
+    create_ok(target, data_dir)
+    dest = small_tmpfs / "data" if layout == "dir-on-small-disk" else small_tmpfs
+    dest.mkdir(exist_ok=True)
+    (dest / "memories").mkdir()
+    (dest / "memories" / "MEMORY.md").write_text("old memory\n")
+    before = tree_fingerprint(dest, skip_databases=False)
+
+    result = run_cli("restore", "--target", target.url, "--data-dir", str(dest), "--force")
+    assert result.returncode == 1
+    assert "No space left on device" in result.stderr and str(dest) in result.stderr
+    assert tree_fingerprint(dest, skip_databases=False) == before
+    assert sorted(p.name for p in small_tmpfs.rglob(".hermes-restore*")) == []
+
+
+HOLD_LOCK = """
+import sys, time, apsw
+conn = apsw.Connection(sys.argv[1])
+for sql in ("PRAGMA journal_mode = DELETE", "CREATE TABLE t(x)", "INSERT INTO t VALUES (1)",
+            "PRAGMA locking_mode = EXCLUSIVE", "BEGIN EXCLUSIVE", "INSERT INTO t VALUES (2)"):
+    list(conn.execute(sql))
+print("locked", flush=True)
+time.sleep(120)
+"""
+
+
+def test_database_that_stays_locked_fails_after_bounded_retries(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(data / "journal.db")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    (tmp_path / "vol").mkdir()
+    target = open_target(f"file://{tmp_path / 'vol'}")
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        with pytest.raises(RuntimeFailure, match=r"journal\.db: still locked after 2 attempts"):
+            create_backup(data, target, db_attempts=2)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not (tmp_path / "vol" / "manifests").exists()
