@@ -151,3 +151,29 @@ def test_cli_refresh_stops_cleanly_on_sigterm_without_secrets_in_argv(
     assert process.returncode == 0, stderr
     assert read_env_file(out) == {"AWS": vault.values["aws"]}
     assert_no_secret_leaked(vault.values, stdout, stderr)
+
+
+def test_revoked_token_is_replaced_by_a_new_login(vault: SeededVault, tmp_path: Path) -> None:
+    root = vault.server.client()
+    name = f"revoked-{uuid.uuid4().hex[:8]}"
+    root.sys.create_or_update_policy(
+        name, f'path "secret/data/{name}" {{ capabilities = ["read"] }}'
+    )
+    root.auth.approle.create_or_update_approle(name, token_policies=[name], token_ttl="1h")
+    (tmp_path / "role-id").write_text(root.auth.approle.read_role_id(name)["data"]["role_id"])
+    (tmp_path / "secret-id").write_text(
+        root.auth.approle.generate_secret_id(name)["data"]["secret_id"]
+    )
+    put_kv2(root, name, KEY="before")
+    settings = VaultSettings(
+        addr=vault.addr,
+        auth="approle",
+        role_id_file=tmp_path / "role-id",
+        secret_id_file=tmp_path / "secret-id",
+    )
+    out = tmp_path / "env"
+    with refresher(settings, [f"secret/data/{name}#KEY=K"], out, {}) as log:
+        root.sys.revoke_prefix("auth/approle/login")
+        put_kv2(root, name, KEY="after")
+        wait_for(lambda: file_value(out, "K") == "after", what="value read after re-login")
+    assert "vault.token.relogin" in event_names(log)

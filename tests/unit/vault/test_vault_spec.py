@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 
 import pytest
 
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.vault import SecretSpec, parse_secret_spec
 from hermes_runtime.vault.auth import jwt_audiences, renew_threshold
+from hermes_runtime.vault.render import filesystem_type
 from hermes_runtime.vault.secrets import field_as_text
 from hermes_runtime.vault.spec import check_unique_env_names
 
@@ -83,3 +85,8 @@ def test_non_string_fields_become_json() -> None:
     assert field_as_text(8642) == "8642"
     assert field_as_text(True) == "true"
     assert field_as_text({"a": [1, 2]}) == '{"a":[1,2]}'
+
+
+def test_filesystem_type_follows_the_longest_mount_prefix() -> None:
+    assert filesystem_type(Path("/proc/self/status")) == "proc"
+    assert filesystem_type(Path("/dev/shm")) == "tmpfs"
