@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import zstandard
 from backup_testkit import BackupTarget, file_target, run_cli, s3_target, tree_fingerprint
-from support.seaweedfs import seaweedfs_server
+from support.seaweedfs import SeaweedServer, seaweedfs_server
 
 from hermes_runtime.backup import create_backup, open_target
 from hermes_runtime.common.errors import RuntimeFailure
@@ -72,7 +72,7 @@ def listed(target: BackupTarget) -> list[str]:
     return [line.split()[0] for line in result.stdout.splitlines()]
 
 
-def test_wrong_credentials_fail_naming_the_target(seaweed, data_dir: Path) -> None:  # type: ignore[no-untyped-def]
+def test_wrong_credentials_fail_naming_the_target(seaweed: SeaweedServer, data_dir: Path) -> None:
     target = s3_target(seaweed)
     env = {**target.env, "AWS_SECRET_ACCESS_KEY": "not-the-secret"}
     result = run_cli("create", "--data-dir", str(data_dir), "--target", target.url, env=env)
