@@ -139,4 +139,8 @@ def read_env_file(path: Path) -> dict[str, str]:
 
 def write_env_file(path: Path, values: Mapping[str, str]) -> None:
     """Write ``values`` with mode 0600 atomically: readers see the old file or the new one."""
-    atomic_write_text(Path(path), format_env_file(values), mode=SECRET_FILE_MODE)
+    text = format_env_file(values)
+    try:
+        atomic_write_text(Path(path), text, mode=SECRET_FILE_MODE)
+    except OSError as exc:
+        raise RuntimeFailure(f"cannot write secrets env file {path}: {exc.strerror}") from None

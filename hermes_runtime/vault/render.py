@@ -121,7 +121,12 @@ def check_output_path(out: Path, environ: Mapping[str, str], log: TextIO | None)
             f"--out {out} is inside HERMES_HOME ({home}), which is backed up; "
             "write secrets to an in-memory volume such as /run/hermes/secrets/env"
         )
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RuntimeFailure(f"cannot create the folder of --out {out}: {exc.strerror}") from None
+    if out.is_dir():
+        raise RuntimeFailure(f"--out {out} is a directory; give a file path")
     fstype = filesystem_type(out.parent)
     if fstype not in IN_MEMORY_FILESYSTEMS:
         log_event("vault.render.not_in_memory", log, out=str(out), filesystem=fstype)
@@ -192,6 +197,9 @@ def refresh_tick(renderer: Renderer, log: TextIO | None) -> None:
         result = renderer.render()
     except RuntimeFailure as first:
         result = _retry_after_login(renderer, first, log)
+    except Exception as exc:  # a sidecar keeps its last good file rather than crash-looping
+        log_event("vault.refresh.failed", log, error=f"unexpected {type(exc).__name__}")
+        result = None
     if result is not None and result.written:
         log_render(result, log)
 

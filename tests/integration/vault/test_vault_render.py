@@ -286,3 +286,20 @@ def test_exec_fails_before_running_the_command_when_a_key_is_missing(
     assert run.returncode == 1
     assert "'NOPE'" in run.stderr
     assert not marker.exists()
+
+
+def test_unusable_out_path_is_named(vault: SeededVault, tmp_path: Path) -> None:
+    env = {"VAULT_TOKEN": vault.read_token}
+    as_dir = run_vault_cli(
+        "render", *token_args(vault), *KV2_SPECS, "--out", str(tmp_path), env=env
+    )
+    assert as_dir.returncode == 1
+    assert f"--out {tmp_path} is a directory" in as_dir.stderr
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    under_file = run_vault_cli(
+        "render", *token_args(vault), *KV2_SPECS, "--out", str(blocker / "env"), env=env
+    )
+    assert under_file.returncode == 1
+    assert str(blocker / "env") in under_file.stderr
+    assert "Traceback" not in as_dir.stderr + under_file.stderr
