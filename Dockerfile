@@ -93,11 +93,13 @@ RUN set -eux; \
 # --- the agent image ---------------------------------------------------------------------------
 FROM python-base AS agent
 COPY --from=sqlite-build /build/libsqlite3.so.0 /build/sqlite-version /usr/local/lib/hermes-sqlite/
-# Replace Debian's libsqlite3.so.0 in place (dpkg-divert keeps dpkg's view consistent) so the
+# Replace Debian's libsqlite3.so.0 in place (dpkg-divert keeps dpkg's view consistent, and
+# moves Debian's copy out of ldconfig's directories so it cannot win the soname link) so the
 # stdlib sqlite3 module, and anything else linking it, loads the new SQLite; then prove it.
 RUN set -eux; \
     debian_lib=$(readlink -f "$(ls /usr/lib/*/libsqlite3.so.0 | head -n1)"); \
-    dpkg-divert --quiet --local --rename --add "$debian_lib"; \
+    dpkg-divert --quiet --local --rename \
+        --divert "/usr/local/lib/hermes-sqlite/debian-$(basename "$debian_lib")" --add "$debian_lib"; \
     cp /usr/local/lib/hermes-sqlite/libsqlite3.so.0 "$debian_lib"; \
     ldconfig; \
     expected=$(cat /usr/local/lib/hermes-sqlite/sqlite-version); \
@@ -115,7 +117,8 @@ ENV PATH=/opt/hermes-runtime/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/
     HERMES_RUNTIME_SEED_CONFIG=/etc/hermes-runtime/config.yaml \
     HERMES_RUNTIME_SEED_SOUL=/etc/hermes-runtime/SOUL.md \
     HERMES_RUNTIME_METRICS_PORT=9090
-RUN hermes-runtime --version && hermes --version
+RUN HERMES_HOME=/tmp/version-check hermes --version && hermes-runtime --version \
+    && rm -rf /tmp/version-check
 USER 10000:10000
 WORKDIR /opt/data
 EXPOSE 8642 9090

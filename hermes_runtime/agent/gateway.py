@@ -57,7 +57,17 @@ def gateway_env(settings: AgentSettings, base: Mapping[str, str] | None = None) 
             f"{settings.api_port}) refuses to start without it; put it in the secrets env file "
             f"(HERMES_RUNTIME_SECRETS_ENV={settings.secrets_env}) or {settings.data_dir / '.env'}"
         )
+    key = env.get("API_SERVER_KEY", "")
+    if key and len(key) < MIN_API_KEY_LENGTH:
+        # Hermes would only log this and keep running without its API server.
+        raise RuntimeFailure(
+            f"API_SERVER_KEY is shorter than {MIN_API_KEY_LENGTH} characters: the Hermes API "
+            "server refuses guessable keys (generate one with `openssl rand -hex 32`)"
+        )
     return env
+
+
+MIN_API_KEY_LENGTH = 16  # gateway/platforms/api_server.py refuses shorter keys
 
 
 def _dotenv_defines(path: Path, name: str) -> bool:
@@ -71,3 +81,23 @@ def _dotenv_defines(path: Path, name: str) -> bool:
         if sep and key.strip() == name and value.strip().strip("'\""):
             return True
     return False
+
+
+def mark_planned_stop(data_dir: Path, pid: int) -> None:
+    """Tell the gateway ``pid`` that the coming SIGTERM is a planned stop (pod termination).
+
+    Without Hermes' planned-stop marker, a SIGTERM counts as "unexpected": the gateway exits 1
+    (so systemd would revive it) and we would report a failure for a normal shutdown. Hermes'
+    own helper writes the marker; it locates the data dir through ``HERMES_HOME``.
+    """
+    from gateway.status import write_planned_stop_marker
+
+    previous = os.environ.get("HERMES_HOME")
+    os.environ["HERMES_HOME"] = str(data_dir)
+    try:
+        write_planned_stop_marker(pid)
+    finally:
+        if previous is None:
+            del os.environ["HERMES_HOME"]
+        else:
+            os.environ["HERMES_HOME"] = previous

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hermes_runtime.agent.gateway import gateway_command, gateway_env
+from hermes_runtime.agent.gateway import gateway_command, gateway_env, mark_planned_stop
 from hermes_runtime.agent.metrics import AgentMetrics
 from hermes_runtime.agent.seed import SeedResult, seed_config, seed_soul
 from hermes_runtime.agent.settings import AgentSettings
@@ -103,6 +103,7 @@ def run_agent(settings: AgentSettings, metrics: AgentMetrics | None = None) -> i
         stop_timeout=settings.stop_timeout,
         metrics=metrics,
         cwd=settings.data_dir,
+        before_stop=lambda pid: mark_planned_stop(settings.data_dir, pid),
     )
     supervisor.install_signal_handlers()
     stop = threading.Event()

