@@ -48,6 +48,8 @@ def test_cronjob_settings_come_from_values() -> None:
     assert spec["concurrencyPolicy"] == "Replace"
     assert spec["successfulJobsHistoryLimit"] == 1
     assert spec["failedJobsHistoryLimit"] == 5
+    # A job stuck Pending (agent down: affinity unmet) must not block later backups.
+    assert spec["jobTemplate"]["spec"]["activeDeadlineSeconds"] == 3600
 
 
 def test_cronjob_follows_the_agent_to_its_node_for_read_write_once() -> None:

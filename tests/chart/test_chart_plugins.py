@@ -93,6 +93,7 @@ def test_ssh_key_from_a_secret_and_known_hosts_from_the_configmap() -> None:
     manifest = render(PLUGINS)
     container = manifest.container("git-sync-tickets")
     env = env_map(container)
+    assert env["GITSYNC_SSH"] == "true"  # v4 only uses SSH when asked to
     assert env["GITSYNC_SSH_KEY_FILE"] == "/etc/git-secret/ssh"
     assert env["GITSYNC_SSH_KNOWN_HOSTS"] == "true"
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
