@@ -201,12 +201,12 @@ def free_port() -> int:
 API_KEY = "plugins-test-key-0123456789abcdef"
 
 
-def write_hermes_config(data_dir: Path) -> None:
-    """A minimal config: a provider that is never called (nothing chats in these tests)."""
+def write_hermes_config(data_dir: Path, base_url: str = "http://127.0.0.1:9/v1") -> None:
+    """A minimal config; the provider is the fake LLM where a test chats, unused elsewhere."""
     (data_dir / "config.yaml").write_text(
         "# written by the test; plugins.enabled is managed by hermes-runtime\n"
-        "model:\n  provider: custom\n  base_url: http://127.0.0.1:9/v1\n"
-        "  default: fake\n  api_key: x\n"
+        f"model:\n  provider: custom\n  base_url: {base_url}\n"
+        "  default: fake-model\n  api_key: x\n"
     )
 
 
@@ -261,6 +261,27 @@ class SupervisedGateway:
     def pid(self) -> int:
         assert self.process is not None
         return self.process.pid
+
+    def chat(self, text: str, timeout: float = 120) -> tuple[int, str]:
+        """One OpenAI-style chat turn through the gateway's API server."""
+        import urllib.error
+        import urllib.request
+
+        body = json.dumps(
+            {"model": "hermes-agent", "messages": [{"role": "user", "content": text}]}
+        )
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/v1/chat/completions",
+            data=body.encode(),
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                payload = json.load(response)
+                return int(response.status), str(payload["choices"][0]["message"]["content"])
+        except urllib.error.HTTPError as exc:
+            return int(exc.code), exc.read().decode(errors="replace")
 
     def healthy(self) -> bool:
         import urllib.request

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import threading
@@ -20,6 +21,14 @@ from plugins_testlib import (
 
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.plugins import GatewayRestarter, LinkReport, gateway_pid, link_plugins, watch
+from hermes_runtime.plugins.reload import STATUS_FILE
+
+
+def gateway_state(data_dir: Path) -> str | None:
+    try:
+        return json.loads((data_dir / STATUS_FILE).read_text()).get("gateway_state")
+    except (OSError, ValueError):
+        return None
 
 
 def wait_until(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
@@ -132,3 +141,55 @@ def test_gateway_pid_file_must_name_a_hermes_gateway(data_dir: Path, tmp_path: P
     with pytest.raises(RuntimeFailure, match="no PID"):
         gateway_pid(data_dir)
     assert os.path.exists(data_dir / "gateway.pid")
+
+
+def test_reload_waits_for_the_in_flight_turn(
+    data_dir: Path, synced_plugin, tmp_path: Path, fake_llm
+) -> None:
+    """A new commit during a chat turn: the turn finishes normally, then the gateway restarts."""
+    write_hermes_config(data_dir, fake_llm.base_url)
+    synced = synced_plugin("weather", version="1")
+    spec = write_spec(tmp_path / "plugins.yaml", [{"name": "weather"}])
+    baseline = link_plugins(data_dir, spec)
+    gateway = SupervisedGateway(data_dir, tmp_path / "gateway.log").start()
+    restarter = GatewayRestarter(data_dir, pid=gateway.pid, max_defer_seconds=60)
+    stop = threading.Event()
+    watcher = threading.Thread(
+        target=watch,
+        args=(data_dir, spec, restarter, stop),
+        kwargs={"interval": 0.2, "baseline": baseline},
+    )
+    answers: list[tuple[int, str, float]] = []
+
+    def chat() -> None:
+        status, text = gateway.chat("hello during a reload")
+        answers.append((status, text, time.time()))
+
+    try:
+        wait_until(lambda: gateway.healthy() and read_loads(data_dir), 90, "gateway start")
+        watcher.start()
+        fake_llm.set_mode("hang", hang_seconds=8)
+        talker = threading.Thread(target=chat)
+        talker.start()
+        wait_until(lambda: len(fake_llm.requests()) > 0, 60, "turn in flight")
+        synced.repo.commit(plugin_files("weather", "2"))
+        synced.sync()
+        wait_until(lambda: gateway_state(data_dir) == "draining", 30, "drain engaged")
+        refused_status, _ = gateway.chat("a new turn while draining")
+        talker.join(timeout=120)
+        wait_until(lambda: any(v == "2" for _, v, _ in read_loads(data_dir)), 90, "new code")
+        [(status, text, answered_at)] = answers
+        assert status == 200, text
+        assert "Echo: hello during a reload" in text
+        assert refused_status == 503, "new turns must be refused (retryable) while draining"
+        [restart_at] = restarter.restarts
+        assert restart_at >= answered_at - 0.5, "the gateway was signalled mid-turn"
+        assert not (data_dir / ".drain_request.json").exists()
+        wait_until(lambda: gateway_state(data_dir) == "running", 60, "new gateway accepting turns")
+        status, text = gateway.chat("after the reload")
+        assert status == 200 and "Echo: after the reload" in text
+    finally:
+        stop.set()
+        if watcher.is_alive():
+            watcher.join(timeout=10)
+        gateway.stop()
