@@ -265,7 +265,7 @@ def bench_reload(reloads: int, interval: float, git_sync: str | None) -> dict[st
                 samples.append(
                     {
                         "detect_s": signalled[-1] - started,
-                        "drain_exit_s": exit_at - signalled[-1],
+                        "quiesce_exit_s": exit_at - signalled[-1],
                         "new_code_s": ran_at - started,
                         "healthy_s": healthy_at - started,
                     }
@@ -284,7 +284,7 @@ def bench_reload(reloads: int, interval: float, git_sync: str | None) -> dict[st
             "reloads": reloads,
             **{
                 key: round(statistics.median(s[key] for s in samples), 2)
-                for key in ("detect_s", "drain_exit_s", "new_code_s", "healthy_s")
+                for key in ("detect_s", "quiesce_exit_s", "new_code_s", "healthy_s")
             },
             "max_new_code_s": round(max(s["new_code_s"] for s in samples), 2),
         }
@@ -334,7 +334,7 @@ def main() -> int:
         f" n={reload['reloads']}"
     )
     print(
-        f"        detect {reload['detect_s']} s, drain+exit {reload['drain_exit_s']} s, "
+        f"        detect {reload['detect_s']} s, quiesce+exit {reload['quiesce_exit_s']} s, "
         f"new code running {reload['new_code_s']} s (max {reload['max_new_code_s']} s), "
         f"/health back {reload['healthy_s']} s"
     )
