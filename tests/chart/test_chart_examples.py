@@ -6,6 +6,8 @@ oldest gets legacy sidecars ("auto" mode), the newest native ones.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import yaml
 from chartkit import (
@@ -25,9 +27,37 @@ from pss import restricted_violations
 
 # ServiceMonitor is a prometheus-operator CRD: no upstream Kubernetes schema exists for it.
 CRD_GROUPS = ("monitoring.coreos.com/",)
-SOURCES = [(), *[(name,) for name in EXAMPLE_NAMES]]
-SOURCE_IDS = ["defaults", *EXAMPLE_NAMES]
 KUBES = [OLDEST_KUBE, NEWEST_KUBE]
+
+# Every optional feature at once, on top of production.yaml: the combinations must hold too.
+KITCHEN_SINK: dict[str, Any] = {
+    "sidecarMode": "auto",
+    "persistence": {"accessModes": ["ReadWriteOncePod"]},
+    "backup": {"mode": "sidecar", "interval": 600},
+    "restore": {"fromSnapshot": "latest"},
+    "plugins": [
+        {
+            "name": "weather",
+            "repo": "https://git.example.com/w.git",
+            "auth": {"existingSecret": "g"},
+        },
+        {
+            "name": "tickets",
+            "repo": "git@git.example.com:t.git",
+            "auth": {"sshKeySecret": "k", "knownHosts": "git.example.com ssh-ed25519 AAAA"},
+        },
+    ],
+    "hermes": {"soul": "Be brief.", "config": {"agent": {"max_turns": 5}}},
+    "podDisruptionBudget": {"enabled": True},
+    "extraEnv": [{"name": "TEAM", "value": "blue"}],
+    "extraInitContainers": [],
+}
+SOURCES: list[tuple[tuple[str, ...], dict[str, Any] | None]] = [
+    ((), None),
+    *[((name,), None) for name in EXAMPLE_NAMES],
+    (("production",), KITCHEN_SINK),
+]
+SOURCE_IDS = ["defaults", *EXAMPLE_NAMES, "kitchen-sink"]
 
 
 def _major_minor(version: str) -> str:
@@ -35,9 +65,11 @@ def _major_minor(version: str) -> str:
 
 
 @pytest.mark.parametrize("kube", KUBES)
-@pytest.mark.parametrize("examples", SOURCES, ids=SOURCE_IDS)
-def test_every_object_is_valid_kubernetes(examples: tuple[str, ...], kube: str) -> None:
-    manifest = render(examples=examples, kube_version=kube)
+@pytest.mark.parametrize(("examples", "overrides"), SOURCES, ids=SOURCE_IDS)
+def test_every_object_is_valid_kubernetes(
+    examples: tuple[str, ...], overrides: dict[str, Any] | None, kube: str
+) -> None:
+    manifest = render(overrides, examples=examples, kube_version=kube)
     checked = 0
     for obj in manifest.objects:
         if obj["apiVersion"].startswith(CRD_GROUPS):
@@ -51,22 +83,28 @@ def test_every_object_is_valid_kubernetes(examples: tuple[str, ...], kube: str) 
 
 
 @pytest.mark.parametrize("kube", KUBES)
-@pytest.mark.parametrize("examples", SOURCES, ids=SOURCE_IDS)
-def test_every_pod_template_passes_restricted(examples: tuple[str, ...], kube: str) -> None:
-    manifest = render(examples=examples, kube_version=kube)
+@pytest.mark.parametrize(("examples", "overrides"), SOURCES, ids=SOURCE_IDS)
+def test_every_pod_template_passes_restricted(
+    examples: tuple[str, ...], overrides: dict[str, Any] | None, kube: str
+) -> None:
+    manifest = render(overrides, examples=examples, kube_version=kube)
     pods = list(pod_specs(manifest))
     assert pods, "no pod templates rendered"
     for where, pod in pods:
         assert restricted_violations(pod) == [], where
 
 
-@pytest.mark.parametrize("examples", SOURCES, ids=SOURCE_IDS)
-def test_every_container_has_a_read_only_root(examples: tuple[str, ...]) -> None:
-    for where, pod in pod_specs(render(examples=examples)):
+@pytest.mark.parametrize(("examples", "overrides"), SOURCES, ids=SOURCE_IDS)
+def test_every_container_is_locked_down_and_bounded(
+    examples: tuple[str, ...], overrides: dict[str, Any] | None
+) -> None:
+    for where, pod in pod_specs(render(overrides, examples=examples)):
         for container in all_containers(pod):
+            name = f"{where} {container['name']}"
             context = container["securityContext"]
-            assert context["readOnlyRootFilesystem"] is True, f"{where} {container['name']}"
-            assert context["capabilities"]["drop"] == ["ALL"], f"{where} {container['name']}"
+            assert context["readOnlyRootFilesystem"] is True, name
+            assert context["capabilities"]["drop"] == ["ALL"], name
+            assert container["resources"]["limits"]["memory"], name
 
 
 @pytest.mark.parametrize("name", EXAMPLE_NAMES)
