@@ -123,3 +123,24 @@ def test_nul_value_or_bad_name_leaves_the_existing_file_untouched(tmp_path: Path
             write_env_file(out, bad)
     assert read_env_file(out) == {"A": "old"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["env"]
+
+
+def test_the_charts_with_secrets_wrapper_passes_values_and_arguments_intact(tmp_path: Path) -> None:
+    """The exact command the chart's backup/restore containers use to load the file."""
+    out = tmp_path / "env"
+    write_env_file(out, TRICKY_VALUES)
+    wrapper = 'set -a && . "$HERMES_RUNTIME_SECRETS_ENV" && set +a && exec "$@"'
+    dump = (
+        "import json, os, sys; "
+        "print(json.dumps([sys.argv[1:], {n: os.environ[n] for n in sys.argv[1:]}]))"
+    )
+    names = list(TRICKY_VALUES)
+    result = subprocess.run(
+        ["/bin/sh", "-c", wrapper, "with-secrets", sys.executable, "-c", dump, *names],
+        capture_output=True,
+        env={"PATH": os.environ["PATH"], "HERMES_RUNTIME_SECRETS_ENV": str(out)},
+        check=True,
+    )
+    argv, environment = json.loads(result.stdout)
+    assert argv == names
+    assert environment == TRICKY_VALUES
