@@ -8,6 +8,7 @@ stub), so the provider's prompt cache keeps hitting; a summary becomes one
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from hermes_runtime.lcm.records import ContextItem, Summary, message_tokens
@@ -23,6 +24,27 @@ def render_summary(summary: Summary) -> dict[str, Any]:
         f'expand with lcm_expand(id="{summary.ref}")]'
     )
     return {"role": "user", "content": f"{header}\n{summary.content}"}
+
+
+SUMMARY_REF = re.compile(r"^\[LCM summary (sum_(\d+)) ")
+
+
+def summary_ref_of(store: LcmStore, message: dict[str, Any]) -> str | None:
+    """The summary id when ``message`` is exactly our rendering of it, else None.
+
+    A user can type anything, including our header; only an exact match
+    with a stored summary's rendering counts as ours.
+    """
+    content = message.get("content")
+    if message.get("role") != "user" or not isinstance(content, str):
+        return None
+    match = SUMMARY_REF.match(content)
+    if match is None:
+        return None
+    summary = store.summary(int(match.group(2)))
+    if summary is None or render_summary(summary) != message:
+        return None
+    return summary.ref
 
 
 def render_items(items: list[ContextItem]) -> list[dict[str, Any]]:

@@ -82,6 +82,28 @@ def pinned_head(items: list[ContextItem]) -> int:
     return count
 
 
+def open_group_start(items: list[ContextItem]) -> int:
+    """Index of a trailing assistant message whose tool calls are not all answered yet.
+
+    Such a group is still being written by the host (results arrive one by
+    one); folding it would orphan the results that come later.
+    """
+    for index in range(len(items) - 1, -1, -1):
+        message = items[index].message
+        if message is None or message.role == "tool":
+            continue
+        if message.role == "assistant" and message.tool_calls:
+            wanted = {c.get("id") for c in json.loads(message.tool_calls) if isinstance(c, dict)}
+            answered = {
+                m.tool_call_id
+                for i in items[index + 1 :]
+                if (m := i.message) is not None and m.role == "tool"
+            }
+            return index if not wanted <= answered else len(items)
+        return len(items)
+    return len(items)
+
+
 def tail_start(items: list[ContextItem], starts: list[int], keep: int) -> int:
     """Index of the first item of the fresh tail (group-aligned, ``keep`` items or more)."""
     if keep <= 0:
@@ -210,7 +232,7 @@ def compact(
     for _ in range(10_000):
         total = _total(items) + extra_tokens
         head = pinned_head(items)
-        tail = max(head, tail_start(items, group_bounds(items), keep))
+        tail = max(head, min(tail_start(items, group_bounds(items), keep), open_group_start(items)))
         step = _condense_step(items, head, tail, policy)
         if step is None and (total > budget or force):
             step = _leaf_step(items, head, tail, policy)

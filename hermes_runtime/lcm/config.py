@@ -72,7 +72,10 @@ class LcmConfig:
         ]
         for name, ok in checks:
             if not ok:
-                raise RuntimeFailure(f"config.yaml lcm.{name}: value out of range")
+                value = getattr(self, name, None)
+                if value is None:
+                    value = getattr(self.policy, name)
+                raise RuntimeFailure(f"config.yaml lcm.{name}: value {value!r} out of range")
         if self.embeddings == "openai" and not (self.embeddings_model and self.embeddings_dim):
             raise RuntimeFailure(
                 "config.yaml lcm.embeddings_model and lcm.embeddings_dim are required "

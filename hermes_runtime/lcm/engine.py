@@ -17,7 +17,7 @@ from typing import Any
 
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.lcm import metrics, retrieval
-from hermes_runtime.lcm.assembly import SUMMARY_MARKER, assemble, count_tokens
+from hermes_runtime.lcm.assembly import assemble, count_tokens, summary_ref_of
 from hermes_runtime.lcm.compaction import CompactionReport, compact
 from hermes_runtime.lcm.config import LcmConfig
 from hermes_runtime.lcm.embeddings import (
@@ -111,15 +111,6 @@ def fingerprint(message: dict[str, Any]) -> str:
     return hashlib.blake2b(data.encode(), digest_size=12).hexdigest()
 
 
-def is_own_summary(message: dict[str, Any]) -> bool:
-    content = message.get("content")
-    return (
-        message.get("role") == "user"
-        and isinstance(content, str)
-        and content.startswith(SUMMARY_MARKER)
-    )
-
-
 @dataclass
 class SyncResult:
     ingested: int
@@ -140,16 +131,17 @@ class LcmEngine:
         self.store = LcmStore(config.db_path, config.outputs_dir, config.externalize_chars)
         self.summarizer = summarizer
         self.embedder = embedder if embedder is not None else make_embedder(config)
-        self._locks: dict[str, threading.Lock] = {}
+        self._locks: dict[str, threading.RLock] = {}
         self._locks_guard = threading.Lock()
         self.worker: EmbeddingWorker | None = None
         if start_worker and self.embedder is not None:
             self.worker = EmbeddingWorker(self.store, self.embedder)
             self.worker.start()
 
-    def session_lock(self, session_id: str) -> threading.Lock:
+    def session_lock(self, session_id: str) -> threading.RLock:
+        """Serializes sync + compaction of one session; other sessions run in parallel."""
         with self._locks_guard:
-            return self._locks.setdefault(session_id, threading.Lock())
+            return self._locks.setdefault(session_id, threading.RLock())
 
     # -- ingest ------------------------------------------------------------
 
@@ -173,6 +165,10 @@ class LcmEngine:
         already stored, the rest is new. Leading system messages belong to the
         host (it rebuilds its prompt) and are passed through, not stored.
         """
+        with self.session_lock(session_id):
+            return self._sync(session_id, host_messages)
+
+    def _sync(self, session_id: str, host_messages: list[dict[str, Any]]) -> SyncResult:
         head = 0
         while head < len(host_messages) and host_messages[head].get("role") == "system":
             head += 1
@@ -183,7 +179,7 @@ class LcmEngine:
             if fp != fingerprint(message):
                 break
             prefix += 1
-        fresh = [m for m in conversation[prefix:] if not is_own_summary(m)]
+        fresh = [m for m in conversation[prefix:] if summary_ref_of(self.store, m) is None]
         count = self.ingest(session_id, fresh)
         if count or prefix != len(known):
             self.remember_context(session_id, conversation)
@@ -227,9 +223,10 @@ class LcmEngine:
     ) -> tuple[list[dict[str, Any]], CompactionReport]:
         """Compact as needed, then assemble; the host's system messages ride in front."""
         head = system_head or []
-        report = self.compact(session_id, budget, extra_tokens=count_tokens(head))
-        messages = self.context(session_id)
-        self.remember_context(session_id, messages)
+        with self.session_lock(session_id):
+            report = self.compact(session_id, budget, extra_tokens=count_tokens(head))
+            messages = self.context(session_id)
+            self.remember_context(session_id, messages)
         return head + messages, report
 
     # -- tools -------------------------------------------------------------
@@ -241,8 +238,8 @@ class LcmEngine:
             payload = self._dispatch(name, args or {}, session_id)
         except RuntimeFailure as exc:
             payload = {"error": str(exc)}
-        except (TypeError, ValueError) as exc:
-            payload = {"error": f"{name}: bad arguments: {exc}"}
+        except (KeyError, TypeError, ValueError) as exc:
+            payload = {"error": f"{name}: bad arguments: {type(exc).__name__} {exc}"}
         metrics.RETRIEVAL_SECONDS.labels(tool=name).observe(time.perf_counter() - started)
         return json.dumps(payload, ensure_ascii=False, default=str)
 

@@ -168,14 +168,17 @@ class LcmContextEngine(ContextEngine):
         """Ingest what is new, fold old turns into summaries, return the fitted context."""
         engine = self.engine
         session = self.session_id
-        synced = engine.sync(session, messages)
-        overhead = max(0, (current_tokens or 0) - tokens_of(messages))
-        budget = max(MIN_BUDGET_TOKENS, int(self.context_length * self._target_percent) - overhead)
-        fitted, report = engine.fitted_context(session, budget, synced.system_head)
-        if force and fitted == messages:
-            report = engine.compact(session, budget, force=True)
-            fitted = synced.system_head + engine.context(session)
-            engine.remember_context(session, fitted[len(synced.system_head) :])
+        with engine.session_lock(session):
+            synced = engine.sync(session, messages)
+            overhead = max(0, (current_tokens or 0) - tokens_of(messages))
+            target = int(self.context_length * self._target_percent) - overhead
+            budget = max(MIN_BUDGET_TOKENS, target)
+            fitted, report = engine.fitted_context(session, budget, synced.system_head)
+            if force and not report.summaries_created:
+                report = engine.compact(session, budget, force=True)
+                conversation = engine.context(session)
+                engine.remember_context(session, conversation)
+                fitted = synced.system_head + conversation
         self.compression_count += 1
         self._last_compress_aborted = False
         self._last_compression_made_progress = bool(report.summaries_created)

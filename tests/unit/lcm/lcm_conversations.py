@@ -13,10 +13,9 @@ import re
 from typing import Any
 
 from hermes_runtime.lcm import retrieval
-from hermes_runtime.lcm.assembly import SUMMARY_MARKER
+from hermes_runtime.lcm.assembly import summary_ref_of
 from hermes_runtime.lcm.store import LcmStore
 
-SUMMARY_REF = re.compile(r"^\[LCM summary (sum_\d+) ")
 OUTPUT_REF = re.compile(r"^\[LCM externalized \w+ output (out_[0-9a-f]+):")
 
 
@@ -75,13 +74,21 @@ def reconstruct(store: LcmStore, context: list[dict[str, Any]]) -> list[dict[str
     history: list[dict[str, Any]] = []
     for message in context:
         content = message.get("content")
-        if isinstance(content, str) and content.startswith(SUMMARY_MARKER):
-            match = SUMMARY_REF.match(content)
-            assert match, content[:200]
-            history += expand_summary(store, match.group(1))
+        ref = summary_ref_of(store, message)
+        if ref is not None:
+            history += expand_summary(store, ref)
             continue
-        if isinstance(content, str) and (stub := OUTPUT_REF.match(content)):
+        stub = OUTPUT_REF.match(content) if isinstance(content, str) else None
+        if stub and _is_stored_stub(store, stub.group(1), content):
             full = retrieval.expand(store, stub.group(1))["content"]
             message = {**message, "content": full}
         history.append(message)
     return history
+
+
+def _is_stored_stub(store: LcmStore, output_id: str, content: str) -> bool:
+    """A stub only if the database holds this exact stub (users can type anything)."""
+    row = store.conn.execute(
+        "SELECT 1 FROM messages WHERE output_id = ? AND content = ? LIMIT 1", (output_id, content)
+    ).fetchone()
+    return row is not None

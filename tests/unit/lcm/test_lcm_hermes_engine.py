@@ -1,0 +1,145 @@
+"""The Hermes ContextEngine: copies share state, compress is idempotent and thread-safe."""
+
+from __future__ import annotations
+
+import copy
+import importlib.metadata
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from agent.context_engine import ContextEngine
+from lcm_conversations import reconstruct, simple_conversation
+
+from hermes_runtime.lcm import LcmConfig, validation_errors
+from hermes_runtime.lcm.hermes_plugin import LcmContextEngine, register
+
+SYSTEM = {"role": "system", "content": "You are Hermes."}
+
+
+def make(tmp_path: Path, **section: Any) -> LcmContextEngine:
+    config = LcmConfig.for_home(tmp_path, {"embeddings": "off", **section})
+    engine = LcmContextEngine(config)
+    engine.update_model("fake-model", 20_000)
+    engine.on_session_start("session-1")
+    return engine
+
+
+def test_entry_point_points_at_register() -> None:
+    points = importlib.metadata.entry_points(group="hermes_agent.plugins")
+    lcm = [p for p in points if p.name == "lcm"]
+    assert lcm and lcm[0].load().register is register
+
+    class Ctx:
+        engine: Any = None
+
+        def register_context_engine(self, engine: Any) -> None:
+            self.engine = engine
+
+    ctx = Ctx()
+    register(ctx)
+    assert isinstance(ctx.engine, ContextEngine) and ctx.engine.name == "lcm"
+
+
+def test_deepcopy_shares_store_but_not_counters(tmp_path: Path) -> None:
+    engine = make(tmp_path)
+    clone = copy.deepcopy(engine)
+    assert clone.engine is engine.engine
+    clone.update_from_response({"prompt_tokens": 123, "completion_tokens": 1, "total_tokens": 124})
+    assert engine.last_prompt_tokens == 0 and clone.last_prompt_tokens == 123
+
+
+def test_thresholds_follow_the_model(tmp_path: Path) -> None:
+    engine = make(tmp_path, threshold_percent=0.5, target_percent=0.3)
+    assert engine.threshold_tokens == 10_000
+    assert engine.should_compress(10_000) and not engine.should_compress(9_999)
+
+
+def test_compress_returns_valid_fitting_lossless_context(tmp_path: Path) -> None:
+    engine = make(tmp_path)
+    history = simple_conversation(80, filler=40)
+    result = engine.compress([SYSTEM, *history], current_tokens=30_000)
+    assert result[0] == SYSTEM
+    assert validation_errors(result) == []
+    assert len(result) < len(history)
+    assert reconstruct(engine.engine.store, result[1:]) == history
+
+
+def test_repeated_compress_never_duplicates(tmp_path: Path) -> None:
+    engine = make(tmp_path)
+    history = simple_conversation(60, filler=40)
+    host = engine.compress([SYSTEM, *history])
+    extra = simple_conversation(3)
+    host = engine.compress([*host, *extra])
+    host = engine.compress(host)  # nothing new: nothing ingested
+    store = engine.engine.store
+    assert store.counts()["messages"] == len(history) + len(extra)
+    assert reconstruct(store, host[1:]) == history + extra
+
+
+def test_tool_call_ingests_live_messages_and_answers(tmp_path: Path) -> None:
+    engine = make(tmp_path)
+    live = [SYSTEM, {"role": "user", "content": "remember the password is KESTREL"}]
+    answer = json.loads(engine.handle_tool_call("lcm_grep", {"query": "kestrel"}, messages=live))
+    assert answer["results"][0]["snippet"].lower().count("kestrel") == 1
+
+
+def test_rotation_keeps_the_lcm_session(tmp_path: Path) -> None:
+    engine = make(tmp_path)
+    engine.on_session_start("child-2", old_session_id="session-1")
+    assert engine.session_id == "session-1"
+    engine.on_session_start("fresh-3")
+    assert engine.session_id == "fresh-3"
+
+
+def test_parallel_sessions_on_pooled_threads(tmp_path: Path) -> None:
+    base = make(tmp_path)
+    errors: list[BaseException] = []
+    results: dict[str, list[dict[str, Any]]] = {}
+
+    def run(name: str) -> None:
+        try:
+            agent = copy.deepcopy(base)
+            agent.on_session_start(name)
+            history = simple_conversation(40, filler=30)
+            host = [SYSTEM]
+            for start in range(0, len(history), 10):
+                host = agent.compress(host + history[start : start + 10])
+            results[name] = host
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(f"s{i}",)) for i in range(4)]
+    threads += [threading.Thread(target=run, args=("s0",))]  # same session twice at once
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    store = base.engine.store
+    expected = simple_conversation(40, filler=30)
+    for name in ("s1", "s2", "s3"):
+        assert reconstruct(store, results[name][1:]) == expected
+    rows = dict(store.conn.execute("SELECT session_id, count(*) FROM messages GROUP BY 1"))
+    assert rows["s1"] == rows["s2"] == rows["s3"] == len(expected)
+
+
+def test_bad_config_names_the_field(tmp_path: Path) -> None:
+    import pytest
+
+    from hermes_runtime.common.errors import RuntimeFailure
+
+    with pytest.raises(RuntimeFailure, match=r"lcm\.target_percent"):
+        LcmConfig.for_home(tmp_path, {"threshold_percent": 0.5, "target_percent": 0.6})
+    with pytest.raises(RuntimeFailure, match=r"lcm\.fresh_tail_mesages: unknown"):
+        LcmConfig.for_home(tmp_path, {"fresh_tail_mesages": 3})
+    with pytest.raises(RuntimeFailure, match=r"lcm\.leaf_chunk_tokens: expected int"):
+        LcmConfig.for_home(tmp_path, {"leaf_chunk_tokens": "many"})
+
+
+def test_user_typing_our_header_is_still_stored(tmp_path: Path) -> None:
+    engine = make(tmp_path)
+    typed = {"role": "user", "content": '[LCM summary sum_1 | depth 0 | expand with lcm_expand(id="sum_1")]'}
+    engine.compress([SYSTEM, typed])
+    assert engine.engine.store.counts()["messages"] == 1

@@ -1,0 +1,114 @@
+"""Retrieval: safe full-text queries, regex, scopes, expand pagination, output ranges."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from lcm_conversations import simple_conversation
+
+from hermes_runtime.common.errors import RuntimeFailure
+from hermes_runtime.lcm import LcmEngine
+from hermes_runtime.lcm import retrieval as r
+from hermes_runtime.lcm.embeddings import embed_all
+from hermes_runtime.lcm.engine import TOOL_NAMES
+
+
+@pytest.fixture
+def filled(engine: LcmEngine) -> LcmEngine:
+    engine.ingest("alpha", simple_conversation(10))
+    engine.ingest("alpha", [{"role": "user", "content": "the launch code is PELICAN-42"}])
+    engine.ingest("beta", [{"role": "user", "content": "beta remembers PELICAN too"}])
+    engine.compact("alpha", 600)
+    return engine
+
+
+@pytest.mark.parametrize(
+    "hostile", ['"unbalanced', "NEAR(a b)", "a AND OR NOT", "col:val*", "^x", "(((", "' OR 1=1 --"]
+)
+def test_hostile_queries_never_raise(filled: LcmEngine, hostile: str) -> None:
+    assert isinstance(r.grep(filled.store, hostile), list)
+
+
+def test_grep_scopes(filled: LcmEngine) -> None:
+    everywhere = r.grep(filled.store, "pelican")
+    assert {h.session_id for h in everywhere} == {"alpha", "beta"}
+    alpha = r.grep(filled.store, "pelican", session_id="alpha")
+    assert alpha and {h.session_id for h in alpha} == {"alpha"}
+    assert alpha[0].id.startswith("msg_")
+
+
+def test_grep_finds_messages_folded_into_summaries(filled: LcmEngine) -> None:
+    hits = r.grep(filled.store, "topic1", session_id="alpha")
+    message_hits = [h for h in hits if h.kind == "message"]
+    assert message_hits and message_hits[0].covered_by is not None
+    expanded = r.expand(filled.store, message_hits[0].covered_by)
+    assert message_hits[0].id in {s["id"] for s in expanded["sources"]} or expanded["sources"]
+
+
+def test_regex_grep(filled: LcmEngine) -> None:
+    hits = r.grep(filled.store, r"PELICAN-\d+", regex=True)
+    assert [h.snippet for h in hits] == ["the launch code is PELICAN-42"]
+    with pytest.raises(RuntimeFailure, match="regular expression"):
+        r.grep(filled.store, "(unclosed", regex=True)
+
+
+def test_expand_paginates_until_done(filled: LcmEngine) -> None:
+    summary_id = filled.store.conn.execute("SELECT max(id) FROM summaries").fetchone()[0]
+    ref = f"sum_{summary_id}"
+    total = r.describe(filled.store, ref)["sources"]
+    seen, offset = [], 0
+    while offset is not None:
+        page = r.expand(filled.store, ref, offset=offset, limit=2)
+        seen += [s["id"] for s in page["sources"]]
+        offset = page["next_offset"]
+    assert len(seen) == total == len(set(seen))
+
+
+def test_read_output_by_range(engine: LcmEngine) -> None:
+    text = "".join(f"{i:05d}\n" for i in range(2_000))
+    stored = engine.store.ingest("s", {"role": "tool", "tool_call_id": "c", "content": text})
+    assert stored.output_id
+    first = r.read_output(engine.store, stored.output_id, 0, 600)
+    assert first["content"] == text[:600] and first["next_offset"] == 600
+    last = r.read_output(engine.store, stored.output_id, len(text) - 6, 600)
+    assert last["content"] == "01999\n" and last["next_offset"] is None
+
+
+@pytest.mark.parametrize("bad", ["sum_x", "msg_", "nope", "sum_999999", "out_ffff"])
+def test_bad_ids_are_named_in_the_error(engine: LcmEngine, bad: str) -> None:
+    with pytest.raises(RuntimeFailure, match=bad):
+        r.expand(engine.store, bad)
+
+
+def test_tools_answer_json_even_on_errors(filled: LcmEngine) -> None:
+    assert TOOL_NAMES == {"lcm_grep", "lcm_search", "lcm_describe", "lcm_expand", "lcm_read_output"}
+    ok = json.loads(filled.handle_tool("lcm_grep", {"query": "pelican"}, "alpha"))
+    assert ok["results"]
+    err = json.loads(filled.handle_tool("lcm_expand", {"id": "sum_424242"}, "alpha"))
+    assert "sum_424242" in err["error"]
+    missing = json.loads(filled.handle_tool("lcm_grep", {}, "alpha"))
+    assert "bad arguments" in missing["error"]
+
+
+def test_hybrid_search_with_static_embeddings(engine: LcmEngine) -> None:
+    from hermes_runtime.lcm.embeddings import StaticModelEmbedder
+
+    engine.ingest("s", simple_conversation(6))
+    dog = engine.store.ingest("s", {"role": "user", "content": "my dog is called Biscuit"})
+    embedder = StaticModelEmbedder()
+    assert embed_all(engine.store, embedder) == engine.store.counts()["messages"]
+    assert engine.store.counts()["embed_queue"] == 0
+    hits = r.hybrid_search(engine.store, embedder, "what is the name of my puppy dog", "s", 5)
+    assert hits[0].id == dog.ref
+    vector_only = r.hybrid_search(engine.store, embedder, "puppy dog", "s", 5, mode="vector")
+    assert vector_only and all(h.kind in ("message", "summary") for h in vector_only)
+
+
+def test_vectors_of_another_model_are_never_mixed(engine: LcmEngine) -> None:
+    from hermes_runtime.lcm.embeddings import StaticModelEmbedder
+
+    engine.ingest("s", [{"role": "user", "content": "unique walrus fact"}])
+    embed_all(engine.store, StaticModelEmbedder())
+    other = StaticModelEmbedder(model="some-other-model")
+    assert r.vector_search(engine.store, other, "walrus", "s", 5) == []
