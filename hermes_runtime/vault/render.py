@@ -180,7 +180,7 @@ def run_refresh(
         raise RuntimeFailure(f"--refresh must be a positive number of seconds, not {interval}")
     check_unique_env_names(specs)
     check_output_path(out, env, log)
-    renderer = Renderer(settings, specs, out, env, interval)
+    renderer = Renderer(settings, specs, out, env, interval, cache=SecretCache(log=log))
     log_render(renderer.render(), log)
     while not stop.wait(interval):
         refresh_tick(renderer, log)

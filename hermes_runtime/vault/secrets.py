@@ -14,12 +14,13 @@ import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 import hvac
 import hvac.exceptions
 
 from hermes_runtime.common.errors import RuntimeFailure
+from hermes_runtime.common.logs import log_event
 from hermes_runtime.vault.errors import CLIENT_EXCEPTIONS, describe_failure
 from hermes_runtime.vault.spec import SecretSpec
 
@@ -110,6 +111,7 @@ class SecretCache:
     """Per-path reads kept across refresh ticks so leased secrets are renewed, not re-minted."""
 
     reads: dict[str, SecretRead] = field(default_factory=dict)
+    log: TextIO | None = None
 
     def fetch(
         self, client: hvac.Client, specs: list[SecretSpec], addr: str, interval: float = 0
@@ -124,6 +126,8 @@ class SecretCache:
             ):
                 continue
             self.reads[path] = read_secret(client, path, addr)
+            if cached is not None and cached.lease_id:
+                log_event("vault.lease.reread", self.log, path=path)
         return pick_values(specs, self.reads, addr)
 
     def _keep_lease(self, client: hvac.Client, cached: SecretRead, interval: float) -> bool:
@@ -145,4 +149,5 @@ class SecretCache:
         self.reads[cached.path] = SecretRead(
             cached.path, cached.fields, cached.lease_id, duration, bool(renewed.get("renewable"))
         )
+        log_event("vault.lease.renewed", self.log, path=cached.path, ttl=duration)
         return True

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from support.openbao import free_port
-from vault_testkit import SeededVault, file_value, refresher, wait_for
+from vault_testkit import SeededVault, event_names, file_value, refresher, wait_for
 
 from hermes_runtime.vault import VaultSettings
 
@@ -121,3 +121,5 @@ def test_dynamic_credentials_are_renewed_not_reminted(
             redis_port, file_value(out, "REDIS_USER"), file_value(out, "REDIS_PASSWORD")
         )
     assert "vault.refresh.failed" not in log.getvalue()
+    names = event_names(log)
+    assert "vault.lease.renewed" in names and "vault.lease.reread" in names
