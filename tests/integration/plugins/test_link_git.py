@@ -254,3 +254,29 @@ def test_bad_config_yaml_changes_nothing(data_dir: Path, synced_plugin, tmp_path
     else:
         raise AssertionError("a config.yaml that does not parse must be an error")
     assert not (data_dir / "plugins").exists()
+
+
+def test_sync_root_that_is_a_symlink_is_rejected(
+    data_dir: Path, synced_plugin, tmp_path: Path
+) -> None:
+    synced = synced_plugin("real")
+    os.symlink(str(synced.root), data_dir / ".git-sync" / "alias")
+    spec = write_spec(tmp_path / "plugins.yaml", [{"name": "alias"}])
+    [result] = link_plugins(data_dir, spec).results
+    assert result.status == "failed" and "is a symlink" in (result.error or "")
+    assert not os.path.lexists(data_dir / "plugins" / "alias")
+
+
+def test_json_report_and_exit_status(data_dir: Path, synced_plugin, tmp_path: Path) -> None:
+    import json
+
+    synced_plugin("ok")
+    spec = write_spec(tmp_path / "plugins.yaml", [{"name": "ok"}])
+    args = ("plugins", "link", "--data-dir", str(data_dir), "--spec", str(spec), "--json")
+    first = run_cli(*args)
+    assert first.returncode == 0, first.stderr
+    payload = json.loads(first.stdout)
+    assert payload["ok"] and payload["changed"]
+    assert payload["plugins"][0]["status"] == "linked"
+    second = json.loads(run_cli(*args).stdout)
+    assert second["changed"] is False and second["plugins"][0]["status"] == "unchanged"
