@@ -14,7 +14,9 @@ from hermes_runtime.common.errors import RuntimeFailure
 
 def register(subparsers: Any) -> None:
     verbs = add_group(
-        subparsers, "lcm", "Lossless Context Management: import history, assemble context, search, expand."
+        subparsers,
+        "lcm",
+        "Lossless Context Management: import history, assemble context, search, expand.",
     )
     _import_parser(verbs)
     p = verbs.add_parser("context", help="assemble a session's context under a token budget")

@@ -67,7 +67,7 @@ class LcmConfig:
             ("embeddings", self.embeddings in ("static", "openai", "off")),
             ("fresh_tail_messages", self.policy.fresh_tail_messages >= 0),
             ("condense_fanout", self.policy.condense_fanout >= 2),
-            ("leaf_target_tokens", 32 <= self.policy.leaf_target_tokens),
+            ("leaf_target_tokens", self.policy.leaf_target_tokens >= 32),
             ("call_timeout_seconds", self.policy.call_timeout_seconds > 0),
         ]
         for name, ok in checks:
@@ -91,4 +91,6 @@ def _coerce(name: str, value: Any, kind: type) -> Any:
             return Path(os.path.expandvars(str(value)))
         return kind(value)
     except (TypeError, ValueError) as exc:
-        raise RuntimeFailure(f"config.yaml {name}: expected {kind.__name__}, got {value!r}") from exc
+        raise RuntimeFailure(
+            f"config.yaml {name}: expected {kind.__name__}, got {value!r}"
+        ) from exc

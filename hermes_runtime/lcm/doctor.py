@@ -16,6 +16,7 @@ from typing import Any
 import apsw
 
 from hermes_runtime.lcm import metrics
+from hermes_runtime.lcm.schema import fetch_all, fetch_value
 from hermes_runtime.lcm.store import LcmStore
 
 
@@ -40,7 +41,7 @@ def stats(store: LcmStore) -> dict[str, Any]:
     counts = store.counts()
     size = database_bytes(store.db_path)
     metrics.DATABASE_BYTES.set(size)
-    depth = store.conn.execute("SELECT max(depth) FROM summaries").fetchone()[0]
+    depth = fetch_value(store.conn, "SELECT max(depth) FROM summaries")
     levels = dict(store.conn.execute("SELECT level, count(*) FROM summaries GROUP BY level"))
     return {
         "database": str(store.db_path),
@@ -61,7 +62,7 @@ def doctor(store: LcmStore, full: bool = False) -> DoctorReport:
     report.checks[pragma] = result[:5]
     if result != ["ok"]:
         report.problems.append(f"{pragma}: {'; '.join(result[:5])}")
-    fk = store.conn.execute("PRAGMA foreign_key_check").fetchall()
+    fk = fetch_all(store.conn, "PRAGMA foreign_key_check")
     report.checks["foreign_key_violations"] = len(fk)
     if fk:
         report.problems.append(f"foreign_key_check: {len(fk)} violations")

@@ -15,7 +15,7 @@ from typing import Protocol
 import httpx
 import numpy as np
 
-from hermes_runtime.lcm.schema import write_transaction
+from hermes_runtime.lcm.schema import fetch_one, write_transaction
 from hermes_runtime.lcm.store import LcmStore
 
 MAX_EMBED_CHARS = 2_000
@@ -87,9 +87,9 @@ def _texts_for(store: LcmStore, batch: list[tuple[int, str, int]]) -> list[tuple
     for _, kind, item_id in batch:
         table = "messages" if kind == "message" else "summaries"
         column = "coalesce(content, content_json, '')" if kind == "message" else "content"
-        row = store.conn.execute(
-            f"SELECT session_id, {column} FROM {table} WHERE id = ?", (item_id,)
-        ).fetchone()
+        row = fetch_one(
+            store.conn, f"SELECT session_id, {column} FROM {table} WHERE id = ?", (item_id,)
+        )
         result.append((row[0], row[1]) if row else ("", ""))
     return result
 

@@ -18,6 +18,7 @@ import apsw
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.common.logs import reporter
 from hermes_runtime.lcm.engine import LcmEngine
+from hermes_runtime.lcm.schema import fetch_all
 
 BATCH = 500
 ROLES = ("system", "user", "assistant", "tool", "developer")
@@ -50,9 +51,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return messages
 
 
-def import_messages(
-    engine: LcmEngine, session_id: str, messages: list[dict[str, Any]]
-) -> int:
+def import_messages(engine: LcmEngine, session_id: str, messages: list[dict[str, Any]]) -> int:
     total = 0
     with reporter("lcm.import") as report:
         report.start_task(f"importing {session_id}", len(messages))
@@ -73,15 +72,17 @@ def hermes_sessions(state_db: Path) -> Iterator[tuple[str, list[dict[str, Any]]]
         sessions = [
             r[0]
             for r in conn.execute(
-                "SELECT session_id, min(id) AS first FROM messages GROUP BY session_id ORDER BY first"
+                "SELECT session_id, min(id) AS first FROM messages "
+                "GROUP BY session_id ORDER BY first"
             )
         ]
         for session_id in sessions:
-            rows = conn.execute(
+            rows = fetch_all(
+                conn,
                 "SELECT role, content, tool_call_id, tool_calls, tool_name FROM messages "
                 "WHERE session_id = ? AND role IN ('user', 'assistant', 'tool') ORDER BY id",
                 (session_id,),
-            ).fetchall()
+            )
             yield session_id, [_hermes_row(*row) for row in rows]
     except apsw.Error as exc:
         raise RuntimeFailure(f"Hermes state database {state_db}: {exc}") from exc
@@ -90,7 +91,11 @@ def hermes_sessions(state_db: Path) -> Iterator[tuple[str, list[dict[str, Any]]]
 
 
 def _hermes_row(
-    role: str, content: str | None, tool_call_id: str | None, tool_calls: str | None, name: str | None
+    role: str,
+    content: str | None,
+    tool_call_id: str | None,
+    tool_calls: str | None,
+    name: str | None,
 ) -> dict[str, Any]:
     message: dict[str, Any] = {"role": role, "content": content}
     if tool_calls:

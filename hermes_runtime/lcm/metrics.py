@@ -17,10 +17,14 @@ INGEST_SECONDS = Histogram(
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.05, 0.1, 0.5),
 )
 COMPACTION_SECONDS = Histogram(
-    "lcm_compaction_seconds", "Duration of one compaction", buckets=(0.01, 0.1, 1, 5, 15, 30, 60, 120)
+    "lcm_compaction_seconds",
+    "Duration of one compaction",
+    buckets=(0.01, 0.1, 1, 5, 15, 30, 60, 120),
 )
 COMPACTION_TOKENS_IN = Counter("lcm_compaction_tokens_in_total", "Context tokens before compaction")
-COMPACTION_TOKENS_OUT = Counter("lcm_compaction_tokens_out_total", "Context tokens after compaction")
+COMPACTION_TOKENS_OUT = Counter(
+    "lcm_compaction_tokens_out_total", "Context tokens after compaction"
+)
 SUMMARIES = Counter("lcm_summaries_total", "Summaries created, by escalation level", ["level"])
 COMPACTION_ERRORS = Counter("lcm_summarizer_errors_total", "Summarizer failures that escalated")
 RETRIEVAL_SECONDS = Histogram(

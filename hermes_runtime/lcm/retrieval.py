@@ -24,6 +24,7 @@ from hermes_runtime.lcm.records import (
     StoredMessage,
     Summary,
 )
+from hermes_runtime.lcm.schema import fetch_all, fetch_one
 from hermes_runtime.lcm.store import LcmStore
 
 TERM = re.compile(r"\w+", re.UNICODE)
@@ -55,9 +56,11 @@ def fts_query(text: str, any_term: bool = False) -> str | None:
 
 
 def _covered_by(store: LcmStore, message_id: int) -> str | None:
-    row = store.conn.execute(
-        "SELECT summary_id FROM summary_sources WHERE message_id = ? LIMIT 1", (message_id,)
-    ).fetchone()
+    row = fetch_one(
+        store.conn,
+        "SELECT summary_id FROM summary_sources WHERE message_id = ? LIMIT 1",
+        (message_id,),
+    )
     return f"{SUMMARY_PREFIX}{row[0]}" if row else None
 
 
@@ -76,31 +79,29 @@ def _message_hit(store: LcmStore, row: tuple[Any, ...], score: float) -> Hit:
     )
 
 
-def _fts_messages(
-    store: LcmStore, query: str, session_id: str | None, limit: int
-) -> list[Hit]:
+def _fts_messages(store: LcmStore, query: str, session_id: str | None, limit: int) -> list[Hit]:
     where, params = ("AND m.session_id = ?", [session_id]) if session_id else ("", [])
-    rows = store.conn.execute(
+    rows = fetch_all(
+        store.conn,
         "SELECT m.id, m.session_id, m.role, m.seq, m.created_at, "
         "snippet(messages_fts, 0, '[', ']', ' ... ', 24), bm25(messages_fts) "
         "FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
         f"WHERE messages_fts MATCH ? {where} ORDER BY bm25(messages_fts) LIMIT ?",
         [query, *params, limit],
-    ).fetchall()
+    )
     return [_message_hit(store, r[:6], -float(r[6])) for r in rows]
 
 
-def _fts_summaries(
-    store: LcmStore, query: str, session_id: str | None, limit: int
-) -> list[Hit]:
+def _fts_summaries(store: LcmStore, query: str, session_id: str | None, limit: int) -> list[Hit]:
     where, params = ("AND s.session_id = ?", [session_id]) if session_id else ("", [])
-    rows = store.conn.execute(
+    rows = fetch_all(
+        store.conn,
         "SELECT s.id, s.session_id, s.depth, s.created_at, "
         "snippet(summaries_fts, 0, '[', ']', ' ... ', 24), bm25(summaries_fts) "
         "FROM summaries_fts JOIN summaries s ON s.id = summaries_fts.rowid "
         f"WHERE summaries_fts MATCH ? {where} ORDER BY bm25(summaries_fts) LIMIT ?",
         [query, *params, limit],
-    ).fetchall()
+    )
     return [
         Hit(f"{SUMMARY_PREFIX}{r[0]}", "summary", r[1], r[4], created_at=r[3], score=-float(r[5]))
         for r in rows
@@ -128,20 +129,20 @@ def grep(
     return sorted(hits, key=lambda h: -h.score)[:limit]
 
 
-def _regex_messages(
-    store: LcmStore, pattern: str, session_id: str | None, limit: int
-) -> list[Hit]:
+def _regex_messages(store: LcmStore, pattern: str, session_id: str | None, limit: int) -> list[Hit]:
     try:
         re.compile(pattern)
     except re.error as exc:
         raise RuntimeFailure(f"LCM grep: invalid regular expression {pattern!r}: {exc}") from exc
     where, params = ("session_id = ? AND", [session_id]) if session_id else ("", [])
-    rows = store.conn.execute(
-        "SELECT id, session_id, role, seq, created_at, substr(coalesce(content, content_json), 1, 300) "
+    rows = fetch_all(
+        store.conn,
+        "SELECT id, session_id, role, seq, created_at, "
+        "substr(coalesce(content, content_json), 1, 300) "
         f"FROM messages WHERE {where} coalesce(content, content_json) REGEXP ? "
         "ORDER BY id DESC LIMIT ?",
         [*params, pattern, limit],
-    ).fetchall()
+    )
     return [_message_hit(store, r, 0.0) for r in rows]
 
 
@@ -151,12 +152,13 @@ def vector_search(
     """Nearest items by cosine distance (sqlite-vec scan, filtered on model and session)."""
     vector = embedder.embed([query])[0].astype(np.float32).tobytes()
     where, params = ("AND e.session_id = ?", [session_id]) if session_id else ("", [])
-    rows = store.conn.execute(
+    rows = fetch_all(
+        store.conn,
         "SELECT kind, item_id, session_id, d FROM ("
         "SELECT e.kind, e.item_id, e.session_id, vec_distance_cosine(e.vector, ?) AS d "
         f"FROM embeddings e WHERE e.model = ? {where}) WHERE d IS NOT NULL ORDER BY d LIMIT ?",
         [vector, embedder.model, *params, limit],
-    ).fetchall()
+    )
     hits = []
     for kind, item_id, session, distance in rows:
         if kind == "message":
@@ -169,8 +171,14 @@ def vector_search(
             s = store.summary(item_id)
             if s is not None:
                 hits.append(
-                    Hit(s.ref, "summary", session, s.content[:300], created_at=s.created_at,
-                        score=1.0 - float(distance))
+                    Hit(
+                        s.ref,
+                        "summary",
+                        session,
+                        s.content[:300],
+                        created_at=s.created_at,
+                        score=1.0 - float(distance),
+                    )
                 )
     return hits
 

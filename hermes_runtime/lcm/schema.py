@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import apsw
 
@@ -70,7 +71,8 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (summary_id, ord),
         CHECK ((message_id IS NULL) <> (child_id IS NULL))
     ) WITHOUT ROWID;
-    CREATE INDEX summary_sources_message ON summary_sources(message_id) WHERE message_id IS NOT NULL;
+    CREATE INDEX summary_sources_message ON summary_sources(message_id)
+        WHERE message_id IS NOT NULL;
     CREATE INDEX summary_sources_child ON summary_sources(child_id) WHERE child_id IS NOT NULL;
     CREATE TABLE context_items (
         session_id  TEXT NOT NULL REFERENCES sessions(id),
@@ -101,7 +103,8 @@ MIGRATIONS: tuple[str, ...] = (
         content, content='summaries', content_rowid='id', tokenize='unicode61 remove_diacritics 2'
     );
     CREATE TRIGGER messages_ai AFTER INSERT ON messages BEGIN
-        INSERT INTO messages_fts(rowid, content) VALUES (new.id, coalesce(new.content, new.content_json, ''));
+        INSERT INTO messages_fts(rowid, content)
+            VALUES (new.id, coalesce(new.content, new.content_json, ''));
     END;
     CREATE TRIGGER summaries_ai AFTER INSERT ON summaries BEGIN
         INSERT INTO summaries_fts(rowid, content) VALUES (new.id, new.content);
@@ -152,3 +155,21 @@ def write_transaction(conn: apsw.Connection) -> Iterator[None]:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+Row = tuple[Any, ...]
+
+
+def fetch_one(conn: apsw.Connection, sql: str, params: Any = ()) -> Row | None:
+    """First row or None, typed loosely: apsw's own stubs type every cell as a union."""
+    row = conn.execute(sql, params).fetchone()
+    return tuple(row) if row is not None else None
+
+
+def fetch_all(conn: apsw.Connection, sql: str, params: Any = ()) -> list[Row]:
+    return [tuple(row) for row in conn.execute(sql, params)]
+
+
+def fetch_value(conn: apsw.Connection, sql: str, params: Any = ()) -> Any:
+    row = fetch_one(conn, sql, params)
+    return row[0] if row else None

@@ -33,7 +33,7 @@ from hermes_runtime.lcm.records import (
     message_text,
     message_tokens,
 )
-from hermes_runtime.lcm.schema import migrate, write_transaction
+from hermes_runtime.lcm.schema import fetch_all, fetch_one, fetch_value, migrate, write_transaction
 
 MESSAGE_COLUMNS = (
     "id, session_id, seq, role, content, content_json, tool_calls, tool_call_id, name, extra, "
@@ -68,9 +68,7 @@ class LcmStore:
         externalize_chars: int = DEFAULT_EXTERNALIZE_CHARS,
     ) -> None:
         self.db_path = Path(db_path)
-        self.outputs_dir = (
-            Path(outputs_dir) if outputs_dir else self.db_path.parent / "outputs"
-        )
+        self.outputs_dir = Path(outputs_dir) if outputs_dir else self.db_path.parent / "outputs"
         self.externalize_chars = externalize_chars
         self._local = threading.local()
         self._write_lock = threading.RLock()
@@ -89,7 +87,7 @@ class LcmStore:
         conn = getattr(self._local, "conn", None)
         if conn is None:
             conn = connect(self.db_path, busy_timeout_ms=30_000)
-            conn.create_scalar_function("regexp", _regexp, 2, deterministic=True)
+            conn.create_scalar_function("regexp", _regexp, 2, deterministic=True)  # type: ignore[arg-type]
             conn.enable_load_extension(True)
             conn.load_extension(sqlite_vec.loadable_path())
             conn.enable_load_extension(False)
@@ -105,9 +103,9 @@ class LcmStore:
     # -- sessions ----------------------------------------------------------
 
     def _ensure_session(self, session_id: str) -> tuple[int, int]:
-        row = self.conn.execute(
-            "SELECT next_seq, next_pos FROM sessions WHERE id = ?", (session_id,)
-        ).fetchone()
+        row = fetch_one(
+            self.conn, "SELECT next_seq, next_pos FROM sessions WHERE id = ?", (session_id,)
+        )
         if row is None:
             self.conn.execute(
                 "INSERT INTO sessions(id, created_at) VALUES (?, ?)", (session_id, time.time())
@@ -119,13 +117,11 @@ class LcmStore:
         return [r[0] for r in self.conn.execute("SELECT id FROM sessions ORDER BY created_at")]
 
     def has_session(self, session_id: str) -> bool:
-        row = self.conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        row = fetch_one(self.conn, "SELECT 1 FROM sessions WHERE id = ?", (session_id,))
         return row is not None
 
     def host_state(self, session_id: str) -> dict[str, Any]:
-        row = self.conn.execute(
-            "SELECT host_state FROM sessions WHERE id = ?", (session_id,)
-        ).fetchone()
+        row = fetch_one(self.conn, "SELECT host_state FROM sessions WHERE id = ?", (session_id,))
         return json.loads(row[0]) if row and row[0] else {}
 
     def set_host_state(self, session_id: str, state: dict[str, Any]) -> None:
@@ -240,22 +236,23 @@ class LcmStore:
     # -- reads -------------------------------------------------------------
 
     def message(self, message_id: int) -> StoredMessage | None:
-        row = self.conn.execute(
-            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?", (message_id,)
-        ).fetchone()
+        row = fetch_one(
+            self.conn, f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?", (message_id,)
+        )
         return StoredMessage(*row) if row else None
 
     def summary(self, summary_id: int) -> Summary | None:
-        row = self.conn.execute(
-            f"SELECT {SUMMARY_COLUMNS} FROM summaries WHERE id = ?", (summary_id,)
-        ).fetchone()
+        row = fetch_one(
+            self.conn, f"SELECT {SUMMARY_COLUMNS} FROM summaries WHERE id = ?", (summary_id,)
+        )
         return Summary(*row) if row else None
 
     def output(self, output_id: str) -> OutputRecord | None:
-        row = self.conn.execute(
+        row = fetch_one(
+            self.conn,
             "SELECT id, sha256, size, encoding, relpath, created_at FROM outputs WHERE id = ?",
             (output_id,),
-        ).fetchone()
+        )
         return OutputRecord(*row) if row else None
 
     def output_bytes(self, record: OutputRecord) -> bytes:
@@ -277,23 +274,31 @@ class LcmStore:
     def summary_sources(
         self, summary_id: int, offset: int = 0, limit: int = 1000
     ) -> list[StoredMessage | Summary]:
-        rows = self.conn.execute(
+        rows = fetch_all(
+            self.conn,
             "SELECT message_id, child_id FROM summary_sources WHERE summary_id = ? "
             "ORDER BY ord LIMIT ? OFFSET ?",
             (summary_id, limit, offset),
-        ).fetchall()
+        )
         result: list[StoredMessage | Summary] = []
         for message_id, child_id in rows:
-            item = self.message(message_id) if message_id is not None else self.summary(child_id)
+            item = (
+                self.message(int(message_id))
+                if message_id is not None
+                else self.summary(int(child_id))
+            )
             assert item is not None, "foreign keys guarantee the source exists"
             result.append(item)
         return result
 
     def summary_source_count(self, summary_id: int) -> int:
-        row = self.conn.execute(
-            "SELECT count(*) FROM summary_sources WHERE summary_id = ?", (summary_id,)
-        ).fetchone()
-        return int(row[0])
+        return int(
+            fetch_value(
+                self.conn,
+                "SELECT count(*) FROM summary_sources WHERE summary_id = ?",
+                (summary_id,),
+            )
+        )
 
     def context_items(self, session_id: str) -> list[ContextItem]:
         """The live context in order; joins keep it one query (no N+1)."""
@@ -331,11 +336,12 @@ class LcmStore:
         if not positions:
             return None
         with self._write_lock, write_transaction(self.conn):
-            present = self.conn.execute(
+            present = fetch_value(
+                self.conn,
                 "SELECT count(*) FROM context_items WHERE session_id = ? AND position "
                 "BETWEEN ? AND ?",
                 (session_id, positions[0], positions[-1]),
-            ).fetchone()[0]
+            )
             if present != len(positions):
                 return None
             span = self._span(new.sources)
@@ -360,8 +366,12 @@ class LcmStore:
                 "INSERT INTO summary_sources(summary_id, ord, message_id, child_id) "
                 "VALUES (?, ?, ?, ?)",
                 [
-                    (summary_id, i, ident if kind == "message" else None,
-                     ident if kind == "summary" else None)
+                    (
+                        summary_id,
+                        i,
+                        ident if kind == "message" else None,
+                        ident if kind == "summary" else None,
+                    )
                     for i, (kind, ident) in enumerate(new.sources)
                 ],
             )
@@ -385,17 +395,18 @@ class LcmStore:
         first, last, start, end, count = 1 << 62, -1, float("inf"), float("-inf"), 0
         for kind, ident in sources:
             if kind == "message":
-                seq, at = self.conn.execute(
-                    "SELECT seq, created_at FROM messages WHERE id = ?", (ident,)
-                ).fetchone()
+                seq, at = fetch_all(
+                    self.conn, "SELECT seq, created_at FROM messages WHERE id = ?", (ident,)
+                )[0]
                 first, last = min(first, seq), max(last, seq)
                 start, end, count = min(start, at), max(end, at), count + 1
             else:
-                row = self.conn.execute(
+                row = fetch_all(
+                    self.conn,
                     "SELECT first_seq, last_seq, start_at, end_at, message_count "
                     "FROM summaries WHERE id = ?",
                     (ident,),
-                ).fetchone()
+                )[0]
                 first, last = min(first, row[0]), max(last, row[1])
                 start, end, count = min(start, row[2]), max(end, row[3]), count + row[4]
         return first, last, start, end, count
@@ -411,9 +422,7 @@ class LcmStore:
             "embeddings": "SELECT count(*) FROM embeddings",
             "embed_queue": "SELECT count(*) FROM embed_queue",
         }
-        return {
-            name: int(self.conn.execute(sql).fetchone()[0] or 0) for name, sql in queries.items()
-        }
+        return {name: int(fetch_value(self.conn, sql) or 0) for name, sql in queries.items()}
 
 
 def _prefixed(alias: str, columns: str) -> str:

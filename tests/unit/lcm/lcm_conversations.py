@@ -14,6 +14,7 @@ from typing import Any
 
 from hermes_runtime.lcm import retrieval
 from hermes_runtime.lcm.assembly import summary_ref_of
+from hermes_runtime.lcm.schema import fetch_one
 from hermes_runtime.lcm.store import LcmStore
 
 OUTPUT_REF = re.compile(r"^\[LCM externalized \w+ output (out_[0-9a-f]+):")
@@ -79,7 +80,7 @@ def reconstruct(store: LcmStore, context: list[dict[str, Any]]) -> list[dict[str
             history += expand_summary(store, ref)
             continue
         stub = OUTPUT_REF.match(content) if isinstance(content, str) else None
-        if stub and _is_stored_stub(store, stub.group(1), content):
+        if stub and _is_stored_stub(store, stub.group(1), str(content)):
             full = retrieval.expand(store, stub.group(1))["content"]
             message = {**message, "content": full}
         history.append(message)
@@ -88,7 +89,9 @@ def reconstruct(store: LcmStore, context: list[dict[str, Any]]) -> list[dict[str
 
 def _is_stored_stub(store: LcmStore, output_id: str, content: str) -> bool:
     """A stub only if the database holds this exact stub (users can type anything)."""
-    row = store.conn.execute(
-        "SELECT 1 FROM messages WHERE output_id = ? AND content = ? LIMIT 1", (output_id, content)
-    ).fetchone()
+    row = fetch_one(
+        store.conn,
+        "SELECT 1 FROM messages WHERE output_id = ? AND content = ? LIMIT 1",
+        (output_id, content),
+    )
     return row is not None

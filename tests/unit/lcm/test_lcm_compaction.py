@@ -152,15 +152,11 @@ def test_externalized_outputs_in_context_are_stubs(engine: LcmEngine) -> None:
 
 # -- property test over random conversations -------------------------------
 
-texts = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",)), min_size=0, max_size=300
-)
+texts = st.text(alphabet=st.characters(exclude_categories=["Cs"]), min_size=0, max_size=300)
 results = st.one_of(
     texts, st.integers(2_100, 6_000).map(lambda n: "r" * n), st.integers(1_100, 3_000).map(blob)
 )
-turns = st.lists(
-    st.tuples(texts, st.lists(results, max_size=3), texts), min_size=1, max_size=25
-)
+turns = st.lists(st.tuples(texts, st.lists(results, max_size=3), texts), min_size=1, max_size=25)
 
 
 @settings(

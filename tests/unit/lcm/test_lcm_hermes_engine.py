@@ -140,6 +140,9 @@ def test_bad_config_names_the_field(tmp_path: Path) -> None:
 
 def test_user_typing_our_header_is_still_stored(tmp_path: Path) -> None:
     engine = make(tmp_path)
-    typed = {"role": "user", "content": '[LCM summary sum_1 | depth 0 | expand with lcm_expand(id="sum_1")]'}
+    typed = {
+        "role": "user",
+        "content": '[LCM summary sum_1 | depth 0 | expand with lcm_expand(id="sum_1")]',
+    }
     engine.compress([SYSTEM, typed])
     assert engine.engine.store.counts()["messages"] == 1

@@ -12,6 +12,7 @@ from hermes_runtime.lcm import LcmEngine
 from hermes_runtime.lcm import retrieval as r
 from hermes_runtime.lcm.embeddings import embed_all
 from hermes_runtime.lcm.engine import TOOL_NAMES
+from hermes_runtime.lcm.schema import fetch_value
 
 
 @pytest.fixture
@@ -54,7 +55,7 @@ def test_regex_grep(filled: LcmEngine) -> None:
 
 
 def test_expand_paginates_until_done(filled: LcmEngine) -> None:
-    summary_id = filled.store.conn.execute("SELECT max(id) FROM summaries").fetchone()[0]
+    summary_id = fetch_value(filled.store.conn, "SELECT max(id) FROM summaries")
     ref = f"sum_{summary_id}"
     total = r.describe(filled.store, ref)["sources"]
     seen, offset = [], 0
@@ -82,7 +83,7 @@ def test_bad_ids_are_named_in_the_error(engine: LcmEngine, bad: str) -> None:
 
 
 def test_tools_answer_json_even_on_errors(filled: LcmEngine) -> None:
-    assert TOOL_NAMES == {"lcm_grep", "lcm_search", "lcm_describe", "lcm_expand", "lcm_read_output"}
+    assert {"lcm_grep", "lcm_search", "lcm_describe", "lcm_expand", "lcm_read_output"} == TOOL_NAMES
     ok = json.loads(filled.handle_tool("lcm_grep", {"query": "pelican"}, "alpha"))
     assert ok["results"]
     err = json.loads(filled.handle_tool("lcm_expand", {"id": "sum_424242"}, "alpha"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import apsw
 import pytest
@@ -11,11 +12,11 @@ from lcm_conversations import blob
 
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.lcm import LcmStore
-from hermes_runtime.lcm.schema import MIGRATIONS, schema_version
+from hermes_runtime.lcm.schema import MIGRATIONS, fetch_all, fetch_value, schema_version
 
 
 def test_roundtrip_keeps_every_key_and_byte(store: LcmStore) -> None:
-    originals = [
+    originals: list[dict[str, Any]] = [
         {"role": "user", "content": "héllo ✓ \x00 nul and emoji 🚀", "name": "alice"},
         {
             "role": "assistant",
@@ -81,7 +82,7 @@ def test_migrations_are_recorded_and_idempotent(tmp_path: Path) -> None:
     first.close()
     second = LcmStore(tmp_path / "lcm.db")
     assert second.counts()["messages"] == 1
-    assert second.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert fetch_value(second.conn, "PRAGMA journal_mode") == "wal"
     second.close()
 
 
@@ -93,9 +94,7 @@ def test_newer_schema_is_refused_with_the_path(tmp_path: Path) -> None:
         LcmStore(tmp_path / "lcm.db")
 
 
-@pytest.mark.parametrize(
-    "bad", [{"content": "no role"}, {"role": 3, "content": "x"}, "not a dict"]
-)
+@pytest.mark.parametrize("bad", [{"content": "no role"}, {"role": 3, "content": "x"}, "not a dict"])
 def test_bad_message_is_rejected_and_nothing_is_stored(store: LcmStore, bad: object) -> None:
     good = {"role": "user", "content": "fine"}
     with pytest.raises(RuntimeFailure, match="role"):
@@ -106,8 +105,6 @@ def test_bad_message_is_rejected_and_nothing_is_stored(store: LcmStore, bad: obj
 def test_ingest_queues_embeddings_and_fts(store: LcmStore) -> None:
     store.ingest("s", {"role": "user", "content": "zebra crossing"})
     assert store.counts()["embed_queue"] == 1
-    rows = store.conn.execute(
-        "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'zebra'"
-    ).fetchall()
+    rows = fetch_all(store.conn, "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'zebra'")
     assert len(rows) == 1
     assert json.loads(json.dumps(store.counts()))["messages"] == 1
