@@ -28,7 +28,7 @@ from hermes_runtime.backup.manifest import (
     new_snapshot_id,
 )
 from hermes_runtime.backup.selection import FoundFile, make_excluder, scan_data_dir
-from hermes_runtime.backup.target import Target
+from hermes_runtime.backup.target import TEMP_MARKER, Target
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.common.logs import Reporter, reporter
 
@@ -64,12 +64,22 @@ class _Run:
     files_unchanged: int = 0
     skipped: list[str] = field(default_factory=list)
 
+    def new_spool(self) -> Path:
+        """A scratch file for one compressed body: in the target itself when it is a folder."""
+        where = self.target.spool_dir() or self.work_dir
+        fd, name = tempfile.mkstemp(prefix=TEMP_MARKER + "spool-", dir=where)
+        os.close(fd)
+        return Path(name)
+
     def upload(self, digest: str, spool: Path) -> None:
-        if digest in self.known_blobs:
-            return
-        self.target.put_file(blob_key(digest), spool)
-        self.known_blobs.add(digest)
-        self.bytes_uploaded += spool.stat().st_size
+        try:
+            if digest not in self.known_blobs:
+                size = spool.stat().st_size
+                self.target.put_file(blob_key(digest), spool)
+                self.known_blobs.add(digest)
+                self.bytes_uploaded += size
+        finally:
+            spool.unlink(missing_ok=True)
 
 
 def create_backup(
@@ -149,15 +159,14 @@ def _backup_database(run: _Run, found: FoundFile, method: str, attempts: int) ->
         raise RuntimeFailure(
             f"database {source}: snapshot fails integrity_check: {check.integrity}"
         )
-    spooled = spool_compressed(snapshot, run.work_dir / "spool.zst")
+    spooled = spool_compressed(snapshot, run.new_spool())
     run.bytes_read += found.size
     run.upload(spooled.digest, spooled.path)
     run.progress.advance(found.size)
     run.progress.step(
         "database", path=found.relpath, bytes=spooled.raw_size, seconds=round(seconds, 3)
     )
-    for leftover in (snapshot, spooled.path):
-        leftover.unlink(missing_ok=True)
+    snapshot.unlink(missing_ok=True)
     return DatabaseRecord(
         path=found.relpath,
         sha256=spooled.digest,
@@ -183,19 +192,20 @@ def _backup_file(run: _Run, found: FoundFile, previous: dict[str, FileRecord]) -
         return FileRecord(
             found.relpath, before.sha256, found.size, found.mode, found.mtime_ns, found.inode
         )
-    spool = run.work_dir / "spool.zst"
+    spool = run.new_spool()
     try:
         spooled = spool_compressed(run.data_dir / found.relpath, spool)
     except FileNotFoundError:
+        spool.unlink(missing_ok=True)
         run.skipped.append(found.relpath)  # deleted since the scan
         return None
     except PermissionError as exc:
+        spool.unlink(missing_ok=True)
         raise RuntimeFailure(f"file {run.data_dir / found.relpath}: cannot read: {exc}") from exc
     run.bytes_read += spooled.raw_size
     if spooled.digest not in run.known_blobs:
         run.files_uploaded += 1
     run.upload(spooled.digest, spooled.path)
-    os.unlink(spool)
     run.progress.advance(found.size)
     return FileRecord(
         found.relpath, spooled.digest, spooled.raw_size, found.mode, found.mtime_ns, found.inode

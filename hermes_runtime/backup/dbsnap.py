@@ -77,6 +77,9 @@ def _copy_once(source: Path, dest: Path, method: str, busy_timeout_ms: int) -> N
             src.execute("VACUUM INTO ?", (str(dest),))
             return
         dst = apsw.Connection(str(dest))
+        # A scratch copy: durability comes later, when its compressed body is uploaded.
+        dst.execute("PRAGMA journal_mode = OFF")
+        dst.execute("PRAGMA synchronous = OFF")
         try:
             with dst.backup("main", src, "main") as backup:
                 backup.step(-1)

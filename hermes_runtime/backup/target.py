@@ -44,6 +44,7 @@ class Target(Protocol):
 
     def exists(self, key: str) -> bool: ...
     def put_file(self, key: str, source: Path) -> None: ...
+    def spool_dir(self) -> Path | None: ...
     def put_bytes(self, key: str, data: bytes) -> None: ...
     def get_bytes(self, key: str) -> bytes: ...
     def open_stream(self, key: str) -> AbstractContextManager[BinaryIO]: ...
@@ -68,7 +69,27 @@ class FileTarget:
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
 
+    def spool_dir(self) -> Path:
+        """Spool files created here are moved into place by a rename, not copied."""
+        self._check_root()
+        spool = self.root / "blobs"
+        spool.mkdir(exist_ok=True)
+        return spool
+
     def put_file(self, key: str, source: Path) -> None:
+        path = self._path(key)
+        if source.parent == self.root / "blobs" and source.name.startswith(TEMP_MARKER):
+            try:
+                with source.open("rb") as fh:
+                    os.fsync(fh.fileno())
+                path.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(source, path)
+                fsync_dir(path.parent)
+                return
+            except OSError as exc:
+                raise RuntimeFailure(
+                    f"backup target {self.url}: cannot write {key}: {exc}"
+                ) from exc
         with source.open("rb") as src:
             self._write(key, lambda dst: shutil.copyfileobj(src, dst, 1 << 20))
 
@@ -192,6 +213,9 @@ class S3Target:
         self._call(
             "upload", key, lambda: self.client.upload_file(str(source), self.bucket, self._key(key))
         )
+
+    def spool_dir(self) -> None:
+        return None
 
     def put_bytes(self, key: str, data: bytes) -> None:
         self._call(
