@@ -114,6 +114,7 @@ def _converge(
     wait_seconds: float,
 ) -> LinkReport:
     report = LinkReport(layout.data_dir, spec_path)
+    _clear_staging(layout)
     owned_before = _owned_links(layout)
     deadline = time.monotonic() + max(0.0, wait_seconds)
     for entry in entries:
@@ -188,6 +189,15 @@ def _owned_links(layout: Layout) -> dict[str, str]:
         if target is not None:
             owned[entry.name] = target
     return owned
+
+
+def _clear_staging(layout: Layout) -> None:
+    """Temporary links left by a run that crashed before its rename (we hold the lock)."""
+    staging = layout.state_dir / "staging"
+    if staging.is_dir():
+        for leftover in staging.iterdir():
+            with contextlib.suppress(FileNotFoundError):
+                leftover.unlink()
 
 
 def _atomic_symlink(layout: Layout, target: str, link: Path) -> None:
