@@ -78,7 +78,7 @@ def test_seed_config_sets_the_model_provider_and_lcm_without_secrets() -> None:
     manifest = render(
         {
             **LLM,
-            "lcm": {"contextThreshold": 0.6, "freshTailCount": 10},
+            "lcm": {"thresholdPercent": 0.6, "freshTailMessages": 10},
             "hermes": {"config": {"agent": {"max_turns": 7}, "context": {"extra": 1}}},
         }
     )
@@ -90,8 +90,8 @@ def test_seed_config_sets_the_model_provider_and_lcm_without_secrets() -> None:
         "api_key": "${LLM_API_KEY}",
     }
     assert config["context"] == {"engine": "lcm", "extra": 1}
-    assert config["lcm"]["context_threshold"] == 0.6
-    assert config["lcm"]["fresh_tail_count"] == 10
+    assert config["lcm"]["threshold_percent"] == 0.6
+    assert config["lcm"]["fresh_tail_messages"] == 10
     assert "lcm" in config["plugins"]["enabled"]
     assert config["agent"] == {"max_turns": 7}
 

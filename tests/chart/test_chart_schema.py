@@ -116,10 +116,15 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str, str]] = {
     ),
     "digest malformed": ({"image": {"digest": "latest"}}, "/image/digest", "pattern"),
     "sidecar mode unknown": ({"sidecarMode": "sometimes"}, "/sidecarMode", "native"),
-    "lcm threshold above one": (
-        {"lcm": {"contextThreshold": 1.5}},
-        "/lcm/contextThreshold",
+    "lcm threshold above the engine's range": (
+        {"lcm": {"thresholdPercent": 0.99}},
+        "/lcm/thresholdPercent",
         "maximum",
+    ),
+    "lcm openai embeddings without a model": (
+        {"lcm": {"embeddings": {"mode": "openai"}}},
+        "/lcm/embeddings/model",
+        "minLength",
     ),
 }
 
