@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -52,8 +53,20 @@ def register(subparsers: Any) -> None:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data-dir", type=Path, default=Path(DEFAULT_DATA_DIR))
-    parser.add_argument("--spec", type=Path, default=Path(DEFAULT_SPEC))
+    data_dir = os.environ.get("HERMES_HOME") or DEFAULT_DATA_DIR
+    spec = os.environ.get("HERMES_RUNTIME_PLUGIN_SPEC") or DEFAULT_SPEC
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(data_dir),
+        help=f"Hermes data dir (default: $HERMES_HOME or {DEFAULT_DATA_DIR})",
+    )
+    parser.add_argument(
+        "--spec",
+        type=Path,
+        default=Path(spec),
+        help=f"plugin spec (default: $HERMES_RUNTIME_PLUGIN_SPEC or {DEFAULT_SPEC})",
+    )
 
 
 def run_link(args: argparse.Namespace) -> int:
