@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -39,14 +38,15 @@ POD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob", "Pod")
 
 @cache
 def helm_binary() -> str:
-    """The helm binary: on PATH, else installed through the project's own script."""
-    found = shutil.which("helm") or (
-        str(TOOLS_DIR / "bin" / "helm") if (TOOLS_DIR / "bin" / "helm").exists() else None
-    )
-    if found:
-        return found
-    subprocess.run([str(REPO / "ci" / "install-tools.sh"), str(TOOLS_DIR)], check=True)
-    return str(TOOLS_DIR / "bin" / "helm")
+    """The project's pinned helm (v4, from ci/install-tools.sh, installed on demand).
+
+    Not whatever helm is on PATH: helm 3 words schema errors differently, and the
+    schema tests assert on helm 4's wording (the field path).
+    """
+    pinned = TOOLS_DIR / "bin" / "helm"
+    if not pinned.exists():
+        subprocess.run([str(REPO / "ci" / "install-tools.sh"), str(TOOLS_DIR)], check=True)
+    return str(pinned)
 
 
 @dataclass(frozen=True)
