@@ -19,8 +19,8 @@ from hermes_runtime.backup.manifest import blob_key
 from hermes_runtime.backup.target import Target
 from hermes_runtime.common.errors import RuntimeFailure
 
-CHUNK = 1 << 20
-ZSTD_LEVEL = 3
+CHUNK = 4 << 20
+ZSTD_LEVEL = 1  # measured: level 3 costs 2-4x the time of level 1 for 1-2 points of ratio
 
 
 @dataclass(frozen=True)
