@@ -1,8 +1,9 @@
 """Turn a session's context items into a valid OpenAI message list.
 
 Raw messages come back exactly as ingested (externalized ones as their
-stub), so the provider's prompt cache keeps hitting; a summary becomes one
-``user`` message whose header names its id, depth, span and how to expand it.
+stub), so the provider's prompt cache keeps hitting; a run of summaries
+becomes one ``user`` message in which each summary's header names its id,
+depth, span and how to expand it.
 """
 
 from __future__ import annotations
@@ -17,44 +18,66 @@ from hermes_runtime.lcm.store import LcmStore
 SUMMARY_MARKER = "[LCM summary "
 
 
-def render_summary(summary: Summary) -> dict[str, Any]:
+def summary_text(summary: Summary) -> str:
     header = (
         f"{SUMMARY_MARKER}{summary.ref} | depth {summary.depth} | {summary.message_count} "
         f"messages, seq {summary.first_seq}-{summary.last_seq} | "
         f'expand with lcm_expand(id="{summary.ref}")]'
     )
-    return {"role": "user", "content": f"{header}\n{summary.content}"}
+    return f"{header}\n{summary.content}"
 
 
-SUMMARY_REF = re.compile(r"^\[LCM summary (sum_(\d+)) ")
+def render_block(summaries: list[Summary]) -> dict[str, Any]:
+    """Consecutive summaries become ONE user message.
+
+    Hosts merge consecutive same-role messages (Hermes does); one block per
+    run keeps what the host holds identical to what we rendered.
+    """
+    return {"role": "user", "content": BLOCK_SEPARATOR.join(summary_text(s) for s in summaries)}
 
 
-def summary_ref_of(store: LcmStore, message: dict[str, Any]) -> str | None:
-    """The summary id when ``message`` is exactly our rendering of it, else None.
+BLOCK_SEPARATOR = "\n\n"
+SUMMARY_REF = re.compile(r"(?:^|\n\n)\[LCM summary (sum_(\d+)) \| depth ")
+
+
+def summary_refs_in(message: dict[str, Any]) -> list[int]:
+    """Summary ids whose header appears in a message (the host may have merged blocks)."""
+    content = message.get("content")
+    if message.get("role") not in ("user", "assistant") or not isinstance(content, str):
+        return []
+    return [int(m.group(2)) for m in SUMMARY_REF.finditer(content)]
+
+
+def summary_refs_of(store: LcmStore, message: dict[str, Any]) -> list[str] | None:
+    """The summary ids when ``message`` is exactly our rendering of a block, else None.
 
     A user can type anything, including our header; only an exact match
-    with a stored summary's rendering counts as ours.
+    with stored summaries' rendering counts as ours.
     """
-    content = message.get("content")
-    if message.get("role") != "user" or not isinstance(content, str):
+    ids = summary_refs_in(message)
+    summaries = [store.summary(i) for i in ids]
+    if not ids or any(s is None for s in summaries):
         return None
-    match = SUMMARY_REF.match(content)
-    if match is None:
+    found = [s for s in summaries if s is not None]
+    if render_block(found) != message:
         return None
-    summary = store.summary(int(match.group(2)))
-    if summary is None or render_summary(summary) != message:
-        return None
-    return summary.ref
+    return [s.ref for s in found]
 
 
 def render_items(items: list[ContextItem]) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
+    run: list[Summary] = []
     for item in items:
         if item.summary is not None:
-            messages.append(render_summary(item.summary))
-        else:
-            assert item.message is not None
-            messages.append(item.message.to_openai())
+            run.append(item.summary)
+            continue
+        if run:
+            messages.append(render_block(run))
+            run = []
+        assert item.message is not None
+        messages.append(item.message.to_openai())
+    if run:
+        messages.append(render_block(run))
     return messages
 
 

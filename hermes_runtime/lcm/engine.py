@@ -17,7 +17,7 @@ from typing import Any
 
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.lcm import metrics, retrieval
-from hermes_runtime.lcm.assembly import assemble, count_tokens, summary_ref_of
+from hermes_runtime.lcm.assembly import assemble, count_tokens, summary_refs_in
 from hermes_runtime.lcm.compaction import CompactionReport, compact
 from hermes_runtime.lcm.config import LcmConfig
 from hermes_runtime.lcm.embeddings import (
@@ -111,6 +111,19 @@ def fingerprint(message: dict[str, Any]) -> str:
     return hashlib.blake2b(data.encode(), digest_size=12).hexdigest()
 
 
+def aligned_prefix(known: list[str], prints: list[str]) -> int:
+    """Length of the longest prefix of ``prints`` found as a contiguous run in ``known``.
+
+    Those messages are already stored; the rest of ``prints`` is new. A
+    prefix (not any run) because hosts only append after what they hold.
+    """
+    haystack = "|" + "|".join(known) + "|"
+    for k in range(min(len(known), len(prints)), 0, -1):
+        if "|" + "|".join(prints[:k]) + "|" in haystack:
+            return k
+    return 0
+
+
 @dataclass
 class SyncResult:
     ingested: int
@@ -158,12 +171,16 @@ class LcmEngine:
         return len(stored)
 
     def sync(self, session_id: str, host_messages: list[dict[str, Any]]) -> SyncResult:
-        """Ingest what the host added since the context we last handed it.
+        """Ingest what the host added since we last saw its transcript.
 
-        The host's list is our last assembled context plus new messages
-        appended after it; the longest matching prefix (by fingerprint) is
-        already stored, the rest is new. Leading system messages belong to the
-        host (it rebuilds its prompt) and are passed through, not stored.
+        The host holds our last context (a block of summaries, then raw
+        messages) plus whatever it appended. Hosts rewrite what we hand them
+        (Hermes merges consecutive user messages, so our summary block can
+        swallow the first raw message), so matching is by content: the raw
+        messages after the last summary block are aligned with the ones we
+        remembered, and only those after the aligned run are new. Leading
+        system messages belong to the host (it rebuilds its prompt) and are
+        passed through, not stored.
         """
         with self.session_lock(session_id):
             return self._sync(session_id, host_messages)
@@ -172,23 +189,31 @@ class LcmEngine:
         head = 0
         while head < len(host_messages) and host_messages[head].get("role") == "system":
             head += 1
-        conversation = host_messages[head:]
-        known = self.store.host_state(session_id).get("fingerprints", [])
-        prefix = 0
-        for fp, message in zip(known, conversation, strict=False):
-            if fp != fingerprint(message):
-                break
-            prefix += 1
-        fresh = [m for m in conversation[prefix:] if summary_ref_of(self.store, m) is None]
-        count = self.ingest(session_id, fresh)
-        if count or prefix != len(known):
-            self.remember_context(session_id, conversation)
+        candidates = self._after_last_block(session_id, host_messages[head:])
+        prints = [fingerprint(m) for m in candidates]
+        known = self.store.host_state(session_id).get("raw", [])
+        overlap = aligned_prefix(known, prints)
+        count = self.ingest(session_id, candidates[overlap:])
+        if prints != known:
+            self.store.set_host_state(session_id, {"raw": prints})
         return SyncResult(count, host_messages[:head])
 
+    def _after_last_block(
+        self, session_id: str, conversation: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """The messages after the last one carrying this session's summary headers."""
+        for index in range(len(conversation) - 1, -1, -1):
+            ids = summary_refs_in(conversation[index])
+            if ids and all(
+                (s := self.store.summary(i)) is not None and s.session_id == session_id for i in ids
+            ):
+                return conversation[index + 1 :]
+        return conversation
+
     def remember_context(self, session_id: str, conversation: list[dict[str, Any]]) -> None:
-        self.store.set_host_state(
-            session_id, {"fingerprints": [fingerprint(m) for m in conversation]}
-        )
+        """Record the raw tail of a context we hand to the host."""
+        raw = self._after_last_block(session_id, conversation)
+        self.store.set_host_state(session_id, {"raw": [fingerprint(m) for m in raw]})
 
     # -- compaction and assembly -------------------------------------------
 

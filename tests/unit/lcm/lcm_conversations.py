@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from hermes_runtime.lcm import retrieval
-from hermes_runtime.lcm.assembly import summary_ref_of
+from hermes_runtime.lcm.assembly import summary_refs_of
 from hermes_runtime.lcm.schema import fetch_one
 from hermes_runtime.lcm.store import LcmStore
 
@@ -75,9 +75,10 @@ def reconstruct(store: LcmStore, context: list[dict[str, Any]]) -> list[dict[str
     history: list[dict[str, Any]] = []
     for message in context:
         content = message.get("content")
-        ref = summary_ref_of(store, message)
-        if ref is not None:
-            history += expand_summary(store, ref)
+        refs = summary_refs_of(store, message)
+        if refs is not None:
+            for ref in refs:
+                history += expand_summary(store, ref)
             continue
         stub = OUTPUT_REF.match(content) if isinstance(content, str) else None
         if stub and _is_stored_stub(store, stub.group(1), str(content)):
