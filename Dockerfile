@@ -72,6 +72,8 @@ RUN set -eux; \
     echo "$version" > /build/sqlite-version
 
 # --- the Python environment: dependencies first (cached layer), then hermes_runtime ----------
+# aiohttp: Hermes' API server platform needs it but lists it only under its messaging extras
+# (pinned there to an older release than the one the constraints file was verified with).
 FROM builder AS venv-build
 ENV VIRTUAL_ENV=/opt/hermes-runtime/venv
 WORKDIR /src
@@ -82,6 +84,7 @@ RUN set -eux; \
     "$VIRTUAL_ENV/bin/pip" install -q --upgrade pip; \
     python3.11 -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
 print('\n'.join(p['dependencies'] + p['optional-dependencies']['hermes']))" > requirements.txt; \
+    echo aiohttp >> requirements.txt; \
     "$VIRTUAL_ENV/bin/pip" install -q -c constraints.txt -r requirements.txt
 COPY README.md ./
 COPY hermes_runtime ./hermes_runtime

@@ -52,58 +52,55 @@ aux_context() { # NAME FILE...
   shift
   ctx="$WORK/$name"
   mkdir -p "$ctx"
-  cp -r "$IMAGES_DIR/build-ca" "$ctx/"
-  (($#)) && cp -r "$@" "$ctx/"
+  cp -r "$IMAGES_DIR/build-ca" "$ctx/" || return 1
+  if (($#)); then cp -r "$@" "$ctx/" || return 1; fi
   echo "$ctx"
 }
 
+# Runs inside `if`, where bash ignores `set -e`: every step carries its own `|| return 1`.
 build_one() {
   local name="$1" tag ctx
   tag="$(tag_of "$name")"
   case "$name" in
     agent)
-      docker_build "$tag" "$REPO_ROOT" "$REPO_ROOT/Dockerfile"
+      docker_build "$tag" "$REPO_ROOT" "$REPO_ROOT/Dockerfile" || return 1
       ;;
     git-sync)
-      "$REPO_ROOT/ci/build-git-sync.sh" "$REPO_ROOT/.cache/tools" >&2
-      ctx="$(aux_context "$name" "$REPO_ROOT/.cache/tools/bin/git-sync")"
-      docker_build "$tag" "$ctx" "$IMAGES_DIR/git-sync.Dockerfile"
+      "$REPO_ROOT/ci/build-git-sync.sh" "$REPO_ROOT/.cache/tools" >&2 || return 1
+      ctx="$(aux_context "$name" "$REPO_ROOT/.cache/tools/bin/git-sync")" || return 1
+      docker_build "$tag" "$ctx" "$IMAGES_DIR/git-sync.Dockerfile" || return 1
       ;;
     git-server)
-      ctx="$(aux_context "$name" "$IMAGES_DIR/git-server/serve.py")"
-      docker_build "$tag" "$ctx" "$IMAGES_DIR/git-server.Dockerfile"
+      ctx="$(aux_context "$name" "$IMAGES_DIR/git-server/serve.py")" || return 1
+      docker_build "$tag" "$ctx" "$IMAGES_DIR/git-server.Dockerfile" || return 1
       ;;
     fake-llm)
-      [[ -f "$REPO_ROOT/tests/fakes/openai_server.py" ]] || {
-        log "tests/fakes/openai_server.py is missing"
-        return 1
-      }
-      ctx="$(aux_context "$name" "$REPO_ROOT/tests/fakes/openai_server.py")"
-      docker_build "$tag" "$ctx" "$IMAGES_DIR/fake-llm.Dockerfile"
+      ctx="$(aux_context "$name" "$REPO_ROOT/tests/fakes/openai_server.py")" || return 1
+      docker_build "$tag" "$ctx" "$IMAGES_DIR/fake-llm.Dockerfile" || return 1
       ;;
     seaweedfs | openbao)
-      ctx="$(aux_context "$name")"
-      docker_build "$tag" "$ctx" "$IMAGES_DIR/$name.Dockerfile"
+      ctx="$(aux_context "$name")" || return 1
+      docker_build "$tag" "$ctx" "$IMAGES_DIR/$name.Dockerfile" || return 1
       ;;
     pause)
-      ctx="$(aux_context "$name" /usr/bin/catatonit)"
-      docker build -q -t "$tag" -f "$IMAGES_DIR/pause.Dockerfile" "$ctx" >/dev/null
+      ctx="$(aux_context "$name" /usr/bin/catatonit)" || return 1
+      docker build -q -t "$tag" -f "$IMAGES_DIR/pause.Dockerfile" "$ctx" >/dev/null || return 1
       ;;
   esac
-  save_tarball "$name" "$tag"
+  save_tarball "$name" "$tag" || return 1
 }
 
 save_tarball() { # NAME TAG: rewrite the tarball only when the image changed
   [[ "${NO_SAVE:-0}" == 1 ]] && return 0
   local name="$1" tag="$2" id tar stamp
-  id="$(docker image inspect -f '{{.Id}}' "$tag")"
+  id="$(docker image inspect -f '{{.Id}}' "$tag")" || return 1
   tar="$OUT_DIR/${name}.tar"
   stamp="$tar.id"
   if [[ -f "$tar" && -f "$stamp" && "$(cat "$stamp")" == "$id" ]]; then
     return 0
   fi
-  docker save -o "$tar.tmp" "$tag"
-  mv -f "$tar.tmp" "$tar"
+  docker save -o "$tar.tmp" "$tag" || return 1
+  mv -f "$tar.tmp" "$tar" || return 1
   echo "$id" >"$stamp"
 }
 

@@ -31,8 +31,13 @@ def seed_repositories(root: Path, seed: Path) -> None:
             continue
         with tempfile.TemporaryDirectory() as work:
             # ConfigMap volumes are symlink farms (..data); copy dereferenced files.
-            shutil.copytree(source, work, dirs_exist_ok=True, symlinks=False,
-                            ignore=shutil.ignore_patterns("..*"))
+            shutil.copytree(
+                source,
+                work,
+                dirs_exist_ok=True,
+                symlinks=False,
+                ignore=shutil.ignore_patterns("..*"),
+            )
             git = ["git", "-C", work, "-c", "user.name=seed", "-c", "user.email=seed@localhost"]
             subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
             subprocess.run([*git, "add", "-A"], check=True)
@@ -121,7 +126,9 @@ def main() -> int:
     seed_repositories(args.root, args.seed)
     GitHandler.root = args.root
     server = ThreadingHTTPServer((args.host, args.port), GitHandler)
-    print(f"git-server: serving {args.root} on {args.host}:{args.port}", file=sys.stderr, flush=True)
+    print(
+        f"git-server: serving {args.root} on {args.host}:{args.port}", file=sys.stderr, flush=True
+    )
     server.serve_forever()
     return 0
 

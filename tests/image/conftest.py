@@ -1,0 +1,37 @@
+"""Image tests: build with ci/build-images.sh (no registry), run with Docker.
+
+The session fixture runs the real build script, so a cold run builds the base image and the
+agent image (minutes); a warm run is Docker's layer cache (seconds).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+AGENT_IMAGE = "hermes-runtime/agent:dev"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if Path(str(item.fspath)).is_relative_to(Path(__file__).parent):
+            item.add_marker(pytest.mark.image)
+
+
+@pytest.fixture(scope="session")
+def agent_image() -> str:
+    """Build (or reuse from cache) the agent image; a failed build fails loudly."""
+    result = subprocess.run(
+        [str(REPO / "ci" / "build-images.sh"), "agent"],
+        env={**os.environ, "NO_SAVE": "1"},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=3000,
+    )
+    assert result.returncode == 0, f"ci/build-images.sh agent failed:\n{result.stderr[-5000:]}"
+    return AGENT_IMAGE
