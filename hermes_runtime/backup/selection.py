@@ -60,6 +60,8 @@ class Excluder:
     def excluded(self, relpath: str, is_dir: bool) -> bool:
         parts = relpath.split("/")
         for raw in self.patterns:
+            if raw.endswith("/**"):  # "dir/**" means the folder and all below it
+                raw = raw[:-2]
             dir_only = raw.endswith("/")
             pattern = raw.rstrip("/").removeprefix("**/")
             if dir_only and not is_dir:

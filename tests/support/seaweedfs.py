@@ -130,7 +130,8 @@ class SeaweedServer:
         last: Exception | None = None
         while time.monotonic() < deadline:
             if self.process is None or self.process.poll() is not None:
-                raise RuntimeError(f"weed mini exited early; log: {self.log_path.read_text()[-3000:]}")
+                log = self.log_path.read_text()[-3000:]
+                raise RuntimeError(f"weed mini exited early; log: {log}")
             try:
                 client.list_buckets()
                 return

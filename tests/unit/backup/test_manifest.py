@@ -43,7 +43,7 @@ def test_round_trip_keeps_every_field() -> None:
 def test_a_changed_value_that_still_parses_is_caught() -> None:
     document = json.loads(encode_manifest(sample()))
     document["manifest"]["databases"][0]["tables"]["t"] = 4
-    with pytest.raises(RuntimeFailure, match="manifests/x.json is corrupt: its sha256"):
+    with pytest.raises(RuntimeFailure, match=r"manifests/x\.json is corrupt: its sha256"):
         decode_manifest(json.dumps(document).encode(), "manifests/x.json")
 
 

@@ -66,6 +66,13 @@ def test_user_excludes_add_to_defaults_and_can_replace_them() -> None:
     assert not make_excluder(["big/"], defaults=False).excluded(".env", False)
 
 
+def test_a_double_star_suffix_excludes_the_folder_itself() -> None:
+    excluder = make_excluder([".git-sync/**", "outputs/tmp/**"], defaults=False)
+    assert excluder.excluded(".git-sync", True)
+    assert excluder.excluded("outputs/tmp", True)
+    assert not excluder.excluded("outputs", True)
+
+
 def test_scan_finds_databases_by_header_not_by_name(tmp_path: Path) -> None:
     make_db(tmp_path / "state.db")
     make_db(tmp_path / "plugins_data" / "notes.txt")  # a database with a misleading name
