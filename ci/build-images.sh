@@ -8,6 +8,7 @@
 #                      by ci/build-base-image.sh; e.g. python:3.11-slim-bookworm where Docker
 #                      Hub is reachable)
 #        NO_SAVE=1     skip the tarballs (image tests only need the images in Docker)
+#        NO_CACHE=1    cold build: ignore Docker's layer cache and re-debootstrap the base
 #
 # Cached: Docker's layer cache makes a warm run quick, and a tarball is rewritten only when its
 # image ID changed. An image that cannot be built (e.g. git-sync when the Go proxy refuses the
@@ -43,7 +44,10 @@ copy_build_cas() {
 }
 
 docker_build() { # TAG CONTEXT DOCKERFILE
-  docker build --network host --build-arg "BASE_IMAGE=$BASE_IMAGE" -q -t "$1" -f "$3" "$2" >/dev/null
+  local cache=()
+  [[ "${NO_CACHE:-0}" == 1 ]] && cache=(--no-cache)
+  docker build "${cache[@]}" --network host --build-arg "BASE_IMAGE=$BASE_IMAGE" -q \
+    -t "$1" -f "$3" "$2" >/dev/null
 }
 
 # A small context for an auxiliary image: its Dockerfile plus the files it copies.
@@ -115,7 +119,7 @@ main() {
   done
   "$REPO_ROOT/ci/install-docker.sh"
   if [[ "$BASE_IMAGE" == local/debian:bookworm ]]; then
-    "$REPO_ROOT/ci/build-base-image.sh"
+    FORCE="${NO_CACHE:-0}" "$REPO_ROOT/ci/build-base-image.sh"
   fi
   mkdir -p "$OUT_DIR"
   copy_build_cas

