@@ -146,3 +146,35 @@ def test_user_typing_our_header_is_still_stored(tmp_path: Path) -> None:
     }
     engine.compress([SYSTEM, typed])
     assert engine.engine.store.counts()["messages"] == 1
+
+
+def merge_same_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What Hermes does to a transcript: consecutive user messages become one."""
+    merged: list[dict[str, Any]] = []
+    for message in messages:
+        if merged and message["role"] == "user" == merged[-1]["role"]:
+            merged[-1] = {
+                **merged[-1],
+                "content": f"{merged[-1]['content']}\n\n{message['content']}",
+            }
+        else:
+            merged.append(dict(message))
+    return merged
+
+
+def test_host_merging_our_block_never_duplicates(tmp_path: Path) -> None:
+    engine = make(tmp_path, fresh_tail_messages=3)
+    history = simple_conversation(40, filler=40)
+    host = merge_same_roles(engine.compress([SYSTEM, *history]))
+    extra = simple_conversation(2)
+    host = merge_same_roles(engine.compress([*host, *extra]))
+    engine.handle_tool_call("lcm_grep", {"query": "x"}, messages=host)
+    assert engine.engine.store.counts()["messages"] == len(history) + len(extra)
+
+
+def test_host_dropping_its_last_message_stores_nothing_new(tmp_path: Path) -> None:
+    engine = make(tmp_path)
+    history = simple_conversation(5)
+    engine.compress([SYSTEM, *history])
+    engine.compress([SYSTEM, *history[:-1]])
+    assert engine.engine.store.counts()["messages"] == len(history)

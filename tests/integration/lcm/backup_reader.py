@@ -1,0 +1,44 @@
+"""A second process that keeps taking online backups of the LCM database.
+
+Run: ``python backup_reader.py DB STOP_FILE OUT_DIR``; prints one JSON line:
+how many backups were taken, their integrity results and message counts,
+and every error seen (a "database is locked" would show up here).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import apsw
+
+
+def main() -> int:
+    db, stop, out_dir = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+    report: dict[str, list] = {"counts": [], "checks": [], "errors": []}
+    backups = 0
+    while not stop.exists() or backups == 0:
+        target = out_dir / f"backup-{backups % 2}.db"
+        target.unlink(missing_ok=True)
+        try:
+            source = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+            source.set_busy_timeout(30_000)
+            copy = apsw.Connection(str(target))
+            with copy.backup("main", source, "main") as step:
+                step.step(-1)
+            report["checks"].append(copy.execute("PRAGMA quick_check").fetchone()[0])
+            report["counts"].append(copy.execute("SELECT count(*) FROM messages").fetchone()[0])
+            copy.close()
+            source.close()
+            backups += 1
+        except apsw.Error as exc:
+            report["errors"].append(f"{type(exc).__name__}: {exc}")
+        time.sleep(0.05)
+    print(json.dumps({"backups": backups, **report}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,113 @@
+"""`hermes-runtime lcm ...` end to end, as an operator runs it (subprocesses, real files)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from fakes.fixtures import FakeLLM
+from lcm_conversations import simple_conversation, tool_turn
+
+
+def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "hermes_runtime", "lcm", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def ok(*args: str | Path) -> Any:
+    done = cli(*args, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def write_jsonl(path: Path, messages: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(m) + "\n" for m in messages))
+    return path
+
+
+def test_import_context_grep_search_expand_stats_doctor(tmp_path: Path) -> None:
+    db = tmp_path / "data" / "lcm.db"
+    messages = simple_conversation(60) + tool_turn(99, "fetch", ["payload " * 4_000])
+    jsonl = write_jsonl(tmp_path / "chat.jsonl", messages)
+    imported = ok("import", "--db", db, "--session", "chat", jsonl, "--budget", "3000")
+    assert imported["messages"] == len(messages) and imported["summaries_created"] >= 1
+
+    context = ok("context", "--db", db, "--session", "chat", "--budget", "2500")
+    assert context["tokens"] <= 2500 and context["messages"]
+
+    grep = ok("grep", "--db", db, "topic7")["results"]
+    hit = next(h for h in grep if h["kind"] == "message")
+    assert ok("expand", "--db", db, hit["id"])["message"] == messages[hit["seq"] - 1]
+
+    search = ok("search", "--db", db, "--session", "chat", "question about topic12")["results"]
+    assert any("topic12" in h["snippet"] for h in search[:5])
+
+    summary = ok("expand", "--db", db, "sum_1", "--limit", "3")
+    assert summary["total_sources"] >= 3 and summary["next_offset"] == 3
+
+    output_id = ok("grep", "--db", db, "--regex", "externalized tool output")["results"][0]
+    full = ok("expand", "--db", db, output_id["id"])["message"]["content"]
+    assert full == "payload " * 4_000
+
+    stats = ok("stats", "--db", db)
+    assert stats["messages"] == len(messages) and stats["outputs"] == 1
+    doctor = ok("doctor", "--db", db)
+    assert doctor["ok"] is True and doctor["checks"]["messages_fts"] == "ok"
+
+
+def test_import_uses_the_llm_when_given(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    db = tmp_path / "lcm.db"
+    jsonl = write_jsonl(tmp_path / "chat.jsonl", simple_conversation(40))
+    ok("import", "--db", db, "--session", "c", jsonl, "--budget", "1500",
+       "--llm-base-url", fake_llm.base_url, "--llm-model", "fake-model")  # fmt: skip
+    assert any("summar" in r["messages"][0]["content"].lower() for r in fake_llm.requests())
+    assert "1" in ok("stats", "--db", db)["summaries_by_escalation_level"]
+
+
+def test_bad_jsonl_line_is_named_and_nothing_is_stored(tmp_path: Path) -> None:
+    db = tmp_path / "lcm.db"
+    jsonl = tmp_path / "bad.jsonl"
+    jsonl.write_text('{"role": "user", "content": "fine"}\n{"role": "robot"}\n')
+    done = cli("import", "--db", db, "--session", "s", jsonl)
+    assert done.returncode == 1
+    assert f"{jsonl}:2" in done.stderr and "role" in done.stderr
+    assert not db.exists()
+
+
+def test_usage_errors_and_missing_database(tmp_path: Path) -> None:
+    assert cli("grep", "--db", tmp_path / "none.db", "x").returncode == 1
+    assert "none.db" in cli("grep", "--db", tmp_path / "none.db", "x").stderr
+    assert cli("context", "--db", tmp_path / "x.db").returncode == 2
+    assert cli("import", "--db", tmp_path / "x.db").returncode == 1
+
+
+def test_import_from_hermes_state_db(tmp_path: Path) -> None:
+    from hermes_state import SessionDB
+
+    state = SessionDB(tmp_path / "state.db")
+    state.create_session("old-1", source="cli")
+    state.append_message("old-1", "user", "the ferry leaves at 07:40 from pier nine")
+    calls = [{"id": "c1", "type": "function", "function": {"name": "t", "arguments": "{}"}}]
+    state.append_message("old-1", "assistant", None, tool_calls=calls)
+    state.append_message("old-1", "tool", "timetable ok", tool_call_id="c1", tool_name="t")
+    state.append_message("old-1", "assistant", "noted")
+    state.create_session("old-2", source="cli")
+    state.append_message("old-2", "user", "second session")
+    state.close()
+    db = tmp_path / "lcm.db"
+    first = ok("import", "--db", db, "--hermes-state", tmp_path / "state.db")
+    assert sorted(first["sessions"]) == ["old-1", "old-2"] and first["messages"] == 5
+    again = ok("import", "--db", db, "--hermes-state", tmp_path / "state.db")
+    assert again["messages"] == 0 and sorted(again["skipped_sessions"]) == ["old-1", "old-2"]
+    hits = ok("grep", "--db", db, "ferry pier")["results"]
+    assert hits[0]["session_id"] == "old-1"
+    context = ok("context", "--db", db, "--session", "old-1", "--budget", "5000")["messages"]
+    assert context[1]["tool_calls"] == calls
