@@ -22,7 +22,7 @@ from hermes_runtime.backup.dbsnap import check_database
 from hermes_runtime.backup.manifest import Manifest, verified_key
 from hermes_runtime.backup.target import Target
 from hermes_runtime.common.errors import RuntimeFailure
-from hermes_runtime.common.logs import Reporter, reporter
+from hermes_runtime.common.logs import Reporter, log_event, reporter
 
 
 @dataclass
@@ -102,7 +102,10 @@ def verify_snapshot(
             f"({len(report.problems)} problem(s)):\n  {listing}"
         )
     mark = {"snapshot": snapshot_id, "verified_at": datetime.now(UTC).isoformat()}
-    target.put_bytes(verified_key(snapshot_id), json.dumps(mark).encode())
+    try:
+        target.put_bytes(verified_key(snapshot_id), json.dumps(mark).encode())
+    except RuntimeFailure as exc:  # a read-only target: the check itself still stands
+        log_event("backup.verify.mark_not_written", stream, snapshot=snapshot_id, error=str(exc))
     return report
 
 
