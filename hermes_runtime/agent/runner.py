@@ -144,7 +144,7 @@ def _side_jobs(
 ) -> Iterator[None]:
     threads = []
     spec = settings.plugin_spec
-    if spec is not None:
+    if spec is not None and spec.exists():  # no spec file: no plugins, nothing to watch
         threads.append(_start(_watch_plugins, settings, spec, supervisor, metrics, report, stop))
     if settings.secrets_env is not None:
         threads.append(_start(_watch_secrets, settings.secrets_env, supervisor, stop, settings))
