@@ -47,9 +47,23 @@ class Hit:
         return asdict(self)
 
 
+STOPWORDS = frozenset(
+    """a an and are as at be by can could did do does for from had has have how i if in
+    is it its me my no not of on or our so than that the their them then there these
+    they this to too up us was we were what when where which who why will with would
+    you your""".split()
+)
+
+
 def fts_query(text: str, any_term: bool = False) -> str | None:
-    """Quote every word: safe against FTS5 syntax, AND by default, OR for recall."""
+    """Quote every word: safe against FTS5 syntax, AND by default, OR for recall.
+
+    The OR form (used by hybrid search for questions) drops stopwords, which
+    would otherwise match nearly every message.
+    """
     terms = TERM.findall(text)[:32]
+    if any_term:
+        terms = [t for t in terms if t.lower() not in STOPWORDS] or terms
     if not terms:
         return None
     return (" OR " if any_term else " ").join(f'"{t}"' for t in terms)

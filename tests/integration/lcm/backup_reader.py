@@ -28,8 +28,8 @@ def main() -> int:
             copy = apsw.Connection(str(target))
             with copy.backup("main", source, "main") as step:
                 step.step(-1)
-            report["checks"].append(copy.execute("PRAGMA quick_check").fetchone()[0])
-            report["counts"].append(copy.execute("SELECT count(*) FROM messages").fetchone()[0])
+            report["checks"].append(copy.execute("PRAGMA quick_check").fetchall()[0][0])
+            report["counts"].append(copy.execute("SELECT count(*) FROM messages").fetchall()[0][0])
             copy.close()
             source.close()
             backups += 1

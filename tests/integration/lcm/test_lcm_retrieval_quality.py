@@ -1,0 +1,32 @@
+"""Retrieval quality on the evaluation set of bench/lcm_retrieval_eval.py (planted facts).
+
+Floors sit below the measured figures (docs/benchmarks.md) so a regression in
+query parsing, fusion or embeddings fails here; the figures themselves are
+reported by the benchmark command.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+from hermes_runtime.lcm.embeddings import StaticModelEmbedder
+
+EVAL = Path(__file__).parents[3] / "bench" / "lcm_retrieval_eval.py"
+
+
+def load_eval() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("lcm_retrieval_eval", EVAL)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_hybrid_recall_beats_each_ranking_alone(tmp_path: Path) -> None:
+    figures = load_eval().evaluate(tmp_path, StaticModelEmbedder())
+    assert figures["hybrid"] >= figures["fts"]
+    assert figures["hybrid"] >= figures["vector"]
+    assert figures["hybrid"] >= 0.3, figures
+    assert figures["vector"] > 0.0, figures
