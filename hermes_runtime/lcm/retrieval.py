@@ -47,12 +47,13 @@ class Hit:
         return asdict(self)
 
 
-STOPWORDS = frozenset(
-    """a an and are as at be by can could did do does for from had has have how i if in
-    is it its me my no not of on or our so than that the their them then there these
-    they this to too up us was we were what when where which who why will with would
-    you your""".split()
+_STOPWORD_TEXT = (
+    "a an and are as at be by can could did do does for from had has have how i if in "
+    "is it its me my no not of on or our so than that the their them then there these "
+    "they this to too up us was we were what when where which who why will with would "
+    "you your"
 )
+STOPWORDS = frozenset(_STOPWORD_TEXT.split(" "))
 
 
 def fts_query(text: str, any_term: bool = False) -> str | None:
