@@ -1,0 +1,52 @@
+"""Scenario 1: install the real chart with values-examples/ci.yaml.
+
+The agent (with its git-synced plugin from the in-cluster git server and the
+fake LLM behind it) becomes Ready in a Pod Security "restricted" namespace,
+`/health` answers through the Service from another pod, and `helm test` passes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import kube
+
+CHART = kube.REPO_ROOT / "charts" / "hermes-agent"
+CI_VALUES = kube.REPO_ROOT / "values-examples" / "ci.yaml"
+BACKENDS_CHART = Path(__file__).parent / "charts" / "ci-backends"
+PROBE_IMAGE = "hermes-runtime/busybox:dev"
+RELEASE = "hermes"
+
+
+def agent_service(cluster: kube.Cluster, namespace: str) -> tuple[str, int]:
+    selector = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=agent"
+    (service,) = cluster.core.list_namespaced_service(namespace, label_selector=selector).items
+    (port,) = [p.port for p in service.spec.ports if p.name == "http"]
+    return service.metadata.name, port
+
+
+def test_install_with_ci_values_is_ready_healthy_and_passes_helm_test(
+    cluster: kube.Cluster, namespace: str, helm: kube.Helm
+) -> None:
+    helm.install("backends", BACKENDS_CHART, timeout="3m")
+    helm.install(RELEASE, CHART, values=[CI_VALUES], timeout="10m")
+
+    selector = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=agent"
+    pods = cluster.core.list_namespaced_pod(namespace, label_selector=selector).items
+    assert pods, f"no agent pod with labels {selector}"
+    for pod in pods:
+        ready = [c.status for c in pod.status.conditions or [] if c.type == "Ready"]
+        assert ready == ["True"], (
+            f"agent pod {pod.metadata.name} not Ready: {pod.status.conditions}"
+        )
+
+    name, port = agent_service(cluster, namespace)
+    url = f"http://{name}:{port}/health"
+    probe = kube.restricted_pod(
+        kube.unique_name("health"), PROBE_IMAGE, ["wget", "-q", "-T", "10", "-O", "-", url]
+    )
+    result = kube.run_pod(cluster, namespace, probe)
+    assert result.phase == "Succeeded", f"GET {url} failed: {result.logs}"
+    assert result.logs.strip(), f"GET {url} returned an empty body"
+
+    helm.test(RELEASE)
