@@ -12,6 +12,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import zstandard
 
@@ -52,6 +53,18 @@ class BlobCorrupt(RuntimeFailure):
     """A blob's content does not hash to its key."""
 
 
+def _read(reader: Any, key: str, url: str) -> bytes:
+    """One chunk of a blob; a bad body or a dropped connection becomes a RuntimeFailure."""
+    try:
+        return bytes(reader.read(CHUNK))
+    except zstandard.ZstdError as exc:
+        raise BlobCorrupt(f"blob {key} is corrupt: {exc}") from exc
+    except OSError:
+        raise
+    except Exception as exc:  # botocore/urllib3 errors while streaming the body
+        raise RuntimeFailure(f"backup target {url}: download {key} failed: {exc}") from exc
+
+
 def restore_blob(target: Target, digest: str, dest: Path, mode: int = 0o644) -> int:
     """Decompress blob ``digest`` into the new file ``dest``, checking its sha256.
 
@@ -63,14 +76,11 @@ def restore_blob(target: Target, digest: str, dest: Path, mode: int = 0o644) -> 
     size = 0
     fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     with os.fdopen(fd, "wb") as out, target.open_stream(key) as body:
-        try:
-            reader = zstandard.ZstdDecompressor().stream_reader(body, read_across_frames=True)
-            while chunk := reader.read(CHUNK):
-                sha.update(chunk)
-                size += len(chunk)
-                out.write(chunk)
-        except zstandard.ZstdError as exc:
-            raise BlobCorrupt(f"blob {key} is corrupt: {exc}") from exc
+        reader = zstandard.ZstdDecompressor().stream_reader(body, read_across_frames=True)
+        while chunk := _read(reader, key, target.url):
+            sha.update(chunk)
+            size += len(chunk)
+            out.write(chunk)
         out.flush()
         os.fsync(out.fileno())
     if sha.hexdigest() != digest:
@@ -84,13 +94,10 @@ def check_blob(target: Target, digest: str) -> int:
     sha = hashlib.sha256()
     size = 0
     with target.open_stream(key) as body:
-        try:
-            reader = zstandard.ZstdDecompressor().stream_reader(body, read_across_frames=True)
-            while chunk := reader.read(CHUNK):
-                sha.update(chunk)
-                size += len(chunk)
-        except zstandard.ZstdError as exc:
-            raise BlobCorrupt(f"blob {key} is corrupt: {exc}") from exc
+        reader = zstandard.ZstdDecompressor().stream_reader(body, read_across_frames=True)
+        while chunk := _read(reader, key, target.url):
+            sha.update(chunk)
+            size += len(chunk)
     if sha.hexdigest() != digest:
         raise BlobCorrupt(f"blob {key} is corrupt: its content hashes to {sha.hexdigest()}")
     return size

@@ -111,10 +111,16 @@ def create_backup(
             )
             progress.start_task(f"backup {snapshot_id}", total=selection.total_bytes)
             run = _Run(target, data_dir, scratch, known, progress)
-            databases = [
-                _backup_database(run, found, method, db_attempts) for found in selection.databases
-            ]
-            files = [r for r in (_backup_file(run, f, previous) for f in selection.files) if r]
+            try:
+                databases = [
+                    _backup_database(run, found, method, db_attempts)
+                    for found in selection.databases
+                ]
+                files = [r for r in (_backup_file(run, f, previous) for f in selection.files) if r]
+            except OSError as exc:  # scratch space full, unreadable file, ...
+                raise RuntimeFailure(
+                    f"backup of {data_dir} failed: {exc} (scratch space: {scratch})"
+                ) from exc
             manifest = Manifest(
                 id=snapshot_id,
                 created_at=started_at.isoformat(),

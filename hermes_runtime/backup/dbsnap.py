@@ -62,8 +62,15 @@ def snapshot_database(
         except BUSY_ERRORS as exc:
             last_error = exc
             time.sleep(min(0.25 * 2**attempt, 4.0))
+        except apsw.FullError as exc:
+            raise RuntimeFailure(
+                f"database {source}: snapshot into {dest} failed: disk full "
+                f"(No space left on device in {dest.parent})"
+            ) from exc
         except apsw.Error as exc:
-            raise RuntimeFailure(f"database {source}: snapshot failed: {exc}") from exc
+            raise RuntimeFailure(
+                f"database {source}: snapshot into {dest} failed: {type(exc).__name__}: {exc}"
+            ) from exc
     raise RuntimeFailure(
         f"database {source}: still locked after {attempts} attempts ({last_error}); "
         "is a process holding an exclusive lock?"

@@ -214,6 +214,74 @@ def test_disk_full_while_staging_leaves_data_dir_as_it_was(
     assert sorted(p.name for p in small_tmpfs.rglob(".hermes-restore*")) == []
 
 
+def test_forced_restore_into_a_mount_point_stages_inside_it(data_dir: Path, tmp_path: Path) -> None:
+    """D itself is a mount point (a PVC root): staging happens inside it, lost+found stays."""
+    target = file_target(tmp_path)
+    snapshot = create_ok(target, data_dir)
+    mount_point = tmp_path / "pvc"
+    mount_point.mkdir()
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(mount_point)], check=True
+    )
+    try:
+        (mount_point / "lost+found").mkdir()
+        (mount_point / "stale.txt").write_text("old")
+        result = run_cli(
+            "restore", "--target", target.url, "--data-dir", str(mount_point), "--force", "--json"
+        )
+        assert result.returncode == 0, result.stderr
+        assert snapshot in result.stdout
+        assert str(mount_point / ".hermes-restore-") in result.stderr  # staged inside D
+        names = sorted(p.name for p in mount_point.iterdir())
+        assert "stale.txt" not in names and "lost+found" in names
+        assert not [n for n in names if n.startswith(".hermes-restore")]
+        assert (mount_point / "SOUL.md").read_text() == "You are a careful agent.\n"
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=True)
+
+
+def test_if_empty_on_a_used_dir_does_not_need_the_target(tmp_path: Path) -> None:
+    used = tmp_path / "data"
+    used.mkdir()
+    (used / "state.db").write_bytes(b"in use")
+    result = run_cli(
+        "restore",
+        "--target",
+        "s3://nowhere/agent",
+        "--s3-endpoint",
+        "http://127.0.0.1:9",
+        "--data-dir",
+        str(used),
+        "--if-empty",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "nothing restored" in result.stdout
+    assert (used / "state.db").read_bytes() == b"in use"
+
+
+def test_full_scratch_space_fails_cleanly_without_a_snapshot(
+    data_dir: Path, tmp_path: Path, small_tmpfs: Path
+) -> None:
+    from backup_testkit import make_database
+
+    make_database(data_dir / "big.db", 8000, payload=400)  # about 4 MB: more than the 1 MiB scratch
+    target = file_target(tmp_path)
+    result = run_cli(
+        "create",
+        "--data-dir",
+        str(data_dir),
+        "--target",
+        target.url,
+        "--work-dir",
+        str(small_tmpfs),
+    )
+    assert result.returncode == 1
+    assert "No space left on device" in result.stderr or "disk is full" in result.stderr
+    assert str(data_dir / "big.db") in result.stderr or str(small_tmpfs) in result.stderr
+    assert listed(target) == []
+    assert list(small_tmpfs.iterdir()) == []
+
+
 HOLD_LOCK = """
 import sys, time, apsw
 conn = apsw.Connection(sys.argv[1])
