@@ -15,7 +15,7 @@ from typing import Protocol
 import httpx
 import numpy as np
 
-from hermes_runtime.lcm.schema import fetch_one, write_transaction
+from hermes_runtime.lcm.schema import fetch_all, fetch_one, write_transaction
 from hermes_runtime.lcm.store import LcmStore
 
 MAX_EMBED_CHARS = 2_000
@@ -113,7 +113,7 @@ def embed_pending(store: LcmStore, embedder: Embedder, batch_size: int = 256) ->
     ]
     with store._write_lock, write_transaction(store.conn):
         store.conn.executemany(
-            "INSERT OR REPLACE INTO embeddings(kind, item_id, model, dim, session_id, vector) "
+            "INSERT OR IGNORE INTO embeddings(kind, item_id, model, dim, session_id, vector) "
             "VALUES (?, ?, ?, ?, ?, ?)",
             rows,
         )
@@ -166,3 +166,92 @@ class EmbeddingWorker:
             self._event.wait(self.idle_seconds)
             self._event.clear()
         self.store.close()
+
+
+@dataclass
+class _ModelVectors:
+    """Every vector of one model, in memory, appended to as new rows arrive."""
+
+    dim: int
+    last_id: int = 0
+    kinds: list[np.ndarray] = field(default_factory=list)
+    items: list[np.ndarray] = field(default_factory=list)
+    sessions: list[np.ndarray] = field(default_factory=list)
+    chunks: list[np.ndarray] = field(default_factory=list)
+
+    def compact(self) -> None:
+        if len(self.chunks) > 1:
+            self.kinds = [np.concatenate(self.kinds)]
+            self.items = [np.concatenate(self.items)]
+            self.sessions = [np.concatenate(self.sessions)]
+            self.chunks = [np.concatenate(self.chunks)]
+
+
+@dataclass
+class VectorIndex:
+    """Brute-force cosine search over an in-memory copy of the embeddings table.
+
+    A SQL scan calling a distance function per row costs ~0.5 us a row plus
+    SQLite's row overhead; one numpy matrix product over all vectors is an
+    order of magnitude faster, and the copy is refreshed incrementally (rows
+    with a larger id than the last seen), so a query never reloads history.
+    64-d float32 vectors cost 256 bytes each: 25 MB at 100k items.
+    """
+
+    _models: dict[str, _ModelVectors] = field(default_factory=dict)
+    _session_codes: dict[str, int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _refresh(self, store: LcmStore, model: str, dim: int) -> _ModelVectors:
+        vectors = self._models.setdefault(model, _ModelVectors(dim))
+        rows = fetch_all(
+            store.conn,
+            "SELECT id, kind, item_id, session_id, vector FROM embeddings "
+            "WHERE model = ? AND dim = ? AND id > ? ORDER BY id",
+            (model, dim, vectors.last_id),
+        )
+        if rows:
+            codes = self._session_codes
+            vectors.kinds.append(np.array([r[1] == "summary" for r in rows], dtype=np.bool_))
+            vectors.items.append(np.array([r[2] for r in rows], dtype=np.int64))
+            vectors.sessions.append(
+                np.array([codes.setdefault(str(r[3]), len(codes)) for r in rows], dtype=np.int32)
+            )
+            vectors.chunks.append(
+                np.frombuffer(b"".join(bytes(r[4]) for r in rows), dtype=np.float32).reshape(
+                    len(rows), dim
+                )
+            )
+            vectors.last_id = int(rows[-1][0])
+            vectors.compact()
+        return vectors
+
+    def search(
+        self,
+        store: LcmStore,
+        model: str,
+        query: np.ndarray,
+        session_id: str | None,
+        limit: int,
+    ) -> list[tuple[str, int, float]]:
+        """(kind, item id, cosine similarity), best first."""
+        with self._lock:
+            vectors = self._refresh(store, model, int(query.shape[0]))
+            if not vectors.chunks:
+                return []
+            matrix, items = vectors.chunks[0], vectors.items[0]
+            kinds, sessions = vectors.kinds[0], vectors.sessions[0]
+            scores = matrix @ query.astype(np.float32)
+            if session_id is not None:
+                code = self._session_codes.get(session_id)
+                if code is None:
+                    return []
+                scores = np.where(sessions == code, scores, -np.inf)
+            k = min(limit, len(scores))
+            top = np.argpartition(-scores, k - 1)[:k]
+            top = top[np.argsort(-scores[top])]
+            return [
+                ("summary" if kinds[i] else "message", int(items[i]), float(scores[i]))
+                for i in top
+                if np.isfinite(scores[i]) and np.any(matrix[i])
+            ]

@@ -25,6 +25,7 @@ from hermes_runtime.lcm.embeddings import (
     EmbeddingWorker,
     OpenAIEmbedder,
     StaticModelEmbedder,
+    VectorIndex,
 )
 from hermes_runtime.lcm.records import message_tokens
 from hermes_runtime.lcm.store import LcmStore
@@ -146,6 +147,7 @@ class LcmEngine:
         self.embedder = embedder if embedder is not None else make_embedder(config)
         self._locks: dict[str, threading.RLock] = {}
         self._locks_guard = threading.Lock()
+        self.vectors = VectorIndex()
         self.worker: EmbeddingWorker | None = None
         if start_worker and self.embedder is not None:
             self.worker = EmbeddingWorker(self.store, self.embedder)
@@ -281,7 +283,12 @@ class LcmEngine:
             return {"results": [h.as_dict() for h in hits]}
         if name == "lcm_search":
             hits = retrieval.hybrid_search(
-                self.store, self.embedder, str(args["query"]), scope, int(args.get("limit", 8))
+                self.store,
+                self.embedder,
+                str(args["query"]),
+                scope,
+                int(args.get("limit", 8)),
+                index=self.vectors,
             )
             return {"results": [h.as_dict() for h in hits]}
         if name == "lcm_describe":

@@ -12,11 +12,9 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import numpy as np
-
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.lcm import outputs as out
-from hermes_runtime.lcm.embeddings import Embedder
+from hermes_runtime.lcm.embeddings import Embedder, VectorIndex
 from hermes_runtime.lcm.records import (
     MESSAGE_PREFIX,
     OUTPUT_PREFIX,
@@ -162,26 +160,24 @@ def _regex_messages(store: LcmStore, pattern: str, session_id: str | None, limit
 
 
 def vector_search(
-    store: LcmStore, embedder: Embedder, query: str, session_id: str | None, limit: int
+    store: LcmStore,
+    embedder: Embedder,
+    query: str,
+    session_id: str | None,
+    limit: int,
+    index: VectorIndex | None = None,
 ) -> list[Hit]:
-    """Nearest items by cosine distance (sqlite-vec scan, filtered on model and session)."""
-    vector = embedder.embed([query])[0].astype(np.float32).tobytes()
-    where, params = ("AND e.session_id = ?", [session_id]) if session_id else ("", [])
-    rows = fetch_all(
-        store.conn,
-        "SELECT kind, item_id, session_id, d FROM ("
-        "SELECT e.kind, e.item_id, e.session_id, vec_distance_cosine(e.vector, ?) AS d "
-        f"FROM embeddings e WHERE e.model = ? {where}) WHERE d IS NOT NULL ORDER BY d LIMIT ?",
-        [vector, embedder.model, *params, limit],
-    )
+    """Nearest items by cosine similarity, only among vectors of the embedder's model."""
+    vector = embedder.embed([query])[0]
+    found = (index or VectorIndex()).search(store, embedder.model, vector, session_id, limit)
     hits = []
-    for kind, item_id, session, distance in rows:
+    for kind, item_id, score in found:
         if kind == "message":
             m = store.message(item_id)
             if m is None:
                 continue
             row = (m.id, m.session_id, m.role, m.seq, m.created_at, (m.content or "")[:300])
-            hits.append(_message_hit(store, row, 1.0 - float(distance)))
+            hits.append(_message_hit(store, row, score))
         else:
             s = store.summary(item_id)
             if s is not None:
@@ -189,10 +185,10 @@ def vector_search(
                     Hit(
                         s.ref,
                         "summary",
-                        session,
+                        s.session_id,
                         s.content[:300],
                         created_at=s.created_at,
-                        score=1.0 - float(distance),
+                        score=score,
                     )
                 )
     return hits
@@ -205,6 +201,7 @@ def hybrid_search(
     session_id: str | None = None,
     limit: int = 10,
     mode: str = "hybrid",
+    index: VectorIndex | None = None,
 ) -> list[Hit]:
     """Reciprocal rank fusion of full-text (any term) and vector rankings."""
     depth = max(limit * 5, 50)
@@ -220,7 +217,7 @@ def hybrid_search(
                 )[:depth]
             )
     if mode in ("hybrid", "vector") and embedder is not None:
-        rankings.append(vector_search(store, embedder, query, session_id, depth))
+        rankings.append(vector_search(store, embedder, query, session_id, depth, index))
     fused: dict[str, Hit] = {}
     scores: dict[str, float] = {}
     for ranking in rankings:

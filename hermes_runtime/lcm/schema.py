@@ -83,14 +83,15 @@ MIGRATIONS: tuple[str, ...] = (
         CHECK ((message_id IS NULL) <> (summary_id IS NULL))
     ) WITHOUT ROWID;
     CREATE TABLE embeddings (
+        id          INTEGER PRIMARY KEY,
         kind        TEXT NOT NULL CHECK (kind IN ('message', 'summary')),
         item_id     INTEGER NOT NULL,
         model       TEXT NOT NULL,
         dim         INTEGER NOT NULL,
         session_id  TEXT NOT NULL,
         vector      BLOB NOT NULL,
-        PRIMARY KEY (model, kind, item_id)
-    ) WITHOUT ROWID;
+        UNIQUE (model, kind, item_id)
+    );
     CREATE TABLE embed_queue (
         id          INTEGER PRIMARY KEY,
         kind        TEXT NOT NULL,

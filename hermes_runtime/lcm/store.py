@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import apsw
-import sqlite_vec
 
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.common.sqlite import connect
@@ -88,9 +87,6 @@ class LcmStore:
         if conn is None:
             conn = connect(self.db_path, busy_timeout_ms=30_000)
             conn.create_scalar_function("regexp", _regexp, 2, deterministic=True)  # type: ignore[arg-type]
-            conn.enable_load_extension(True)
-            conn.load_extension(sqlite_vec.loadable_path())
-            conn.enable_load_extension(False)
             self._local.conn = conn
         return conn
 

@@ -1,0 +1,210 @@
+"""LCM benchmark: ingest, assembly, grep, hybrid search, compaction bookkeeping, size.
+
+Run: ``.venv/bin/python bench/lcm_bench.py --messages 100000 [--workdir DIR]``
+Prints one JSON object. The database is filled with batched imports (1000
+messages per session, Zipf-distributed words so full-text postings look like
+real text), every session is compacted with the deterministic summarizer,
+and embeddings come from the offline static model. Then, on top of that
+history: per-message ingest (one transaction each), context assembly, grep,
+hybrid search and compaction bookkeeping are timed, beside the floor of raw
+SQLite inserts of the same rows into a bare table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from hermes_runtime.lcm import CompactionPolicy, LcmConfig, LcmEngine, retrieval
+from hermes_runtime.lcm.assembly import assemble
+from hermes_runtime.lcm.doctor import database_bytes
+from hermes_runtime.lcm.embeddings import StaticModelEmbedder, embed_all
+
+PER_SESSION = 1_000
+
+
+def vocabulary(size: int, rng: random.Random) -> list[str]:
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    return ["".join(rng.choice(letters) for _ in range(rng.randint(3, 9))) for _ in range(size)]
+
+
+def make_messages(count: int, words: list[str], rng: random.Random) -> list[dict[str, Any]]:
+    cumulative = list(itertools.accumulate(1.0 / (rank + 1) for rank in range(len(words))))
+    messages = []
+    for index in range(count):
+        text = " ".join(rng.choices(words, cum_weights=cumulative, k=rng.randint(15, 120)))
+        role = "user" if index % 2 == 0 else "assistant"
+        messages.append({"role": role, "content": text})
+    return messages
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    p95 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
+    return {"p50_ms": round(statistics.median(ordered) * 1000, 3), "p95_ms": round(p95 * 1000, 3)}
+
+
+def timed(fn: Callable[[], Any], runs: int) -> dict[str, float]:
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - started)
+    return percentiles(samples)
+
+
+def fill(engine: LcmEngine, total: int, words: list[str], rng: random.Random) -> dict[str, Any]:
+    seconds, raw_bytes = 0.0, 0
+    for session in range(total // PER_SESSION):
+        batch = make_messages(PER_SESSION, words, rng)
+        raw_bytes += sum(len(m["content"].encode()) for m in batch)
+        started = time.perf_counter()
+        engine.store.ingest_many(f"s{session}", batch)
+        seconds += time.perf_counter() - started
+    return {
+        "messages": total,
+        "seconds": round(seconds, 2),
+        "messages_per_s": round(total / seconds),
+        "raw_text_bytes": raw_bytes,
+    }
+
+
+def floor_inserts(path: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Raw SQLite: the same rows into a bare table, one transaction each, then batched."""
+    conn = apsw.Connection(str(path))
+    conn.execute("PRAGMA journal_mode = WAL").fetchall()
+    conn.execute("PRAGMA synchronous = NORMAL").fetchall()
+    conn.execute("CREATE TABLE m (id INTEGER PRIMARY KEY, session TEXT, role TEXT, content TEXT)")
+    samples = []
+    for row in rows:
+        started = time.perf_counter()
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(
+            "INSERT INTO m(session, role, content) VALUES ('x', ?, ?)",
+            (row["role"], row["content"]),
+        )
+        conn.execute("COMMIT")
+        samples.append(time.perf_counter() - started)
+    started = time.perf_counter()
+    conn.execute("BEGIN IMMEDIATE")
+    conn.executemany(
+        "INSERT INTO m(session, role, content) VALUES ('y', ?, ?)",
+        [(r["role"], r["content"]) for r in rows],
+    )
+    conn.execute("COMMIT")
+    batched = len(rows) / (time.perf_counter() - started)
+    conn.close()
+    return {"per_row": percentiles(samples), "batched_rows_per_s": round(batched)}
+
+
+def run(total: int, workdir: Path) -> dict[str, Any]:
+    rng = random.Random(42)
+    words = vocabulary(20_000, rng)
+    policy = CompactionPolicy(
+        fresh_tail_messages=16, leaf_chunk_tokens=4_000, leaf_target_tokens=400
+    )
+    base = LcmConfig.for_home(workdir, {"embeddings": "off"})
+    engine = LcmEngine(LcmConfig(**{**base.__dict__, "policy": policy}))
+    result: dict[str, Any] = {"stored_messages": total}
+    result["batched_import"] = fill(engine, total, words, rng)
+
+    started = time.perf_counter()
+    for session in range(total // PER_SESSION):
+        engine.compact(f"s{session}", 8_000)
+    result["compact_all_sessions_s"] = round(time.perf_counter() - started, 2)
+
+    embedder = StaticModelEmbedder()
+    started = time.perf_counter()
+    embedded = embed_all(engine.store, embedder, batch_size=2_000)
+    result["embed_all"] = {
+        "items": embedded,
+        "items_per_s": round(embedded / (time.perf_counter() - started)),
+    }
+
+    engine.store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    size = database_bytes(engine.store.db_path)
+    fts = sum(
+        r[0]
+        for r in engine.store.conn.execute(
+            "SELECT sum(pgsize) FROM dbstat WHERE name LIKE '%fts%' UNION ALL SELECT 0"
+        )
+        if r[0]
+    )
+    emb = engine.store.conn.execute(
+        "SELECT sum(pgsize) FROM dbstat WHERE name = 'embeddings'"
+    ).fetchall()[0][0]
+    result["fts_bytes"], result["embedding_bytes"] = fts, emb
+    result["database_bytes"] = size
+    result["db_bytes_per_1k_messages"] = round(size / (total / 1_000))
+    result["raw_text_bytes_per_1k_messages"] = round(
+        result["batched_import"]["raw_text_bytes"] / (total / 1_000)
+    )
+
+    probe = make_messages(1_000, words, rng)
+    samples = []
+    for message in probe:
+        started = time.perf_counter()
+        engine.ingest("probe", [message])
+        samples.append(time.perf_counter() - started)
+    result["ingest_one_per_transaction"] = percentiles(samples)
+    result["floor_raw_sqlite"] = floor_inserts(workdir / "floor.db", probe)
+
+    sessions = [f"s{rng.randrange(total // PER_SESSION)}" for _ in range(200)]
+    iterator = iter(sessions)
+    result["assembly"] = timed(lambda: assemble(engine.store, next(iterator)), 200)
+
+    queries = [" ".join(rng.sample(words[50:2_000], 2)) for _ in range(100)]
+    qi = iter(queries)
+    result["grep"] = timed(lambda: retrieval.grep(engine.store, next(qi), None, 20), 100)
+    qh = iter(queries)
+    result["hybrid_search"] = timed(
+        lambda: retrieval.hybrid_search(
+            engine.store, embedder, next(qh), None, 10, index=engine.vectors
+        ),
+        100,
+    )
+
+    result["compaction_bookkeeping_per_10k_tokens_ms"] = compaction_cost(engine, words, rng)
+    engine.close()
+    return result
+
+
+def compaction_cost(engine: LcmEngine, words: list[str], rng: random.Random) -> float:
+    """Milliseconds of compaction work per 10k tokens folded, deterministic summaries (no LLM)."""
+    total_ms, total_tokens = 0.0, 0
+    for index in range(5):
+        session = f"compact-{index}"
+        engine.store.ingest_many(session, make_messages(400, words, rng))
+        started = time.perf_counter()
+        report = engine.compact(session, 4_000)
+        total_ms += (time.perf_counter() - started) * 1000
+        total_tokens += report.tokens_before - report.tokens_after
+    return round(total_ms / (total_tokens / 10_000), 2)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=10_000)
+    parser.add_argument("--workdir", type=Path)
+    args = parser.parse_args()
+    if args.workdir:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+        print(json.dumps(run(args.messages, args.workdir), indent=2))
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(json.dumps(run(args.messages, Path(tmp)), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
