@@ -211,6 +211,9 @@ class VectorIndex:
             (model, dim, vectors.last_id),
         )
         if rows:
+            vectors.last_id = int(rows[-1][0])
+            rows = [r for r in rows if any(bytes(r[4]))]  # a zero vector matches nothing
+        if rows:
             codes = self._session_codes
             vectors.kinds.append(np.array([r[1] == "summary" for r in rows], dtype=np.bool_))
             vectors.items.append(np.array([r[2] for r in rows], dtype=np.int64))
@@ -222,7 +225,6 @@ class VectorIndex:
                     len(rows), dim
                 )
             )
-            vectors.last_id = int(rows[-1][0])
             vectors.compact()
         return vectors
 
@@ -253,5 +255,5 @@ class VectorIndex:
             return [
                 ("summary" if kinds[i] else "message", int(items[i]), float(scores[i]))
                 for i in top
-                if np.isfinite(scores[i]) and np.any(matrix[i])
+                if np.isfinite(scores[i])
             ]
