@@ -20,6 +20,7 @@ from hermes_runtime.lcm import metrics, retrieval
 from hermes_runtime.lcm.assembly import assemble, count_tokens, summary_refs_in
 from hermes_runtime.lcm.compaction import CompactionReport, compact
 from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.doctor import database_bytes
 from hermes_runtime.lcm.embeddings import (
     Embedder,
     EmbeddingWorker,
@@ -238,6 +239,7 @@ class LcmEngine:
         for level in report.levels:
             metrics.SUMMARIES.labels(level=str(level)).inc()
         metrics.COMPACTION_ERRORS.inc(len(report.errors))
+        metrics.DATABASE_BYTES.set(database_bytes(self.store.db_path))
         if self.worker is not None and report.summaries_created:
             self.worker.wake()
         return report
