@@ -5,16 +5,19 @@ Public surface: ``open_target``, ``create_backup``, ``list_snapshots``,
 ``PrunePolicy``) and ``write_backup_metrics``. Design and runbook: docs/backup.md.
 """
 
+from hermes_runtime.backup.access import open_target
 from hermes_runtime.backup.create import BackupSummary, create_backup
+from hermes_runtime.backup.crypto import KEY_ENV as ENCRYPTION_KEY_ENV
 from hermes_runtime.backup.metrics import write_backup_metrics
 from hermes_runtime.backup.prune import PrunePolicy, PruneReport, prune_snapshots
 from hermes_runtime.backup.restore import RestoreReport, restore_snapshot
 from hermes_runtime.backup.selection import DEFAULT_EXCLUDES
-from hermes_runtime.backup.target import Target, open_target
+from hermes_runtime.backup.target import Target
 from hermes_runtime.backup.verify import SnapshotInfo, VerifyReport, list_snapshots, verify_snapshot
 
 __all__ = [
     "DEFAULT_EXCLUDES",
+    "ENCRYPTION_KEY_ENV",
     "BackupSummary",
     "PrunePolicy",
     "PruneReport",

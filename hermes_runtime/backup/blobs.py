@@ -16,6 +16,7 @@ from typing import Any
 
 import zstandard
 
+from hermes_runtime.backup.crypto import SealError
 from hermes_runtime.backup.manifest import blob_key
 from hermes_runtime.backup.target import Target
 from hermes_runtime.common.errors import RuntimeFailure
@@ -57,7 +58,7 @@ def _read(reader: Any, key: str, url: str) -> bytes:
     """One chunk of a blob; a bad body or a dropped connection becomes a RuntimeFailure."""
     try:
         return bytes(reader.read(CHUNK))
-    except zstandard.ZstdError as exc:
+    except (zstandard.ZstdError, SealError) as exc:
         raise BlobCorrupt(f"blob {key} is corrupt: {exc}") from exc
     except OSError:
         raise

@@ -262,8 +262,8 @@ class S3Target:
         )
 
 
-def open_target(url: str, s3_endpoint: str | None = None) -> Target:
-    """Parse ``file:///path`` or ``s3://bucket/prefix`` into a target."""
+def open_plain_target(url: str, s3_endpoint: str | None = None) -> Target:
+    """Parse ``file:///path`` or ``s3://bucket/prefix`` into a target (no encryption)."""
     parsed = urlparse(url)
     if parsed.scheme == "file":
         if parsed.netloc not in ("", "localhost") or not parsed.path.startswith("/"):

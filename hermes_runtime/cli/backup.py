@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from hermes_runtime.backup import (
+    ENCRYPTION_KEY_ENV,
     PrunePolicy,
     create_backup,
     list_snapshots,
@@ -30,7 +32,8 @@ def _target_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _target(args: argparse.Namespace) -> Any:
-    return open_target(args.target, args.s3_endpoint)
+    secret = os.environ.get(ENCRYPTION_KEY_ENV) or None  # from the env only: never in argv
+    return open_target(args.target, args.s3_endpoint, secret)
 
 
 def register(subparsers: Any) -> None:
