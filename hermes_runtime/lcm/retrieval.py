@@ -159,6 +159,54 @@ def _regex_messages(store: LcmStore, pattern: str, session_id: str | None, limit
     return [_message_hit(store, r, 0.0) for r in rows]
 
 
+def _hit_for(store: LcmStore, kind: str, item_id: int, score: float) -> Hit | None:
+    """Materialize one result (only for results that will be returned)."""
+    if kind == "message":
+        m = store.message(item_id)
+        if m is None:
+            return None
+        row = (m.id, m.session_id, m.role, m.seq, m.created_at, (m.content or "")[:300])
+        return _message_hit(store, row, score)
+    s = store.summary(item_id)
+    if s is None:
+        return None
+    return Hit(
+        s.ref, "summary", s.session_id, s.content[:300], created_at=s.created_at, score=score
+    )
+
+
+def _vector_ranking(
+    store: LcmStore,
+    embedder: Embedder,
+    query: str,
+    session_id: str | None,
+    limit: int,
+    index: VectorIndex | None,
+) -> list[tuple[str, int, float]]:
+    vector = embedder.embed([query])[0]
+    return (index or VectorIndex()).search(store, embedder.model, vector, session_id, limit)
+
+
+def _fts_ranking(
+    store: LcmStore, query: str, session_id: str | None, limit: int
+) -> list[tuple[str, int, float]]:
+    """Ids and ranks only, best first: FTS5's ``ORDER BY rank`` path, no snippets."""
+    ranked: list[tuple[str, int, float]] = []
+    for kind, table, base in (("message", "messages_fts", "messages"),
+                              ("summary", "summaries_fts", "summaries")):  # fmt: skip
+        if session_id is None:
+            sql = f"SELECT rowid, rank FROM {table} WHERE {table} MATCH ? ORDER BY rank LIMIT ?"
+            params: list[Any] = [query, limit]
+        else:
+            sql = (
+                f"SELECT f.rowid, f.rank FROM {table} f JOIN {base} b ON b.id = f.rowid "
+                f"WHERE {table} MATCH ? AND b.session_id = ? ORDER BY f.rank LIMIT ?"
+            )
+            params = [query, session_id, limit]
+        ranked += [(kind, int(r[0]), -float(r[1])) for r in fetch_all(store.conn, sql, params)]
+    return sorted(ranked, key=lambda r: -r[2])[:limit]
+
+
 def vector_search(
     store: LcmStore,
     embedder: Embedder,
@@ -168,30 +216,8 @@ def vector_search(
     index: VectorIndex | None = None,
 ) -> list[Hit]:
     """Nearest items by cosine similarity, only among vectors of the embedder's model."""
-    vector = embedder.embed([query])[0]
-    found = (index or VectorIndex()).search(store, embedder.model, vector, session_id, limit)
-    hits = []
-    for kind, item_id, score in found:
-        if kind == "message":
-            m = store.message(item_id)
-            if m is None:
-                continue
-            row = (m.id, m.session_id, m.role, m.seq, m.created_at, (m.content or "")[:300])
-            hits.append(_message_hit(store, row, score))
-        else:
-            s = store.summary(item_id)
-            if s is not None:
-                hits.append(
-                    Hit(
-                        s.ref,
-                        "summary",
-                        s.session_id,
-                        s.content[:300],
-                        created_at=s.created_at,
-                        score=score,
-                    )
-                )
-    return hits
+    found = _vector_ranking(store, embedder, query, session_id, limit, index)
+    return [h for k, i, score in found if (h := _hit_for(store, k, i, score)) is not None]
 
 
 def hybrid_search(
@@ -203,31 +229,33 @@ def hybrid_search(
     mode: str = "hybrid",
     index: VectorIndex | None = None,
 ) -> list[Hit]:
-    """Reciprocal rank fusion of full-text (any term) and vector rankings."""
-    depth = max(limit * 5, 50)
-    rankings: list[list[Hit]] = []
+    """Reciprocal rank fusion of full-text (any term) and vector rankings.
+
+    Rankings carry ids only; rows, snippets and ``covered_by`` are fetched
+    for the ``limit`` results returned, not for every candidate.
+    """
+    depth = max(limit * 3, 30)
+    rankings: list[list[tuple[str, int, float]]] = []
     if mode in ("hybrid", "fts"):
         fts = fts_query(query, any_term=True)
         if fts:
-            rankings.append(
-                sorted(
-                    _fts_messages(store, fts, session_id, depth)
-                    + _fts_summaries(store, fts, session_id, depth),
-                    key=lambda h: -h.score,
-                )[:depth]
-            )
+            rankings.append(_fts_ranking(store, fts, session_id, depth))
     if mode in ("hybrid", "vector") and embedder is not None:
-        rankings.append(vector_search(store, embedder, query, session_id, depth, index))
-    fused: dict[str, Hit] = {}
-    scores: dict[str, float] = {}
+        rankings.append(_vector_ranking(store, embedder, query, session_id, depth, index))
+    scores: dict[tuple[str, int], float] = {}
     for ranking in rankings:
-        for rank, hit in enumerate(ranking):
-            fused.setdefault(hit.id, hit)
-            scores[hit.id] = scores.get(hit.id, 0.0) + 1.0 / (RRF_K + rank + 1)
-    ordered = sorted(fused.values(), key=lambda h: -scores[h.id])[:limit]
-    for hit in ordered:
-        hit.score = round(scores[hit.id], 6)
-    return ordered
+        for rank, (kind, item_id, _score) in enumerate(ranking):
+            key = (kind, item_id)
+            scores[key] = scores.get(key, 0.0) + 1.0 / (RRF_K + rank + 1)
+    ordered = sorted(scores, key=lambda key: -scores[key])
+    hits: list[Hit] = []
+    for kind, item_id in ordered:
+        hit = _hit_for(store, kind, item_id, round(scores[(kind, item_id)], 6))
+        if hit is not None:
+            hits.append(hit)
+        if len(hits) == limit:
+            break
+    return hits
 
 
 def describe(store: LcmStore, ref: str) -> dict[str, Any]:
