@@ -161,11 +161,18 @@ class LcmEngine:
 
     # -- ingest ------------------------------------------------------------
 
-    def ingest(self, session_id: str, messages: list[dict[str, Any]]) -> int:
+    def ingest(
+        self,
+        session_id: str,
+        messages: list[dict[str, Any]],
+        host_state: dict[str, Any] | None = None,
+    ) -> int:
         if not messages:
+            if host_state is not None:
+                self.store.set_host_state(session_id, host_state)
             return 0
         started = time.perf_counter()
-        stored = self.store.ingest_many(session_id, messages)
+        stored = self.store.ingest_many(session_id, messages, host_state=host_state)
         metrics.INGEST_SECONDS.observe(time.perf_counter() - started)
         metrics.INGESTED.inc(len(stored))
         metrics.EXTERNALIZED.inc(sum(1 for m in stored if m.output_id))
@@ -196,9 +203,9 @@ class LcmEngine:
         prints = [fingerprint(m) for m in candidates]
         known = self.store.host_state(session_id).get("raw", [])
         overlap = aligned_prefix(known, prints)
-        count = self.ingest(session_id, candidates[overlap:])
-        if prints != known:
-            self.store.set_host_state(session_id, {"raw": prints})
+        fresh = candidates[overlap:]
+        state = {"raw": prints} if fresh or prints != known else None
+        count = self.ingest(session_id, fresh, host_state=state)
         return SyncResult(count, host_messages[:head])
 
     def _after_last_block(

@@ -140,8 +140,14 @@ class LcmStore:
         session_id: str,
         messages: Sequence[dict[str, Any]],
         created_at: float | None = None,
+        host_state: dict[str, Any] | None = None,
     ) -> list[StoredMessage]:
-        """Store messages in one transaction (batched import); outputs are written first."""
+        """Store messages in one transaction (batched import); outputs are written first.
+
+        ``host_state`` is saved in the same transaction, so what the host is
+        known to hold never disagrees with what was stored (no re-ingest
+        after a crash between the two).
+        """
         _validate_session_id(session_id)
         prepared = [self._prepare(m) for m in messages]
         stamp = created_at if created_at is not None else time.time()
@@ -155,6 +161,11 @@ class LcmStore:
                 "UPDATE sessions SET next_seq = ?, next_pos = ? WHERE id = ?",
                 (seq, pos, session_id),
             )
+            if host_state is not None:
+                self.conn.execute(
+                    "UPDATE sessions SET host_state = ? WHERE id = ?",
+                    (json.dumps(host_state), session_id),
+                )
         return stored
 
     def _prepare(self, message: dict[str, Any]) -> dict[str, Any]:
