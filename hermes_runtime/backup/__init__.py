@@ -10,7 +10,7 @@ from hermes_runtime.backup.create import BackupSummary, create_backup
 from hermes_runtime.backup.crypto import KEY_ENV as ENCRYPTION_KEY_ENV
 from hermes_runtime.backup.metrics import write_backup_metrics
 from hermes_runtime.backup.prune import PrunePolicy, PruneReport, prune_snapshots
-from hermes_runtime.backup.restore import RestoreReport, restore_snapshot
+from hermes_runtime.backup.restore import RestoreReport, data_dir_has_data, restore_snapshot
 from hermes_runtime.backup.selection import DEFAULT_EXCLUDES
 from hermes_runtime.backup.target import Target
 from hermes_runtime.backup.verify import SnapshotInfo, VerifyReport, list_snapshots, verify_snapshot
@@ -26,6 +26,7 @@ __all__ = [
     "Target",
     "VerifyReport",
     "create_backup",
+    "data_dir_has_data",
     "list_snapshots",
     "open_target",
     "prune_snapshots",

@@ -100,7 +100,7 @@ def create_backup(
     started = time.monotonic()
     snapshot_id = new_snapshot_id(started_at)
     excluder = make_excluder(excludes, defaults=default_excludes)
-    previous = _previous_files(target)
+    previous = _previous_files(target, data_dir)
     known = set(stored_blobs(target))
     selection = scan_data_dir(data_dir, excluder)
     scratch = Path(tempfile.mkdtemp(prefix="hermes-backup-", dir=work_dir))
@@ -148,11 +148,18 @@ def create_backup(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _previous_files(target: Target) -> dict[str, FileRecord]:
-    """Files of the newest readable snapshot: unchanged files are not even read again."""
+def _previous_files(target: Target, data_dir: Path) -> dict[str, FileRecord]:
+    """Files of the newest readable snapshot of the same data dir.
+
+    A file whose size, mtime and inode match its record there is not read
+    again: its blob is reused (the restic/borg trick behind cheap incrementals).
+    """
     for snapshot_id in reversed(snapshot_ids(target)):
         with contextlib.suppress(RuntimeFailure):
-            return {f.path: f for f in load_manifest(target, snapshot_id).files}
+            manifest = load_manifest(target, snapshot_id)
+            if manifest.source.get("data_dir") != str(data_dir):
+                return {}
+            return {f.path: f for f in manifest.files}
     return {}
 
 

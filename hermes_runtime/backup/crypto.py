@@ -211,7 +211,9 @@ def _key_check(key: bytes) -> str:
 
 def with_encryption(target: Target, secret: str | None) -> Target:
     """Wrap ``target`` when a key is given; refuse to mix encrypted and plain snapshots."""
-    has_marker = target.exists(MARKER_KEY)
+    # A listing, not a HEAD: S3 answers a HEAD with a bare 403, a listing names
+    # the reason (SignatureDoesNotMatch, InvalidAccessKeyId, NoSuchBucket).
+    has_marker = any(obj.key == MARKER_KEY for obj in target.list_objects(MARKER_KEY))
     if secret is None:
         if has_marker:
             raise RuntimeFailure(

@@ -57,6 +57,11 @@ def data_dir_entries(data_dir: Path) -> list[str]:
     )
 
 
+def data_dir_has_data(data_dir: Path) -> bool:
+    """What ``--if-empty`` checks: anything but ``lost+found`` and restore scratch space."""
+    return bool(data_dir_entries(data_dir))
+
+
 def restore_snapshot(
     target: Target,
     data_dir: Path,

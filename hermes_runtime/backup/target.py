@@ -136,6 +136,10 @@ class FileTarget:
     def list_objects(self, prefix: str) -> Iterator[StoredObject]:
         self._check_root()
         base = self._path(prefix.rstrip("/")) if prefix else self.root
+        if base.is_file():  # a prefix naming one object
+            st = base.stat()
+            yield StoredObject(prefix, st.st_size, st.st_mtime)
+            return
         if not base.is_dir():
             return
         for dirpath, _dirs, files in os.walk(base):

@@ -12,7 +12,9 @@ from typing import Any
 from hermes_runtime.backup import (
     ENCRYPTION_KEY_ENV,
     PrunePolicy,
+    RestoreReport,
     create_backup,
+    data_dir_has_data,
     list_snapshots,
     open_target,
     prune_snapshots,
@@ -146,13 +148,17 @@ def _restore(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    report = restore_snapshot(
-        _target(args),
-        args.data_dir,
-        snapshot=args.snapshot,
-        force=args.force,
-        if_empty=args.if_empty,
-    )
+    if args.if_empty and data_dir_has_data(args.data_dir):
+        # A restarted pod: do not even contact the target (it may be down).
+        report = RestoreReport(None, str(args.data_dir), False, "data dir already holds data")
+    else:
+        report = restore_snapshot(
+            _target(args),
+            args.data_dir,
+            snapshot=args.snapshot,
+            force=args.force,
+            if_empty=args.if_empty,
+        )
     if args.json:
         print_json(dataclasses.asdict(report))
     elif report.restored:
