@@ -22,9 +22,8 @@ case "$PROVIDER" in
     else
       kind export kubeconfig --name hermes --kubeconfig "$KUBECONFIG_PATH"
     fi
-    for tar in "$ROOT"/.cache/images/*.tar; do
-      [[ -f "$tar" ]] && kind load image-archive --name hermes "$tar"
-    done
+    "$ROOT/ci/k8s/build-addons.sh"   # the e2e suite's busybox image
+    "$ROOT/ci/k8s/load-images.sh" kind
     ;;
   *)
     echo "cluster-up: HERMES_CLUSTER_PROVIDER must be local or kind, got '$PROVIDER'" >&2; exit 2 ;;

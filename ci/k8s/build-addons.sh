@@ -34,6 +34,6 @@ image local-path-provisioner hermes-runtime/local-path-provisioner:dev \
   --file "$K8S_BIN/local-path-provisioner:/usr/bin/local-path-provisioner" \
   --entrypoint '["/usr/bin/local-path-provisioner"]' --dir /tmp:1777
 applets=()
-for a in sh mkdir rm rmdir chmod chown ls cat echo sleep test true false env id; do applets+=(--symlink "/bin/$a:busybox"); done
+for a in sh mkdir rm rmdir chmod chown ls cat echo sleep test true false env id wget nslookup httpd nc hostname; do applets+=(--symlink "/bin/$a:busybox"); done
 image busybox hermes-runtime/busybox:dev --file /bin/busybox:/bin/busybox "${applets[@]}" \
   --entrypoint '["/bin/sh"]' --dir /tmp:1777

@@ -8,29 +8,35 @@ source "$(dirname "$0")/env.sh"
 log() { echo "cluster-down: $*" >&2; }
 CTR=(ctr --address "$CONTAINERD_SOCK" -n k8s.io)
 
-stop_pid() {  # stop_pid NAME : TERM, then KILL, only the pid we recorded
-  local name="$1" pidfile="$K8S_RUN/$1.pid" pid
-  [[ -f "$pidfile" ]] || return 0
-  pid="$(cat "$pidfile")"
-  if kill -0 "$pid" 2>/dev/null; then
+stop_pids() {  # stop_pids NAME... : TERM together, KILL after 10 s; only the pids we recorded
+  local name pid pids=()
+  for name in "$@"; do
+    [[ -f "$K8S_RUN/$name.pid" ]] || continue
+    pid="$(cat "$K8S_RUN/$name.pid")"
+    rm -f "$K8S_RUN/$name.pid"
+    kill -0 "$pid" 2>/dev/null || continue
     log "stopping $name (pid $pid)"
-    kill -TERM "$pid" 2>/dev/null
-    for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-  rm -f "$pidfile"
+    kill -TERM "$pid" 2>/dev/null && pids+=("$pid")
+  done
+  for _ in $(seq 1 40); do
+    local alive=0
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    ((alive)) || return 0
+    sleep 0.25
+  done
+  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null && log "killed pid $pid after 10 s"; done
+  return 0
 }
 
 # The kubelet first, so it does not restart the containers we remove.
-stop_pid kubelet
-stop_pid kube-proxy
+stop_pids kubelet kube-proxy
 if [[ -S "$CONTAINERD_SOCK" ]] && "${CTR[@]}" version >/dev/null 2>&1; then
   for task in $("${CTR[@]}" tasks ls -q 2>/dev/null); do "${CTR[@]}" tasks kill -s SIGKILL "$task" >/dev/null 2>&1; done
   sleep 1
   for task in $("${CTR[@]}" tasks ls -q 2>/dev/null); do "${CTR[@]}" tasks delete -f "$task" >/dev/null 2>&1; done
   for c in $("${CTR[@]}" containers ls -q 2>/dev/null); do "${CTR[@]}" containers delete "$c" >/dev/null 2>&1; done
 fi
-for name in kube-scheduler kube-controller-manager kube-apiserver etcd containerd; do stop_pid "$name"; done
+stop_pids kube-scheduler kube-controller-manager kube-apiserver etcd containerd
 
 # Shims are children of nobody once containerd is gone; ours name our socket.
 for pid in $(pgrep -f "containerd-shim-runc-v2 .*-address $CONTAINERD_SOCK" || true); do
@@ -43,10 +49,18 @@ for table in filter nat; do
   iptables -t "$table" -S 2>/dev/null | grep -- '--comment hermes-k8s' | sed 's/^-A /-D /' |
     while read -r rule; do eval "iptables -t $table $rule"; done
 done
-# Chains the kubelet creates for its own bookkeeping.
-for table in filter nat mangle; do
-  for chain in KUBE-FIREWALL KUBE-KUBELET-CANARY KUBE-PROXY-CANARY; do
-    iptables -t "$table" -F "$chain" 2>/dev/null && iptables -t "$table" -X "$chain" 2>/dev/null
+# KUBE-* chains the kubelet creates (KUBE-FIREWALL, canaries, hints) in both
+# families: unhook them from the built-in chains, then flush and delete them.
+for cmd in iptables ip6tables; do
+  for table in filter nat mangle; do
+    "$cmd" -t "$table" -S 2>/dev/null | grep -E '^-A [A-Z]+ .*-j KUBE-' | grep -vE '^-A KUBE-' | sed 's/^-A /-D /' |
+      while read -r rule; do eval "$cmd -t $table $rule"; done
+    for chain in $("$cmd" -t "$table" -S 2>/dev/null | awk '/^-N KUBE-/ {print $2}'); do
+      "$cmd" -t "$table" -F "$chain" 2>/dev/null
+    done
+    for chain in $("$cmd" -t "$table" -S 2>/dev/null | awk '/^-N KUBE-/ {print $2}'); do
+      "$cmd" -t "$table" -X "$chain" 2>/dev/null
+    done
   done
 done
 

@@ -78,19 +78,7 @@ KUBECTL=(kubectl --kubeconfig "$KUBECONFIG_PATH")
 start containerd containerd --config "$K8S_STATE/config/containerd.toml"
 wait_for containerd 60 "${CTR[@]}" version
 
-import_images() {  # import every tarball whose content changed since its last import
-  local tar stamp
-  mkdir -p "$K8S_STATE/imported"
-  for tar in "$K8S_IMAGES"/*.tar "$K8S_REPO_ROOT"/.cache/images/*.tar; do
-    [[ -f "$tar" ]] || continue
-    stamp="$K8S_STATE/imported/$(echo "$tar" | md5sum | cut -c1-16)"
-    [[ -f "$stamp" && "$stamp" -nt "$tar" ]] && continue
-    log "importing $(basename "$tar")"
-    "${CTR[@]}" images import "$tar" >/dev/null || die "ctr import failed for $tar"
-    touch "$stamp"
-  done
-}
-import_images
+"$HERE/load-images.sh" local
 
 start etcd etcd --name hermes-k8s --data-dir "$K8S_STATE/etcd" \
   --listen-client-urls "$ETCD_URL" --advertise-client-urls "$ETCD_URL" \
@@ -131,4 +119,3 @@ log "applying add-ons (CoreDNS, local-path-provisioner)"
 "${KUBECTL[@]}" -n kube-system rollout status deploy/coredns --timeout=180s >&2 || die "CoreDNS did not become ready (see kubectl -n kube-system describe pod)"
 "${KUBECTL[@]}" -n local-path-storage rollout status deploy/local-path-provisioner --timeout=180s >&2 || die "local-path-provisioner did not become ready"
 log "cluster ready in $(( $(date +%s) - T0 ))s"
-echo "export KUBECONFIG=$KUBECONFIG_PATH"

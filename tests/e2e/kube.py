@@ -203,10 +203,51 @@ def run_pod(cluster: Cluster, namespace: str, pod: client.V1Pod, timeout: float 
             timeout,
             f"pod {namespace}/{name}",
         )
-        logs = cluster.core.read_namespaced_pod_log(name, namespace)
+        logs = pod_log(cluster, namespace, name)
         return PodResult(phase=_pod_phase(cluster, namespace, name), logs=logs)
     finally:
         cluster.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+
+
+def http_get_in_cluster(
+    cluster: Cluster, namespace: str, url: str, image: str, attempts: int = 30
+) -> PodResult:
+    """GET `url` from a pod in `namespace` (so names resolve through cluster DNS).
+
+    Retries once a second: a Service's endpoints reach kube-proxy and DNS a
+    moment after its pods turn Ready, so the first try may legitimately miss.
+    The image needs busybox's `sh`, `wget` and `sleep` (not `wget -T`: Debian's
+    static busybox 1.35 segfaults after a successful GET when a timeout is set).
+    """
+    script = (
+        'n=0; while [ "$n" -lt "$ATTEMPTS" ]; do '
+        'wget -O /tmp/body "$URL" && cat /tmp/body && exit 0; '
+        "n=$((n + 1)); sleep 1; done; exit 1"
+    )
+    pod = restricted_pod(unique_name("http-get"), image, ["sh", "-c", script])
+    container = pod.spec.containers[0]
+    container.env = [
+        client.V1EnvVar(name="URL", value=url),
+        client.V1EnvVar(name="ATTEMPTS", value=str(attempts)),
+    ]
+    container.volume_mounts = [client.V1VolumeMount(name="tmp", mount_path="/tmp")]
+    pod.spec.volumes = [client.V1Volume(name="tmp", empty_dir=client.V1EmptyDirVolumeSource())]
+    return run_pod(cluster, namespace, pod, timeout=attempts * 7 + 60)
+
+
+def pod_log(
+    cluster: Cluster, namespace: str, pod: str, container: str | None = None, previous: bool = False
+) -> str:
+    """A container's log as text (the client's preloaded form is a bytes repr)."""
+    response = cluster.core.read_namespaced_pod_log(
+        pod,
+        namespace,
+        container=container,
+        previous=previous,
+        tail_lines=LOG_TAIL_LINES,
+        _preload_content=False,
+    )
+    return str(response.data.decode("utf-8", errors="replace"))
 
 
 def _pod_phase(cluster: Cluster, namespace: str, name: str) -> str:
@@ -283,9 +324,7 @@ def _container_logs(
 ) -> list[str]:
     label = f"  logs {pod}/{container}{' (previous)' if previous else ''}:"
     try:
-        text = cluster.core.read_namespaced_pod_log(
-            pod, namespace, container=container, previous=previous, tail_lines=LOG_TAIL_LINES
-        )
+        text = pod_log(cluster, namespace, pod, container, previous=previous)
     except ApiException as exc:
         return [f"{label} unavailable ({exc.status} {exc.reason})"]
     return [label, *("    " + line for line in text.splitlines())]

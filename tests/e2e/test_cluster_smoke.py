@@ -21,10 +21,7 @@ MESSAGE = "hello from the smoke chart"
 
 
 def fetch_by_name(cluster: kube.Cluster, namespace: str, url: str) -> kube.PodResult:
-    pod = kube.restricted_pod(
-        kube.unique_name("probe"), BUSYBOX, ["wget", "-q", "-T", "10", "-O", "-", url]
-    )
-    return kube.run_pod(cluster, namespace, pod)
+    return kube.http_get_in_cluster(cluster, namespace, url, BUSYBOX)
 
 
 def ready_pods(cluster: kube.Cluster, namespace: str, selector: str) -> list[client.V1Pod]:

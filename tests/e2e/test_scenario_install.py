@@ -42,10 +42,7 @@ def test_install_with_ci_values_is_ready_healthy_and_passes_helm_test(
 
     name, port = agent_service(cluster, namespace)
     url = f"http://{name}:{port}/health"
-    probe = kube.restricted_pod(
-        kube.unique_name("health"), PROBE_IMAGE, ["wget", "-q", "-T", "10", "-O", "-", url]
-    )
-    result = kube.run_pod(cluster, namespace, probe)
+    result = kube.http_get_in_cluster(cluster, namespace, url, PROBE_IMAGE)
     assert result.phase == "Succeeded", f"GET {url} failed: {result.logs}"
     assert result.logs.strip(), f"GET {url} returned an empty body"
 
