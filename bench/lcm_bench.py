@@ -107,7 +107,7 @@ def floor_inserts(path: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"per_row": percentiles(samples), "batched_rows_per_s": round(batched)}
 
 
-def run(total: int, workdir: Path) -> dict[str, Any]:
+def run(total: int, workdir: Path, embeddings: bool = True) -> dict[str, Any]:
     rng = random.Random(42)
     words = vocabulary(20_000, rng)
     policy = CompactionPolicy(
@@ -124,12 +124,13 @@ def run(total: int, workdir: Path) -> dict[str, Any]:
     result["compact_all_sessions_s"] = round(time.perf_counter() - started, 2)
 
     embedder = StaticModelEmbedder()
-    started = time.perf_counter()
-    embedded = embed_all(engine.store, embedder, batch_size=2_000)
-    result["embed_all"] = {
-        "items": embedded,
-        "items_per_s": round(embedded / (time.perf_counter() - started)),
-    }
+    if embeddings:
+        started = time.perf_counter()
+        embedded = embed_all(engine.store, embedder, batch_size=2_000)
+        result["embed_all"] = {
+            "items": embedded,
+            "items_per_s": round(embedded / (time.perf_counter() - started)),
+        }
 
     engine.store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     size = database_bytes(engine.store.db_path)
@@ -167,11 +168,15 @@ def run(total: int, workdir: Path) -> dict[str, Any]:
     qi = iter(queries)
     result["grep"] = timed(lambda: retrieval.grep(engine.store, next(qi), None, 20), 100)
     qh = iter(queries)
-    result["hybrid_search"] = timed(
-        lambda: retrieval.hybrid_search(
-            engine.store, embedder, next(qh), None, 10, index=engine.vectors
-        ),
-        100,
+    result["hybrid_search"] = (
+        None
+        if not embeddings
+        else timed(
+            lambda: retrieval.hybrid_search(
+                engine.store, embedder, next(qh), None, 10, index=engine.vectors
+            ),
+            100,
+        )
     )
 
     result["compaction_bookkeeping_per_10k_tokens_ms"] = compaction_cost(engine, words, rng)
@@ -196,13 +201,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=10_000)
     parser.add_argument("--workdir", type=Path)
+    parser.add_argument(
+        "--no-embeddings", action="store_true", help="skip embedding and hybrid search (1M run)"
+    )
     args = parser.parse_args()
     if args.workdir:
         args.workdir.mkdir(parents=True, exist_ok=True)
-        print(json.dumps(run(args.messages, args.workdir), indent=2))
+        print(json.dumps(run(args.messages, args.workdir, not args.no_embeddings), indent=2))
     else:
         with tempfile.TemporaryDirectory() as tmp:
-            print(json.dumps(run(args.messages, Path(tmp)), indent=2))
+            print(json.dumps(run(args.messages, Path(tmp), not args.no_embeddings), indent=2))
     return 0
 
 

@@ -204,15 +204,19 @@ class VectorIndex:
 
     def _refresh(self, store: LcmStore, model: str, dim: int) -> _ModelVectors:
         vectors = self._models.setdefault(model, _ModelVectors(dim))
+        # a rowid range (O(new rows)); filtering on model in SQL would make
+        # SQLite walk the (model, kind, item_id) index: O(all rows) per query
         rows = fetch_all(
             store.conn,
-            "SELECT id, kind, item_id, session_id, vector FROM embeddings "
-            "WHERE model = ? AND dim = ? AND id > ? ORDER BY id",
-            (model, dim, vectors.last_id),
+            "SELECT id, kind, item_id, session_id, vector, model, dim FROM embeddings "
+            "WHERE id > ? ORDER BY id",
+            (vectors.last_id,),
         )
         if rows:
             vectors.last_id = int(rows[-1][0])
-            rows = [r for r in rows if any(bytes(r[4]))]  # a zero vector matches nothing
+            rows = [
+                r for r in rows if r[5] == model and r[6] == dim and any(bytes(r[4]))
+            ]  # other models' vectors never mix in; a zero vector matches nothing
         if rows:
             codes = self._session_codes
             vectors.kinds.append(np.array([r[1] == "summary" for r in rows], dtype=np.bool_))
