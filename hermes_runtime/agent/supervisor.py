@@ -39,6 +39,34 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def reap_orphans(keep: int) -> list[int]:
+    """Reap exited children other than ``keep`` (the gateway, which ``Popen`` waits for).
+
+    ``WNOWAIT`` peeks first, so the gateway's exit status is never stolen from ``Popen``.
+    """
+    reaped: list[int] = []
+    while True:
+        try:
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return reaped
+        if info is None or info.si_pid == keep:
+            return reaped
+        os.waitpid(info.si_pid, 0)
+        reaped.append(info.si_pid)
+
+
+def become_subreaper() -> None:
+    """Have orphaned descendants re-parented to this process (Linux ``PR_SET_CHILD_SUBREAPER``),
+    as they are to PID 1; used to test orphan reaping outside a container."""
+    import ctypes
+
+    pr_set_child_subreaper = 36
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(pr_set_child_subreaper, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+
+
 class Supervisor:
     """Keeps one gateway child running until a stop signal; see ``run``."""
 
@@ -54,6 +82,7 @@ class Supervisor:
         restart_exit_codes: Sequence[int] = (GATEWAY_RESTART_EXIT_CODE,),
         restart_signal: int = signal.SIGUSR1,
         before_stop: Callable[[int], None] | None = None,
+        reap_orphans: bool | None = None,
     ) -> None:
         self._command = list(command)
         self._env_factory = env_factory
@@ -64,6 +93,9 @@ class Supervisor:
         self._restart_exit_codes = set(restart_exit_codes)
         self._restart_signal = restart_signal
         self._before_stop = before_stop
+        # As PID 1 (the chart runs `hermes-runtime agent run` as the container's command),
+        # processes orphaned by the gateway's tools are re-parented to us: reap them.
+        self._reap_orphans = os.getpid() == 1 if reap_orphans is None else reap_orphans
         self._restart_lock = threading.Lock()
         self._restart_reasons: list[str] = []
         self._stop_signal: int | None = None  # set from signal handlers: plain attribute only
@@ -141,6 +173,8 @@ class Supervisor:
             reason = self._pop_restart_reason()
             if reason is not None:
                 return _Outcome("restart", reason=reason)
+            if self._reap_orphans:
+                reap_orphans(keep=child.pid)
             time.sleep(self._poll_interval)
 
     def _pop_restart_reason(self) -> str | None:

@@ -154,3 +154,53 @@ def test_signals_to_the_supervisor_process_are_forwarded(tmp_path: Path) -> None
     assert len(set(child_pids)) == 2
     for pid in child_pids:
         assert not Path(f"/proc/{pid}").exists(), f"gateway child {pid} outlived the supervisor"
+
+
+ORPHAN_MAKER = r"""
+import os, subprocess, sys, time
+# An intermediate process starts a short-lived grandchild and exits at once: the grandchild is
+# orphaned, re-parented to the subreaper (the supervisor), and exits soon after.
+code = "import subprocess, sys; p = subprocess.Popen(['sleep', '0.3']); print(p.pid)"
+pid = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
+open(sys.argv[1], "w").write(pid)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_orphans_of_the_gateway_are_reaped_when_we_are_their_reaper(tmp_path: Path) -> None:
+    """As PID 1 in a container, exited orphans would otherwise stay zombies forever."""
+    script = tmp_path / "gateway.py"
+    script.write_text(ORPHAN_MAKER)
+    pid_file = tmp_path / "orphan.pid"
+    runner = tmp_path / "runner.py"
+    runner.write_text(
+        "import os, sys\n"
+        "from hermes_runtime.agent.supervisor import Supervisor, become_subreaper\n"
+        "become_subreaper()\n"
+        f"s = Supervisor([sys.executable, {str(script)!r}, {str(pid_file)!r}],"
+        " lambda: dict(os.environ), stop_timeout=5, poll_interval=0.02,"
+        " reap_orphans=sys.argv[1] == 'reap')\n"
+        "s.install_signal_handlers()\n"
+        "sys.exit(s.run())\n"
+    )
+
+    def orphan_state(mode: str) -> str:
+        pid_file.unlink(missing_ok=True)
+        proc = subprocess.Popen([sys.executable, str(runner), mode])
+        try:
+            wait_for(lambda: pid_file.exists() and pid_file.read_text().strip() != "")
+            orphan = int(pid_file.read_text())
+            time.sleep(1.0)  # the orphan (sleep 0.3) has exited by now
+            status = Path(f"/proc/{orphan}/status")
+            if not status.exists():
+                return "gone"
+            state = next(line for line in status.read_text().splitlines() if line[:6] == "State:")
+            return "zombie" if "Z" in state.split()[1] else "alive"
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            # The fake gateway has no SIGTERM handler: its status (128 + 15) is propagated.
+            assert proc.wait(15) == 128 + signal.SIGTERM
+
+    assert orphan_state("keep-zombies") == "zombie"  # the failure mode is real here
+    assert orphan_state("reap") == "gone"
