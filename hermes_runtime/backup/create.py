@@ -96,6 +96,7 @@ def create_backup(
     """Take one snapshot of ``data_dir`` into ``target`` and return its summary."""
     if not data_dir.is_dir():
         raise RuntimeFailure(f"--data-dir {data_dir}: not a directory")
+    data_dir = data_dir.resolve()
     started_at = datetime.now(UTC)
     started = time.monotonic()
     snapshot_id = new_snapshot_id(started_at)

@@ -88,8 +88,8 @@ def test_backup_under_constant_commits_restores_consistent_databases(
 
 
 def test_vacuum_into_method_is_consistent_too(live_data_dir: Path, tmp_path: Path) -> None:
-    target = open_target(f"file://{tmp_path / 'vol'}")
     (tmp_path / "vol").mkdir()
+    target = open_target(f"file://{tmp_path / 'vol'}")
     before = committed_rows(live_data_dir / "lcm.db")
     summary = create_backup(live_data_dir, target, method="vacuum")
     restore_snapshot(target, tmp_path / "restored", snapshot=summary.id)
