@@ -98,10 +98,12 @@ MIGRATIONS: tuple[str, ...] = (
         item_id     INTEGER NOT NULL
     );
     CREATE VIRTUAL TABLE messages_fts USING fts5(
-        content, content='messages', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2'
+        content, content='messages', content_rowid='id',
+        tokenize='porter unicode61 remove_diacritics 2'
     );
     CREATE VIRTUAL TABLE summaries_fts USING fts5(
-        content, content='summaries', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2'
+        content, content='summaries', content_rowid='id',
+        tokenize='porter unicode61 remove_diacritics 2'
     );
     CREATE TRIGGER messages_ai AFTER INSERT ON messages BEGIN
         INSERT INTO messages_fts(rowid, content)
