@@ -132,8 +132,15 @@ def fake_llm() -> Iterator[int]:
     proc.wait(10)
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param((), id="image-entrypoint"),  # catatonit -- hermes-runtime agent run
+        pytest.param(("--entrypoint", "hermes-runtime"), id="chart-command"),  # PID 1 is ours
+    ],
+)
 def test_agent_run_serves_health_and_stops_gracefully_under_restricted_settings(
-    agent_image: str, data_volume: Path, tmp_path: Path, fake_llm: int
+    agent_image: str, data_volume: Path, tmp_path: Path, fake_llm: int, command: tuple[str, ...]
 ) -> None:
     etc = tmp_path / "etc"
     etc.mkdir()
@@ -154,7 +161,7 @@ def test_agent_run_serves_health_and_stops_gracefully_under_restricted_settings(
         "-v", f"{secrets}:/run/hermes/secrets:ro",
         "-e", "HERMES_RUNTIME_SECRETS_ENV=/run/hermes/secrets/env",
         "-e", f"API_SERVER_PORT={api_port}", "-e", f"HERMES_RUNTIME_METRICS_PORT={metrics_port}",
-        agent_image,
+        *command, agent_image, *(("agent", "run") if command else ()),
     )  # fmt: skip
     try:
 
