@@ -85,13 +85,16 @@ RUN set -eux; \
     python3.11 -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
 print('\n'.join(p['dependencies'] + p['optional-dependencies']['hermes']))" > requirements.txt; \
     echo aiohttp >> requirements.txt; \
-    "$VIRTUAL_ENV/bin/pip" install -q -c constraints.txt -r requirements.txt
+    "$VIRTUAL_ENV/bin/pip" install -q -c constraints.txt -r requirements.txt; \
+    site=$("$VIRTUAL_ENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))'); \
+    echo /opt/hermes-runtime/app > "$site/hermes-runtime-app.pth"
+# hermes_runtime goes into its own small directory, on the venv's path through the .pth file
+# above: a source change then rebuilds and ships a small layer instead of the whole venv.
 COPY README.md ./
 COPY hermes_runtime ./hermes_runtime
 RUN set -eux; \
-    "$VIRTUAL_ENV/bin/pip" install -q --no-deps /src; \
-    "$VIRTUAL_ENV/bin/pip" check; \
-    "$VIRTUAL_ENV/bin/python" -m compileall -q "$VIRTUAL_ENV/lib" >/dev/null || true
+    "$VIRTUAL_ENV/bin/pip" install -q --no-deps --target /opt/hermes-runtime/app /src; \
+    "$VIRTUAL_ENV/bin/pip" check
 
 # --- the agent image ---------------------------------------------------------------------------
 FROM python-base AS agent
@@ -112,7 +115,8 @@ RUN set -eux; \
         --shell /usr/sbin/nologin hermes; \
     install -d -o 10000 -g 10000 -m 0750 /opt/data
 COPY --from=venv-build /opt/hermes-runtime/venv /opt/hermes-runtime/venv
-ENV PATH=/opt/hermes-runtime/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+COPY --from=venv-build /opt/hermes-runtime/app /opt/hermes-runtime/app
+ENV PATH=/opt/hermes-runtime/app/bin:/opt/hermes-runtime/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     VIRTUAL_ENV=/opt/hermes-runtime/venv \
     HERMES_HOME=/opt/data \
     HOME=/opt/data/home \

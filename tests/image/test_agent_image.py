@@ -57,6 +57,16 @@ def test_hermes_version_is_the_pinned_one(agent_image: str) -> None:
     assert "Hermes Agent v0.19.0" in out
 
 
+def test_hermes_runtime_is_installed_with_its_hermes_plugin_entry_point(agent_image: str) -> None:
+    probe = (
+        "from importlib.metadata import entry_points;"
+        "print([e.value for e in entry_points(group='hermes_agent.plugins')])"
+    )
+    out = run_in_image(agent_image, "python", "-c", probe)
+    assert "hermes_runtime.lcm.hermes_plugin" in out
+    assert run_in_image(agent_image, "hermes-runtime", "--version").startswith("hermes-runtime ")
+
+
 def test_every_sqlite_in_the_image_is_at_least_3_51_3(agent_image: str) -> None:
     """Hermes opens state.db with the stdlib sqlite3 module; LCM and backup use apsw."""
     probe = (
