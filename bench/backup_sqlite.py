@@ -6,7 +6,8 @@ starts a separate writer process committing every ``--interval`` seconds
 ``cp`` of the file (the physical floor), the one-step online backup API,
 ``VACUUM INTO``, a full ``backup create`` (snapshot + integrity_check +
 zstd + upload to a file:// target), and the ``sqlite3`` CLI's ``.backup``
-(the seed's recipe) with a time limit. For each: wall time, MB/s, and the
+(the seed's recipe) with a time limit; also ``backup create`` with
+client-side encryption. For each: wall time, MB/s, and the
 writer's commit latency p50/p99 during it, beside a quiet baseline.
 
 Run: .venv/bin/python bench/backup_sqlite.py [--size-mb 500] [--sqlite3-timeout 60]
@@ -153,6 +154,10 @@ def main() -> int:
             ),
             ("hermes-runtime backup create (file://)", lambda: full_create(db.parent, work)),
             (
+                "hermes-runtime backup create (file://, encrypted)",
+                lambda: full_create(db.parent, work, secret="bench-" + "k" * 40),
+            ),
+            (
                 "sqlite3 .backup (seed recipe)",
                 lambda: run_sqlite3_backup(db, work / "copy.db", args.sqlite3_timeout),
             ),
@@ -172,9 +177,9 @@ def main() -> int:
     return 0
 
 
-def full_create(data_dir: Path, work: Path) -> str:
+def full_create(data_dir: Path, work: Path, secret: str | None = None) -> str:
     (work / "target").mkdir(exist_ok=True)
-    target = open_target(f"file://{work / 'target'}")
+    target = open_target(f"file://{work / 'target'}", encryption_secret=secret)
     summary = create_backup(data_dir, target, work_dir=work)
     shutil.rmtree(work / "target")
     return f"uploaded {summary.bytes_uploaded / 1e6:.0f} MB (zstd)"
