@@ -199,3 +199,21 @@ def test_random_conversations_fit_stay_valid_and_lossless(
         assert count_tokens(context) <= budget, report
     assert reconstruct(lcm.store, lcm.context("s")) == messages
     lcm.close()
+
+
+def test_repair_only_touches_broken_histories() -> None:
+    from hermes_runtime.lcm.assembly import repair
+
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    good = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "r"},
+    ]
+    assert repair(good) is good
+    orphan = [{"role": "tool", "tool_call_id": "zz", "content": "lost"}, *good]
+    assert repair(orphan) == good
+    unanswered = [*good[:2], {"role": "user", "content": "next"}]
+    fixed = repair(unanswered)
+    assert validation_errors(fixed) == []
+    assert "unanswered tool calls" in fixed[1]["content"]
