@@ -105,6 +105,7 @@ def restore_snapshot(
                 f"{stage}: {exc}; {data_dir} is unchanged"
             ) from exc
         _swap_in(stage, data_dir, stage_root / f"{tag}-old", existing)
+        _apply_top_modes(manifest, data_dir)
         progress.step("finished", snapshot=snapshot_id, data_dir=str(data_dir))
     return RestoreReport(
         snapshot_id,
@@ -167,7 +168,20 @@ def _materialize(target: Target, manifest: Manifest, stage: Path, progress: Repo
         dest.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.symlink(link.target, dest)
     for directory in sorted(manifest.dirs, key=lambda d: d.path.count("/"), reverse=True):
-        os.chmod(stage / directory.path, directory.mode)
+        if "/" in directory.path:  # top-level folders: after the swap (see _apply_top_modes)
+            os.chmod(stage / directory.path, directory.mode)
+
+
+def _apply_top_modes(manifest: Manifest, data_dir: Path) -> None:
+    """Modes of top-level folders, set once they are in place.
+
+    Moving a folder to another parent rewrites its ``..`` entry, which needs
+    write permission on the folder itself: a restored ``0o555`` folder could
+    not be swapped in by a non-root restore if its mode were set earlier.
+    """
+    for directory in manifest.dirs:
+        if "/" not in directory.path:
+            os.chmod(data_dir / directory.path, directory.mode)
 
 
 def _remove_sqlite_sidecars(db: Path) -> None:

@@ -43,6 +43,8 @@ def data_dir(tmp_path: Path) -> Path:
     (d / "memories" / "MEMORY.md").write_text("- the user likes tea\n")
     (d / "skills" / "tea").mkdir(parents=True)
     (d / "skills" / "tea" / "SKILL.md").write_text("# brew tea\n")
+    os.chmod(d / "memories", 0o700)  # modes of top-level and nested folders come back
+    os.chmod(d / "skills" / "tea", 0o750)
     (d / "outputs").mkdir()
     for i in range(20):
         (d / "outputs" / f"result-{i}.txt").write_bytes(os.urandom(2000) * 3)
