@@ -22,7 +22,7 @@ def small_frames(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_round_trip_across_frame_boundaries(size: int) -> None:
     data = os.urandom(size)
     sealed = crypto.seal_bytes(KEY, data)
-    assert data not in sealed or size == 0
+    assert size < 16 or data not in sealed  # a short string may occur in random bytes by chance
     assert crypto.open_bytes(KEY, sealed) == data
     reader = crypto.OpenedStream(KEY, io.BytesIO(sealed))
     assert b"".join(iter(lambda: reader.read(333), b"")) == data
