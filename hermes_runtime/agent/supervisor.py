@@ -100,6 +100,7 @@ class Supervisor:
         self._restart_reasons: list[str] = []
         self._stop_signal: int | None = None  # set from signal handlers: plain attribute only
         self._hangup = False
+        self._next_exit_reason: str | None = None
         self.child: subprocess.Popen[bytes] | None = None
 
     # -- requests (any thread / signal handler) ------------------------------------------------
@@ -111,6 +112,11 @@ class Supervisor:
         """
         with self._restart_lock:
             self._restart_reasons.append(reason)
+
+    def note_restart_reason(self, reason: str) -> None:
+        """Name the cause of the gateway's next restart-code exit (someone else asked for it,
+        e.g. the plugin watcher's SIGUSR1), so the restart is counted under that reason."""
+        self._next_exit_reason = reason
 
     def request_stop(self, signum: int = signal.SIGTERM) -> None:
         """Stop: forward ``signum`` to the gateway, wait for it, then return its exit status.
@@ -146,7 +152,8 @@ class Supervisor:
                 self._count_restart(outcome.reason)
                 continue
             if outcome.code in self._restart_exit_codes and self._stop_signal is None:
-                self._count_restart("gateway-requested")
+                self._count_restart(self._next_exit_reason or "gateway-requested")
+                self._next_exit_reason = None
                 continue
             log_event("agent.gateway.exited", status=outcome.code)
             return outcome.code

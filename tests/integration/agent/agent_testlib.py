@@ -53,6 +53,21 @@ def git_synced_plugin(data_dir: Path, name: str, scratch: Path) -> str:
     return sha
 
 
+def git_sync_new_commit(data_dir: Path, name: str, scratch: Path, marker: str) -> str:
+    """Commit a change to the plugin and swap ``current`` to it, as git-sync does."""
+    work = scratch / f"{name}-src"
+    (work / "VERSION").write_text(marker + "\n")
+    git("add", "-A", cwd=work)
+    git("commit", "-qm", marker, cwd=work)
+    root = data_dir / ".git-sync" / name
+    git("fetch", "-q", str(work), "main", cwd=root)
+    sha = git("rev-parse", "FETCH_HEAD", cwd=root)
+    git("worktree", "add", "-q", "--detach", f".worktrees/{sha}", sha, cwd=root)
+    os.symlink(f".worktrees/{sha}", root / "current.tmp")
+    os.replace(root / "current.tmp", root / "current")
+    return sha
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

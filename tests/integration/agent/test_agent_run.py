@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from agent_testlib import free_port, git_synced_plugin, wait_until
+from agent_testlib import free_port, git_sync_new_commit, git_synced_plugin, wait_until
 from ruamel.yaml import YAML
 
 REPO = Path(__file__).resolve().parents[3]
@@ -50,6 +50,11 @@ class Agent:
             if line.startswith(name + " ") or line.startswith(name + "{"):
                 return float(line.rsplit(" ", 1)[1])
         return None
+
+    def metric_sum(self, name: str) -> float:
+        """Sum over every label set of ``name``."""
+        lines = self.get("/metrics", self.metrics_port).splitlines()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(name + "{"))
 
     def chat(self, text: str) -> str:
         body = json.dumps(
@@ -217,3 +222,34 @@ def test_without_an_api_key_the_agent_refuses_to_start_and_says_where_to_put_it(
     log = (tmp_path / "agent.log").read_text()
     assert "API_SERVER_KEY is not set" in log
     assert str(layout["secrets"]) in log
+
+
+def test_a_new_plugin_commit_restarts_the_gateway_onto_it(
+    layout: dict[str, Path], tmp_path: Path
+) -> None:
+    """git-sync swaps ``current``; the watcher drains the gateway and sends SIGUSR1; it exits
+    75; the supervisor starts a new gateway, which loads the plugin again."""
+    data = layout["data"]
+    git_synced_plugin(data, "hello", tmp_path)
+    agent = start_agent(layout, tmp_path)
+    loads = data / "plugin-loads.log"
+    try:
+        wait_until(agent.healthy, 120, "the gateway's /health")
+        wait_until(loads.exists, 30, "the plugin's first load")
+        first_pids = {line.split()[1] for line in loads.read_text().splitlines()}
+        sha = git_sync_new_commit(data, "hello", tmp_path, "v2")
+        wait_until(
+            lambda: agent.metric("hermes_runtime_gateway_starts_total") == 2,
+            90,
+            "the gateway restart after the new commit",
+        )
+        wait_until(agent.healthy, 120, "/health after the restart")
+        pids = {line.split()[1] for line in loads.read_text().splitlines()}
+        assert pids - first_pids, "the new gateway did not load the plugin"
+        assert (data / "plugins" / "hello" / "VERSION").read_text() == "v2\n"
+        assert sha in os.readlink(data / ".git-sync" / "hello" / "current")
+        restarts = agent.metric('hermes_runtime_gateway_restarts_total{reason="plugins-changed"}')
+        assert restarts == 1
+        assert agent.metric_sum("hermes_runtime_gateway_restarts_total") == 1  # counted once
+    finally:
+        assert agent.stop() == 0

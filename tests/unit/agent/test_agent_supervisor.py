@@ -88,6 +88,16 @@ def test_exit_75_means_restart_me(tmp_path: Path) -> None:
     assert metrics.registry.get_sample_value("hermes_runtime_gateway_starts_total") == 3
 
 
+def test_a_noted_reason_names_the_next_restart(tmp_path: Path) -> None:
+    metrics = AgentMetrics()
+    supervisor, log = make_supervisor(tmp_path, "75,75,0", metrics)
+    supervisor.note_restart_reason("plugins-changed")
+    assert supervisor.run() == 0
+    sample = metrics.registry.get_sample_value
+    assert sample("hermes_runtime_gateway_restarts_total", {"reason": "plugins-changed"}) == 1
+    assert sample("hermes_runtime_gateway_restarts_total", {"reason": "gateway-requested"}) == 1
+
+
 def test_request_restart_replaces_the_child_gracefully(tmp_path: Path) -> None:
     metrics = AgentMetrics()
     supervisor, log = make_supervisor(tmp_path, "run", metrics)
