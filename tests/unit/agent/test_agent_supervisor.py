@@ -93,6 +93,7 @@ def test_a_noted_reason_names_the_next_restart(tmp_path: Path) -> None:
     supervisor, log = make_supervisor(tmp_path, "75,75,0", metrics)
     supervisor.note_restart_reason("plugins-changed")
     assert supervisor.run() == 0
+    assert starts(log) == 3
     sample = metrics.registry.get_sample_value
     assert sample("hermes_runtime_gateway_restarts_total", {"reason": "plugins-changed"}) == 1
     assert sample("hermes_runtime_gateway_restarts_total", {"reason": "gateway-requested"}) == 1
