@@ -35,7 +35,11 @@ def connect(
 ) -> apsw.Connection:
     """Open a connection with the project's defaults (WAL, foreign keys, busy timeout)."""
     require_safe_sqlite()
-    flags = apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
+    flags = (
+        apsw.SQLITE_OPEN_READONLY
+        if readonly
+        else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
+    )
     conn = apsw.Connection(str(path), flags=flags)
     conn.set_busy_timeout(busy_timeout_ms)
     conn.execute("PRAGMA foreign_keys = ON")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -51,6 +52,8 @@ def test_missing_verb_is_a_usage_error() -> None:
 
 
 def test_console_script_is_installed() -> None:
-    result = subprocess.run(["hermes-runtime", "--version"], capture_output=True, text=True)
+    """The ``hermes-runtime`` script sits beside the interpreter that runs the tests."""
+    script = Path(sys.executable).parent / "hermes-runtime"
+    result = subprocess.run([str(script), "--version"], capture_output=True, text=True)
     assert result.returncode == 0
     assert result.stdout.startswith("hermes-runtime ")
