@@ -50,7 +50,9 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=_stats)
     p = verbs.add_parser("doctor", help="integrity, FTS consistency, orphan outputs")
     _common(p)
-    p.add_argument("--full", action="store_true", help="integrity_check instead of quick_check")
+    p.add_argument(
+        "--full", action="store_true", help="also integrity_check and FTS5 integrity-check (slow)"
+    )
     p.add_argument("--rebuild-fts", action="store_true", help="rebuild the FTS indexes first")
     p.set_defaults(handler=_doctor)
 
