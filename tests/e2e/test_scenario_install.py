@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from . import kube
 
 CHART = kube.REPO_ROOT / "charts" / "hermes-agent"
@@ -16,6 +18,14 @@ CI_VALUES = kube.REPO_ROOT / "values-examples" / "ci.yaml"
 BACKENDS_CHART = Path(__file__).parent / "charts" / "ci-backends"
 PROBE_IMAGE = "hermes-runtime/busybox:dev"
 RELEASE = "hermes"
+# What values-examples/ci.yaml and the backends chart run (imagePullPolicy Never).
+IMAGES = [
+    "hermes-runtime/agent:dev",
+    "hermes-runtime/git-sync:v4",
+    "hermes-runtime/git-server:dev",
+    "hermes-runtime/fake-llm:dev",
+    PROBE_IMAGE,
+]
 
 
 def agent_service(cluster: kube.Cluster, namespace: str) -> tuple[str, int]:
@@ -25,11 +35,16 @@ def agent_service(cluster: kube.Cluster, namespace: str) -> tuple[str, int]:
     return service.metadata.name, port
 
 
+@pytest.mark.timeout(900)
 def test_install_with_ci_values_is_ready_healthy_and_passes_helm_test(
     cluster: kube.Cluster, namespace: str, helm: kube.Helm
 ) -> None:
+    missing = kube.missing_images(cluster, IMAGES)
+    assert not missing, (
+        f"images not loaded in the cluster: {missing} (ci/build-images.sh, make cluster)"
+    )
     helm.install("backends", BACKENDS_CHART, timeout="3m")
-    helm.install(RELEASE, CHART, values=[CI_VALUES], timeout="10m")
+    helm.install(RELEASE, CHART, values=[CI_VALUES], timeout="8m")
 
     selector = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=agent"
     pods = cluster.core.list_namespaced_pod(namespace, label_selector=selector).items
