@@ -70,5 +70,11 @@ for dir in "$K8S_STATE" "$K8S_RUN"; do
     while read -r m; do umount -l "$m" 2>/dev/null || log "could not unmount $m"; done
 done
 ip link show hermes0 >/dev/null 2>&1 && { log "removing bridge hermes0"; ip link delete hermes0; }
+# containerd's CNI result cache (fixed at /var/lib/cni) for the pods killed above.
+for f in /var/lib/cni/results/hermes-k8s-*-eth0; do
+  [[ -e "$f" ]] || continue
+  id="${f#/var/lib/cni/results/hermes-k8s-}"; id="${id%-eth0}"
+  rm -f "$f" "/var/lib/cni/results/cni-loopback-$id-lo"
+done
 rm -rf "$K8S_STATE" "$K8S_RUN"
 log "done"
