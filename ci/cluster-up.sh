@@ -22,7 +22,7 @@ case "$PROVIDER" in
     else
       kind export kubeconfig --name hermes --kubeconfig "$KUBECONFIG_PATH"
     fi
-    "$ROOT/ci/k8s/build-addons.sh"   # the e2e suite's busybox image
+    "$ROOT/ci/k8s/build-addons.sh" busybox-only   # the e2e probes' image
     "$ROOT/ci/k8s/load-images.sh" kind
     ;;
   *)

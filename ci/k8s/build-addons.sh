@@ -2,6 +2,8 @@
 # Builds the cluster add-ons from Go modules (CoreDNS, local-path-provisioner)
 # and assembles the FROM-scratch images the local cluster needs into
 # .cache/k8s/images/*.tar. Everything is skipped when already built.
+# `build-addons.sh busybox-only`: just the busybox image the e2e probes use
+# (the kind path, which has its own CoreDNS and storage).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -17,15 +19,20 @@ build() {  # build OUTPUT MODULE_DIR PACKAGE
   mv "$K8S_BIN/$out.tmp" "$K8S_BIN/$out"
   echo "build-addons: $out done in $(( $(date +%s) - start )) s" >&2
 }
-build coredns coredns .
-build local-path-provisioner local-path github.com/rancher/local-path-provisioner
-
 image() {  # image NAME TAG ARGS...
   local name="$1" tag="$2"; shift 2
   local out="$K8S_IMAGES/$name.tar"
   [[ -f "$out" && "$out" -nt "$HERE/mkimage.py" && "$out" -nt "$0" ]] && return 0
   python3 "$HERE/mkimage.py" --tag "$tag" --out "$out" "$@"
 }
+applets=()
+for a in sh mkdir rm rmdir chmod chown ls cat echo sleep test true false env id wget nslookup httpd nc hostname; do applets+=(--symlink "/bin/$a:busybox"); done
+image busybox hermes-runtime/busybox:dev --file /bin/busybox:/bin/busybox "${applets[@]}" \
+  --entrypoint '["/bin/sh"]' --dir /tmp:1777
+[[ "${1:-}" == busybox-only ]] && exit 0
+
+build coredns coredns .
+build local-path-provisioner local-path github.com/rancher/local-path-provisioner
 # Fallback sandbox image; ci/build-images.sh's pause image (same tag) wins when imported later.
 image pause hermes-runtime/pause:3.10 --file /usr/bin/catatonit:/pause --entrypoint '["/pause","-P"]' --user 65535
 image coredns hermes-runtime/coredns:dev --file "$K8S_BIN/coredns:/coredns" \
@@ -33,7 +40,3 @@ image coredns hermes-runtime/coredns:dev --file "$K8S_BIN/coredns:/coredns" \
 image local-path-provisioner hermes-runtime/local-path-provisioner:dev \
   --file "$K8S_BIN/local-path-provisioner:/usr/bin/local-path-provisioner" \
   --entrypoint '["/usr/bin/local-path-provisioner"]' --dir /tmp:1777
-applets=()
-for a in sh mkdir rm rmdir chmod chown ls cat echo sleep test true false env id wget nslookup httpd nc hostname; do applets+=(--symlink "/bin/$a:busybox"); done
-image busybox hermes-runtime/busybox:dev --file /bin/busybox:/bin/busybox "${applets[@]}" \
-  --entrypoint '["/bin/sh"]' --dir /tmp:1777
