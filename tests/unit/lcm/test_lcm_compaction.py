@@ -205,15 +205,18 @@ def test_repair_only_touches_broken_histories() -> None:
     from hermes_runtime.lcm.assembly import repair
 
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-    good = [
+    good: list[dict[str, Any]] = [
         {"role": "user", "content": "q"},
         {"role": "assistant", "content": None, "tool_calls": [call]},
         {"role": "tool", "tool_call_id": "c1", "content": "r"},
     ]
     assert repair(good) is good
-    orphan = [{"role": "tool", "tool_call_id": "zz", "content": "lost"}, *good]
+    orphan: list[dict[str, Any]] = [
+        {"role": "tool", "tool_call_id": "zz", "content": "lost"},
+        *good,
+    ]
     assert repair(orphan) == good
-    unanswered = [*good[:2], {"role": "user", "content": "next"}]
+    unanswered: list[dict[str, Any]] = [*good[:2], {"role": "user", "content": "next"}]
     fixed = repair(unanswered)
     assert validation_errors(fixed) == []
     assert "unanswered tool calls" in fixed[1]["content"]
