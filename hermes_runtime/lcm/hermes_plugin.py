@@ -26,6 +26,7 @@ from hermes_runtime.lcm.engine import TOOL_SCHEMAS, LcmEngine, make_summarizer, 
 from hermes_runtime.lcm.summarize import LEVEL_DETERMINISTIC
 
 MIN_BUDGET_TOKENS = 512
+METRICS_PORT_ENV = "HERMES_RUNTIME_LCM_METRICS_PORT"
 
 
 def hermes_home() -> Path:
@@ -42,6 +43,26 @@ def read_lcm_section(home: Path) -> dict[str, Any]:
     data = YAML(typ="safe").load(path.read_text(encoding="utf-8")) or {}
     section = data.get("lcm") if isinstance(data, dict) else None
     return section if isinstance(section, dict) else {}
+
+
+def serve_metrics(port: str) -> None:
+    """Expose LCM's Prometheus figures from the process that runs the engine.
+
+    The Hermes gateway is a child process of the runtime's supervisor, so
+    LCM's counters live in the gateway; with ``HERMES_RUNTIME_LCM_METRICS_PORT``
+    set, they are served there on ``/metrics``. A busy port is logged, not
+    fatal: metrics must never stop the agent.
+    """
+    if not port:
+        return
+    from prometheus_client import start_http_server
+
+    from hermes_runtime.common.logs import log_event
+
+    try:
+        start_http_server(int(port), addr="0.0.0.0")
+    except (OSError, ValueError) as exc:
+        log_event("lcm.metrics.unavailable", port=port, error=str(exc))
 
 
 class _Shared:
@@ -61,6 +82,7 @@ class _Shared:
                 )
                 self._engine = LcmEngine(config, start_worker=True)
                 self._refresh_summarizer()
+                serve_metrics(os.environ.get(METRICS_PORT_ENV, ""))
             return self._engine
 
     def set_model_endpoint(self, base_url: str, model: str, api_key: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from lcm_conversations import simple_conversation
 from prometheus_client import REGISTRY
 
@@ -43,3 +44,22 @@ def test_metrics_count_ingest_compaction_and_retrieval(engine: LcmEngine) -> Non
     assert sample("lcm_retrieval_seconds_count", tool="lcm_grep") == grep_calls + 1
     assert sample("lcm_summaries_total", level="3") >= 1
     assert sample("lcm_database_bytes") > 0
+
+
+def test_plugin_serves_metrics_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+    import urllib.request
+
+    from hermes_runtime.lcm.hermes_plugin import METRICS_PORT_ENV, LcmContextEngine
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv(METRICS_PORT_ENV, str(port))
+    engine = LcmContextEngine(LcmConfig.for_home(tmp_path, {"embeddings": "off"}))
+    engine.update_model("m", 100_000)
+    engine.on_session_start("s")
+    engine.compress([{"role": "user", "content": "count me"}])
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        body = response.read().decode()
+    assert "lcm_messages_ingested_total" in body and "lcm_compaction_seconds" in body
