@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+from fakes.fixtures import FakeLLM
 from lcm_conversations import simple_conversation
 
 from hermes_runtime.common.errors import RuntimeFailure
@@ -113,3 +115,28 @@ def test_vectors_of_another_model_are_never_mixed(engine: LcmEngine) -> None:
     embed_all(engine.store, StaticModelEmbedder())
     other = StaticModelEmbedder(model="some-other-model")
     assert r.vector_search(engine.store, other, "walrus", "s", 5) == []
+
+
+def test_openai_embeddings_endpoint(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    from hermes_runtime.lcm import LcmConfig
+    from hermes_runtime.lcm.embeddings import OpenAIEmbedder
+
+    section = {
+        "embeddings": "openai",
+        "embeddings_base_url": fake_llm.base_url,
+        "embeddings_model": "fake-embed",
+        "embeddings_dim": 64,
+    }
+    lcm = LcmEngine(LcmConfig.for_home(tmp_path, section))
+    try:
+        assert isinstance(lcm.embedder, OpenAIEmbedder)
+        target = lcm.store.ingest("s", {"role": "user", "content": "the harbour crane is red"})
+        lcm.ingest("s", simple_conversation(4))
+        assert embed_all(lcm.store, lcm.embedder) == lcm.store.counts()["messages"]
+        hits = r.hybrid_search(lcm.store, lcm.embedder, "red harbour crane", "s", 3, mode="vector")
+        assert hits[0].id == target.ref
+        wrong = OpenAIEmbedder(fake_llm.base_url, "fake-embed", 32)
+        with pytest.raises(ValueError, match="dimension 64, configured 32"):
+            wrong.embed(["x"])
+    finally:
+        lcm.close()
