@@ -32,6 +32,7 @@ class LcmConfig:
     embeddings_base_url: str = ""
     embeddings_model: str = ""
     embeddings_dim: int = 0
+    import_hermes_state: bool = True  # day one: archive state.db's history, searchable
 
     @classmethod
     def for_home(cls, hermes_home: Path | str, section: dict[str, Any] | None = None) -> LcmConfig:

@@ -65,6 +65,35 @@ def serve_metrics(port: str) -> None:
         log_event("lcm.metrics.unavailable", port=port, error=str(exc))
 
 
+IMPORT_PREFIX = "hermes-state:"
+
+
+def start_day_one_import(engine: LcmEngine, state_db: Path) -> threading.Thread | None:
+    """On a brand-new LCM database, archive Hermes' existing history in the background.
+
+    Sessions land under ``hermes-state:<id>``, searchable with ``scope: all``
+    from the first turn; live sessions keep their own ids, so nothing is
+    ingested twice into one session. Runs once: a database that already has
+    sessions is left alone (``lcm import --hermes-state`` completes by hand).
+    """
+    if not state_db.exists() or engine.store.counts()["sessions"]:
+        return None
+
+    def run() -> None:
+        from hermes_runtime.common.logs import log_event
+        from hermes_runtime.lcm.importer import import_hermes_state
+
+        try:
+            report = import_hermes_state(engine, state_db, prefix=IMPORT_PREFIX)
+            log_event("lcm.import.done", sessions=len(report.sessions), messages=report.messages)
+        except Exception as exc:  # the agent must start even if the archive cannot be read
+            log_event("lcm.import.failed", state_db=str(state_db), error=str(exc))
+
+    thread = threading.Thread(target=run, name="lcm-day-one-import", daemon=True)
+    thread.start()
+    return thread
+
+
 class _Shared:
     """State every copy of the engine shares: created lazily, once."""
 
@@ -83,6 +112,8 @@ class _Shared:
                 self._engine = LcmEngine(config, start_worker=True)
                 self._refresh_summarizer()
                 serve_metrics(os.environ.get(METRICS_PORT_ENV, ""))
+                if config.import_hermes_state:
+                    start_day_one_import(self._engine, config.db_path.parent / "state.db")
             return self._engine
 
     def set_model_endpoint(self, base_url: str, model: str, api_key: str) -> None:

@@ -110,10 +110,16 @@ def _hermes_row(
     return message
 
 
-def import_hermes_state(engine: LcmEngine, state_db: Path) -> ImportReport:
-    """Import every Hermes session LCM does not know yet (re-running is safe)."""
+def import_hermes_state(engine: LcmEngine, state_db: Path, prefix: str = "") -> ImportReport:
+    """Import every Hermes session LCM does not know yet (re-running is safe).
+
+    ``prefix`` namespaces the imported sessions (the plugin's day-one import
+    uses ``hermes-state:``) so an archive never mixes with a live session
+    that Hermes resumes under the same id.
+    """
     report = ImportReport()
-    for session_id, messages in hermes_sessions(state_db):
+    for hermes_id, messages in hermes_sessions(state_db):
+        session_id = prefix + hermes_id
         if engine.store.has_session(session_id):
             report.skipped_sessions.append(session_id)
             continue

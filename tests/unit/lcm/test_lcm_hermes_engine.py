@@ -6,6 +6,7 @@ import copy
 import importlib.metadata
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -178,3 +179,22 @@ def test_host_dropping_its_last_message_stores_nothing_new(tmp_path: Path) -> No
     engine.compress([SYSTEM, *history])
     engine.compress([SYSTEM, *history[:-1]])
     assert engine.engine.store.counts()["messages"] == len(history)
+
+
+def test_day_one_import_archives_hermes_history(tmp_path: Path) -> None:
+    from hermes_state import SessionDB
+
+    from hermes_runtime.lcm.hermes_plugin import IMPORT_PREFIX, start_day_one_import
+
+    state = SessionDB(tmp_path / "state.db")
+    state.create_session("before-lcm", source="cli")
+    state.append_message("before-lcm", "user", "the boiler code is 4471")
+    state.close()
+    engine = make(tmp_path)
+    core = engine.engine
+    deadline = time.monotonic() + 30
+    while not core.store.has_session(IMPORT_PREFIX + "before-lcm") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    answer = json.loads(engine.handle_tool_call("lcm_grep", {"query": "boiler", "scope": "all"}))
+    assert answer["results"][0]["session_id"] == IMPORT_PREFIX + "before-lcm"
+    assert start_day_one_import(core, tmp_path / "state.db") is None  # only once
