@@ -45,7 +45,10 @@ def kube_config(pytestconfig: pytest.Config) -> str:
     `--kube-config`, then KUBECONFIG, then the local cluster's kubeconfig.
     """
     option = pytestconfig.getoption("kube_config", default=None)
-    return str(option) if option else str(kube.kubeconfig_from_env())
+    path = Path(option) if option else kube.kubeconfig_from_env()
+    if not path.is_file():
+        raise RuntimeError(f"kubeconfig {path} does not exist: run `make cluster` or set KUBECONFIG")
+    return str(path)
 
 
 @pytest.fixture(scope="module")
