@@ -47,7 +47,7 @@ def kube_config(pytestconfig: pytest.Config) -> str:
     option = pytestconfig.getoption("kube_config", default=None)
     path = Path(option) if option else kube.kubeconfig_from_env()
     if not path.is_file():
-        raise RuntimeError(f"kubeconfig {path} does not exist: run `make cluster` or set KUBECONFIG")
+        raise RuntimeError(f"kubeconfig {path} missing: run `make cluster` or set KUBECONFIG")
     return str(path)
 
 
