@@ -13,6 +13,6 @@ K8S_IMAGES="$K8S_CACHE/images"
 KUBECONFIG_PATH="$K8S_CACHE/kubeconfig"
 CONTAINERD_SOCK="$K8S_RUN/containerd.sock"
 TOOLS_BIN="$K8S_REPO_ROOT/.cache/tools/bin"
-export GOMODCACHE="$K8S_CACHE/go/mod" GOCACHE="$K8S_CACHE/go/cache" GOTOOLCHAIN=local GOFLAGS="-mod=mod -buildvcs=false"
+export GOMODCACHE="$K8S_CACHE/go/mod" GOCACHE="$K8S_CACHE/go/cache" GOTOOLCHAIN=local GOFLAGS="-mod=readonly -buildvcs=false"
 export CGO_ENABLED=0
 export PATH="$K8S_BIN:$TOOLS_BIN:/usr/local/go/bin:/usr/sbin:/sbin:$PATH"
