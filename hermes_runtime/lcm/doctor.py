@@ -133,6 +133,6 @@ def _output_files(store: LcmStore) -> tuple[list[str], list[str]]:
 
 
 def rebuild_fts(store: LcmStore) -> None:
-    with store._write_lock:
+    with store.writing() as conn:
         for table in ("messages_fts", "summaries_fts"):
-            store.conn.execute(f"INSERT INTO {table}({table}) VALUES ('rebuild')")
+            conn.execute(f"INSERT INTO {table}({table}) VALUES ('rebuild')")

@@ -15,7 +15,7 @@ from typing import Protocol
 import httpx
 import numpy as np
 
-from hermes_runtime.lcm.schema import fetch_all, fetch_one, write_transaction
+from hermes_runtime.lcm.schema import fetch_all, fetch_one
 from hermes_runtime.lcm.store import LcmStore
 
 MAX_EMBED_CHARS = 2_000
@@ -111,13 +111,13 @@ def embed_pending(store: LcmStore, embedder: Embedder, batch_size: int = 256) ->
         for i, ((_, kind, item_id), (session, _text)) in enumerate(zip(batch, texts, strict=True))
         if session
     ]
-    with store._write_lock, write_transaction(store.conn):
-        store.conn.executemany(
+    with store.writing() as conn:
+        conn.executemany(
             "INSERT OR IGNORE INTO embeddings(kind, item_id, model, dim, session_id, vector) "
             "VALUES (?, ?, ?, ?, ?, ?)",
             rows,
         )
-        store.conn.execute("DELETE FROM embed_queue WHERE id <= ?", (batch[-1][0],))
+        conn.execute("DELETE FROM embed_queue WHERE id <= ?", (batch[-1][0],))
     return len(batch)
 
 

@@ -10,10 +10,11 @@ session row, nothing scans the message table on ingest.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,12 @@ class LcmStore:
             conn.create_scalar_function("regexp", _regexp, 2, deterministic=True)  # type: ignore[arg-type]
             self._local.conn = conn
         return conn
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[apsw.Connection]:
+        """One write transaction: in-process lock, then ``BEGIN IMMEDIATE``."""
+        with self._write_lock, write_transaction(self.conn):
+            yield self.conn
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
