@@ -6,19 +6,30 @@ VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 TOOLS_BIN := $(CURDIR)/.cache/tools/bin
+# Heavy builds (tools, images, the Kubernetes binaries) live outside the checkout, so a fresh
+# clone on the same machine (CI) reuses them: .cache is a symlink to CACHE_HOME.
+CACHE_HOME ?= $(HOME)/.cache/hermes-runtime
+# Every image the e2e suite and the demo use (git-sync cannot be built here: docs/cluster.md).
+E2E_IMAGES := agent git-server seaweedfs openbao fake-llm pause
+KUBECONFIG_LOCAL := $(CURDIR)/.cache/k8s/kubeconfig
 export PATH := $(BIN):$(TOOLS_BIN):$(PATH)
 PYTEST := $(BIN)/pytest
 PYTEST_ARGS ?=
 
-.PHONY: help venv tools unit integration chart image e2e test lint demo bench cluster cluster-down clean
+.PHONY: help venv tools images unit integration chart image e2e test lint demo bench cluster cluster-down clean
 
 help:
-	@echo "make demo   - the main job: a Hermes runtime demo on a scratch data dir"
+	@echo "make demo   - the main job: cluster, images, helm install, a conversation, a backup"
 	@echo "make test   - every test tier (installs what it needs)"
 	@echo "make lint   - ruff + mypy"
-	@echo "make unit | integration | chart | e2e | bench"
+	@echo "make unit | integration | chart | image | e2e | bench"
+	@echo "make cluster | cluster-down   - the local Kubernetes cluster (docs/cluster.md)"
 
-$(STAMP): pyproject.toml
+.cache:
+	mkdir -p $(CACHE_HOME)
+	ln -sfn $(CACHE_HOME) .cache
+
+$(STAMP): pyproject.toml | .cache
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check --upgrade pip
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[test,dev]'
@@ -29,6 +40,9 @@ venv: $(STAMP)
 tools: venv
 	ci/install-tools.sh $(CURDIR)/.cache/tools
 
+images: venv
+	ci/build-images.sh $(E2E_IMAGES)
+
 unit: venv
 	$(PYTEST) tests/unit $(PYTEST_ARGS)
 
@@ -38,19 +52,35 @@ integration: venv tools
 chart: venv tools
 	$(PYTEST) tests/chart $(PYTEST_ARGS)
 
+image: venv tools
+	$(PYTEST) tests/image $(PYTEST_ARGS)
+
+cluster: venv tools
+	ci/cluster-up.sh
+
+cluster-down:
+	ci/cluster-down.sh
+
+# Against the user's KUBECONFIG when set; otherwise the local cluster, brought up (warm: ~1 min).
+e2e: venv tools
+	@if [ -z "$${KUBECONFIG:-}" ]; then ci/build-images.sh $(E2E_IMAGES) && ci/cluster-up.sh; fi
+	KUBECONFIG="$${KUBECONFIG:-$(KUBECONFIG_LOCAL)}" $(PYTEST) tests/e2e $(PYTEST_ARGS)
+
 test: venv tools
-	$(PYTEST) tests/unit tests/integration tests/chart $(PYTEST_ARGS)
+	$(PYTEST) tests/unit tests/integration tests/chart tests/image $(PYTEST_ARGS)
+	$(MAKE) e2e
 
 lint: venv
 	$(BIN)/ruff check hermes_runtime tests bench
 	$(BIN)/ruff format --check hermes_runtime tests bench
 	$(BIN)/mypy
 
-demo: venv
+demo: venv tools
 	ci/demo.sh
 
 bench: venv
 	@echo "see docs/benchmarks.md for each benchmark's command"
 
 clean:
-	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	@echo "kept $(CACHE_HOME) (tools, images, Kubernetes builds); remove it by hand for a cold start"
