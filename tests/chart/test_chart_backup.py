@@ -67,6 +67,30 @@ def test_cronjob_follows_the_agent_to_its_node_for_read_write_once() -> None:
     assert volumes["data"]["persistentVolumeClaim"]["claimName"] == f"{FULLNAME}-data"
 
 
+def test_agent_pod_holds_the_backup_claim_so_it_binds_at_install_on_the_agents_node() -> None:
+    # WaitForFirstConsumer: without a consumer before the first CronJob run, the claim
+    # stays Pending and `helm install --wait` never returns.
+    manifest = render()
+    volumes = {v["name"]: v for v in manifest.agent_pod["volumes"]}
+    assert volumes["backup"]["persistentVolumeClaim"]["claimName"] == f"{FULLNAME}-backup"
+    # No container of the agent pod mounts it in cronjob mode: only the job writes there.
+    mounted = {m["name"] for c in manifest.agent_pod["containers"] for m in c["volumeMounts"]}
+    assert "backup" not in mounted
+
+
+def test_existing_backup_claim_is_also_held_by_the_agent_pod() -> None:
+    manifest = render({"backup": {"target": {"pvc": {"existingClaim": "old-backups"}}}})
+    volumes = {v["name"]: v for v in manifest.agent_pod["volumes"]}
+    assert volumes["backup"]["persistentVolumeClaim"]["claimName"] == "old-backups"
+    assert len(manifest.all("PersistentVolumeClaim")) == 1
+
+
+def test_agent_pod_has_no_backup_volume_for_s3_or_without_backups() -> None:
+    for values in (S3, {"backup": {"enabled": False}}):
+        names = {v["name"] for v in render(values).agent_pod["volumes"]}
+        assert "backup" not in names, values
+
+
 def test_cronjob_creates_then_prunes_with_retention() -> None:
     container = _cron_pod()["containers"][0]
     script = _script(container)

@@ -160,6 +160,10 @@ TEMPLATE_ERRORS: dict[str, tuple[dict[str, Any], str]] = {
         {"persistence": {"accessModes": ["ReadWriteOncePod"]}},
         "backup.mode=sidecar",
     ),
+    "cronjob with a ReadWriteOncePod backup volume": (
+        {"backup": {"target": {"pvc": {"accessModes": ["ReadWriteOncePod"]}}}},
+        "backup.target.pvc.accessModes",
+    ),
     "cronjob without persistence": (
         {"persistence": {"enabled": False}},
         "persistence.enabled",
