@@ -7,12 +7,15 @@ keep each scenario short and make the failure output the same everywhere.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
 import subprocess
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -346,3 +349,67 @@ def kubeconfig_from_env() -> Path:
     """KUBECONFIG as `make e2e` exports it; the local cluster's path otherwise."""
     value = os.environ.get("KUBECONFIG", "")
     return Path(value) if value else REPO_ROOT / ".cache" / "k8s" / "kubeconfig"
+
+
+def kubectl(cluster: Cluster, namespace: str, *args: str, timeout: float = 300) -> str:
+    """Run kubectl in `namespace`; failures raise with kubectl's stderr."""
+    cmd = [tool("kubectl"), "--kubeconfig", str(cluster.kubeconfig), "-n", namespace, *args]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    if result.returncode != 0:
+        raise AssertionError(
+            f"`kubectl {' '.join(args)}` exited {result.returncode}\n"
+            f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+        )
+    return result.stdout
+
+
+@contextlib.contextmanager
+def port_forward(
+    cluster: Cluster, namespace: str, resource: str, remote_port: int, timeout: float = 60
+) -> Iterator[int]:
+    """`kubectl port-forward` to `resource` (e.g. svc/s3) on a free local port.
+
+    Why kubectl and not a client pod: host-side clients (the .venv's
+    hermes-runtime, httpx) can then talk to in-cluster servers directly, and the
+    forward dies with the block. Yields the local port once kubectl reports it.
+    """
+    cmd = [
+        tool("kubectl"),
+        "--kubeconfig",
+        str(cluster.kubeconfig),
+        "-n",
+        namespace,
+        "port-forward",
+        "--address",
+        "127.0.0.1",
+        resource,
+        f":{remote_port}",
+    ]
+    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        yield _forwarded_port(process, resource, timeout)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _forwarded_port(process: subprocess.Popen[str], resource: str, timeout: float) -> int:
+    """Read kubectl's "Forwarding from 127.0.0.1:PORT -> N" line (in a thread: no hang)."""
+    found: list[int] = []
+
+    def read() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            match = re.search(r"Forwarding from 127\.0\.0\.1:(\d+)", line)
+            if match:
+                found.append(int(match.group(1)))
+                break
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if not found:
+        process.kill()
+        stderr = process.stderr.read() if process.stderr else ""
+        raise AssertionError(f"kubectl port-forward {resource} did not start: {stderr}")
+    return found[0]
