@@ -25,6 +25,7 @@ RELEASE="${DEMO_RELEASE:-hermes-agent}"
 CHART="$ROOT/charts/hermes-agent"
 BACKENDS_CHART="$ROOT/tests/e2e/charts/ci-backends"
 OWN_KUBECONFIG="$ROOT/.cache/k8s/kubeconfig"
+PY="$ROOT/.venv/bin/python" # has httpx; `make demo` creates the venv first
 export PATH="$ROOT/.venv/bin:$ROOT/.cache/tools/bin:$PATH"
 STARTED=$(date +%s)
 WORK="$(mktemp -d /tmp/hermes-demo.XXXXXX)"
@@ -160,7 +161,7 @@ install_chart() {
 
 # --- 5. conversation ---------------------------------------------------------------------
 free_port() {
-  python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
 port_forward() {
@@ -168,8 +169,7 @@ port_forward() {
   step "port-forward svc/$FULLNAME -> 127.0.0.1:$PORT"
   kubectl -n "$NS" port-forward "svc/$FULLNAME" "$PORT:8642" >"$WORK/port-forward.log" 2>&1 &
   PF_PID=$!
-  local i
-  for i in $(seq 1 60); do
+  for _ in $(seq 1 60); do
     curl -fsS "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && return 0
     kill -0 "$PF_PID" 2>/dev/null || break
     sleep 0.5
@@ -191,7 +191,7 @@ converse() {
     info "the fake LLM echoes; [[tool:...]] in a message makes it call that tool (a real model decides itself)"
   fi
   API_SERVER_KEY="$API_SERVER_KEY" DEMO_URL="http://127.0.0.1:$PORT/v1/chat/completions" \
-    DEMO_RECALL="$recall" python - <<'EOF'
+    DEMO_RECALL="$recall" "$PY" - <<'EOF'
 import os
 import sys
 
@@ -230,8 +230,8 @@ show_memory() {
 
 # --- 6. backup ---------------------------------------------------------------------------
 wait_job() { # JOB: poll until Complete or Failed (kubectl wait takes one condition only)
-  local job="$1" state i
-  for i in $(seq 1 300); do
+  local job="$1" state
+  for _ in $(seq 1 300); do
     state="$(kubectl -n "$NS" get job "$job" \
       -o jsonpath='{range .status.conditions[?(@.status=="True")]}{.type}{" "}{end}')"
     [[ "$state" == *Complete* ]] && return 0
@@ -252,7 +252,8 @@ backup_now() {
 }
 
 list_backups() {
-  local pod="$FULLNAME-backup-list-$(date +%s)"
+  local pod
+  pod="$FULLNAME-backup-list-$(date +%s)"
   step "backup list + verify --snapshot latest (a short pod on the backup volume, file:///backup)"
   kubectl -n "$NS" apply -f - >/dev/null <<EOF
 apiVersion: v1
@@ -300,8 +301,8 @@ spec:
     - name: tmp
       emptyDir: {}
 EOF
-  local phase i
-  for i in $(seq 1 180); do
+  local phase=""
+  for _ in $(seq 1 180); do
     phase="$(kubectl -n "$NS" get pod "$pod" -o jsonpath='{.status.phase}')"
     [[ "$phase" == Succeeded || "$phase" == Failed ]] && break
     sleep 1
@@ -337,7 +338,9 @@ Next steps (export KUBECONFIG=$KUBECONFIG; helm and kubectl are in $ROOT/.cache/
     restore: helm upgrade $RELEASE charts/hermes-agent -n $NS --reuse-values --set restore.fromSnapshot=latest
              on an EMPTY data volume (runbook: docs/backup.md)
 
-  Metrics: kubectl -n $NS port-forward svc/$FULLNAME 9090:9090 & curl -s 127.0.0.1:9090/metrics
+  Metrics:
+    kubectl -n $NS port-forward svc/$FULLNAME 9090:9090 &
+    curl -s http://127.0.0.1:9090/metrics
 
   Uninstall: helm -n $NS uninstall $RELEASE backends   (keeps the data PVC: helm.sh/resource-policy)
     and everything, data included: kubectl delete namespace $NS
@@ -353,6 +356,7 @@ check_inputs() { # a usage error stops before anything is touched (exit 2)
     [[ -n "${DEMO_LLM_API_KEY_SECRET:-}" ]] ||
       problem="DEMO_LLM_BASE_URL is set but DEMO_LLM_API_KEY_SECRET (a Secret in $NS with key api-key) is empty"
   fi
+  [[ -x "$PY" ]] || problem="$PY not found: run \`make demo\` (it creates the venv first)"
   [[ "$NS" =~ ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ ]] || problem="DEMO_NAMESPACE '$NS' is not a valid namespace name"
   [[ "$RELEASE" =~ ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ ]] || problem="DEMO_RELEASE '$RELEASE' is not a valid release name"
   if [[ -n "$problem" ]]; then
