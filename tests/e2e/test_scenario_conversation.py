@@ -47,8 +47,21 @@ CONVERSATION_VALUES: dict[str, Any] = {
 # Runs inside the agent container (python3 is there): POST each turn, print the replies.
 # The API key and the turns arrive on stdin, never as process arguments.
 CHAT_CLIENT = """
-import json, sys, urllib.request
+import json, sys, time, urllib.error, urllib.request
 spec = json.load(sys.stdin)
+# A new Service reaches kube-proxy and DNS a moment after its pod turns Ready (and a
+# reinstalled one gets a new ClusterIP): wait until /health answers through it.
+health = spec["url"].rsplit("/v1/", 1)[0] + "/health"
+for attempt in range(60):
+    try:
+        with urllib.request.urlopen(health, timeout=5) as response:
+            if response.status == 200 and b"status" in response.read():
+                break
+    except OSError:
+        pass
+    time.sleep(1)
+else:
+    sys.exit(f"{health} never answered through the Service")
 replies = []
 for text in spec["turns"]:
     body = {"model": "hermes-agent", "messages": [{"role": "user", "content": text}]}
@@ -61,15 +74,22 @@ for text in spec["turns"]:
             "X-Hermes-Session-Id": spec["session"],
         },
     )
-    with urllib.request.urlopen(request, timeout=240) as response:
-        replies.append(json.loads(response.read())["choices"][0]["message"]["content"])
+    try:
+        with urllib.request.urlopen(request, timeout=240) as response:
+            replies.append(json.loads(response.read())["choices"][0]["message"]["content"])
+    except urllib.error.HTTPError as error:
+        sys.exit(f"HTTP {error.code} from {spec['url']}: {error.read()[:2000]!r}")
 print(json.dumps(replies))
 """
 
 
 def agent_pod(cluster: kube.Cluster, namespace: str) -> str:
     pods = cluster.core.list_namespaced_pod(namespace, label_selector=AGENT_SELECTOR).items
-    running = [p.metadata.name for p in pods if p.status.phase == "Running"]
+    running = [
+        p.metadata.name
+        for p in pods
+        if p.status.phase == "Running" and p.metadata.deletion_timestamp is None
+    ]
     assert len(running) == 1, (
         f"expected one running agent pod, got {[p.metadata.name for p in pods]}"
     )
