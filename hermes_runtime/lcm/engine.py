@@ -195,6 +195,25 @@ class LcmEngine:
         with self.session_lock(session_id):
             return self._sync(session_id, host_messages)
 
+    def sync_bounded(
+        self, session_id: str, host_messages: list[dict[str, Any]], wait_seconds: float
+    ) -> SyncResult | None:
+        """``sync`` that gives up (None) rather than wait long for the session or the database.
+
+        For callers on a latency-sensitive path: at most ``wait_seconds`` for
+        this session's lock (held by a compaction of the same session) and
+        for another process's write lock. A skipped sync loses nothing: the
+        next sync of the session stores whatever is still new.
+        """
+        lock = self.session_lock(session_id)
+        if not lock.acquire(timeout=wait_seconds):
+            return None
+        try:
+            with self.store.busy_timeout(max(1, int(wait_seconds * 1000))):
+                return self._sync(session_id, host_messages)
+        finally:
+            lock.release()
+
     def _sync(self, session_id: str, host_messages: list[dict[str, Any]]) -> SyncResult:
         head = 0
         while head < len(host_messages) and host_messages[head].get("role") == "system":

@@ -10,10 +10,17 @@ Hermes deep-copies the registered engine for every agent and calls
 ``compress`` from pooled threads. Copies share one ``LcmEngine`` (database,
 per-session locks, embedding worker) through ``_Shared``; only the per-agent
 token counters and the bound session are copied.
+
+Every turn is stored as it happens: ``register`` also hooks
+``post_llm_call`` (fired by Hermes once per turn, after the reply), which
+syncs the turn's transcript into the LCM session the engine bound to that
+Hermes session. Compaction, tool calls and session end still sync too; the
+sync dedups, so the hook and they never store a message twice.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from pathlib import Path
@@ -27,6 +34,9 @@ from hermes_runtime.lcm.summarize import LEVEL_DETERMINISTIC
 
 MIN_BUDGET_TOKENS = 512
 METRICS_PORT_ENV = "HERMES_RUNTIME_LCM_METRICS_PORT"
+TURN_SYNC_WAIT_SECONDS = 2.0
+
+logger = logging.getLogger(__name__)
 
 
 def hermes_home() -> Path:
@@ -94,6 +104,21 @@ def start_day_one_import(engine: LcmEngine, state_db: Path) -> threading.Thread 
     return thread
 
 
+def in_background_review() -> bool:
+    """True on the thread of Hermes' background memory/skill review fork.
+
+    The fork shares the parent's session id but replays the transcript with
+    its own harness prompt appended; Hermes keeps its turns out of the
+    session (``_persist_disabled``), and so must LCM, or the harness turn
+    lands in the user's history and the next real sync no longer aligns.
+    Hermes 0.19.0 marks that thread (and only it) with a tool whitelist.
+    """
+    from hermes_cli import plugins
+
+    marker = getattr(plugins, "_thread_tool_whitelist", None)
+    return getattr(marker, "allowed", None) is not None
+
+
 class _Shared:
     """State every copy of the engine shares: created lazily, once."""
 
@@ -102,6 +127,47 @@ class _Shared:
         self._engine: LcmEngine | None = None
         self._guard = threading.Lock()
         self.model_endpoint: tuple[str, str, str] = ("", "", "")
+        self._lcm_sessions: dict[str, str] = {}
+        self._sessions_guard = threading.Lock()
+
+    def bind_session(self, hermes_session_id: str, lcm_session_id: str) -> None:
+        """Remember which LCM session holds a Hermes session (rotations keep the old one)."""
+        with self._sessions_guard:
+            self._lcm_sessions[hermes_session_id] = lcm_session_id
+
+    def lcm_session(self, hermes_session_id: str) -> str | None:
+        """The LCM session an engine bound to this Hermes session, or None if none did."""
+        with self._sessions_guard:
+            return self._lcm_sessions.get(hermes_session_id)
+
+    def store_turn(
+        self,
+        session_id: str = "",
+        conversation_history: list[dict[str, Any]] | None = None,
+        **_: Any,
+    ) -> None:
+        """Hermes ``post_llm_call`` hook: store the turn that just finished.
+
+        Only sessions an LCM engine was bound to are stored (with another
+        context engine selected, the hook does nothing). Never raises into
+        Hermes and never waits more than ``TURN_SYNC_WAIT_SECONDS``: a busy
+        database or a compaction in progress skips this sync, and the next
+        one stores what is still missing.
+        """
+        lcm_session = self.lcm_session(session_id or "")
+        if lcm_session is None or not conversation_history or in_background_review():
+            return
+        try:
+            result = self.engine().sync_bounded(
+                lcm_session, list(conversation_history), TURN_SYNC_WAIT_SECONDS
+            )
+        except Exception as exc:  # a failed sync must not break the agent's turn
+            logger.warning("LCM: storing the turn of session %s failed: %s", lcm_session, exc)
+            return
+        if result is None:
+            logger.warning(
+                "LCM: session %s busy; this turn is stored by the next sync", lcm_session
+            )
 
     def engine(self) -> LcmEngine:
         with self._guard:
@@ -244,10 +310,18 @@ class LcmContextEngine(ContextEngine):
     # -- lifecycle ---------------------------------------------------------
 
     def on_session_start(self, session_id: str, **kwargs: Any) -> None:
-        """Bind to a session; a rotation after compaction keeps the same LCM session."""
-        if kwargs.get("old_session_id") and self._session_id:
-            return
-        self._session_id = session_id
+        """Bind to a session; a rotation after compaction keeps the same LCM session.
+
+        The binding is shared, so the per-turn hook and engines created later
+        for the rotated id (a new agent per API request) find the same LCM
+        session instead of starting a second one.
+        """
+        old_session_id = kwargs.get("old_session_id")
+        kept = ""
+        if old_session_id:
+            kept = self._session_id or self._shared.lcm_session(str(old_session_id)) or ""
+        self._session_id = kept or self._shared.lcm_session(session_id) or session_id
+        self._shared.bind_session(session_id, self._session_id)
 
     def on_session_end(self, session_id: str, messages: list[dict[str, Any]]) -> None:
         if messages:
@@ -273,5 +347,11 @@ class LcmContextEngine(ContextEngine):
 
 
 def register(ctx: Any) -> None:
-    """Hermes plugin hook: offer the LCM engine (selected by ``context.engine: lcm``)."""
-    ctx.register_context_engine(LcmContextEngine())
+    """Hermes plugin hook: offer the LCM engine (selected by ``context.engine: lcm``).
+
+    The ``post_llm_call`` hook shares the engine's state, so it stores each
+    turn in the session that engine copies bound to.
+    """
+    engine = LcmContextEngine()
+    ctx.register_context_engine(engine)
+    ctx.register_hook("post_llm_call", engine._shared.store_turn)

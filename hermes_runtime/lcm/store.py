@@ -44,6 +44,7 @@ SUMMARY_COLUMNS = (
     "start_at, end_at, message_count, created_at"
 )
 DEFAULT_EXTERNALIZE_CHARS = 16_000
+DEFAULT_BUSY_TIMEOUT_MS = 30_000
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ class LcmStore:
         """This thread's connection (apsw connections are not shared across threads here)."""
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = connect(self.db_path, busy_timeout_ms=30_000)
+            conn = connect(self.db_path, busy_timeout_ms=DEFAULT_BUSY_TIMEOUT_MS)
             conn.create_scalar_function("regexp", _regexp, 2, deterministic=True)  # type: ignore[arg-type]
             self._local.conn = conn
         return conn
@@ -96,6 +97,21 @@ class LcmStore:
         """One write transaction: in-process lock, then ``BEGIN IMMEDIATE``."""
         with self._write_lock, write_transaction(self.conn):
             yield self.conn
+
+    @contextlib.contextmanager
+    def busy_timeout(self, milliseconds: int) -> Iterator[None]:
+        """Bound how long this thread waits on another process's write lock.
+
+        Background work that must not stall its caller (the per-turn sync
+        runs on Hermes' reply path) gives up with ``apsw.BusyError`` after
+        ``milliseconds`` instead of the default 30 s; the next sync catches up.
+        """
+        conn = self.conn
+        conn.set_busy_timeout(milliseconds)
+        try:
+            yield
+        finally:
+            conn.set_busy_timeout(DEFAULT_BUSY_TIMEOUT_MS)
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)

@@ -4,14 +4,30 @@ Why a subprocess: Hermes reads HERMES_HOME and keeps process-wide caches
 (plugins, config); a fresh interpreter per run keeps tests independent.
 Usage: ``python hermes_driver.py BASE_URL TURNS.json`` with HERMES_HOME set;
 prints one JSON object: the final reply of each turn, the agent's session
-id, the engine's name, and the final message list.
+id, the engine's name, the final message list, and the user messages
+``lcm.db`` held right after each turn (read by a separate connection while
+the agent is still alive: what a crash at that moment would keep).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
+
+
+def stored_user_messages(db_path: Path) -> list[str]:
+    """User messages committed to the LCM database, seen from another connection."""
+    if not db_path.exists():
+        return []
+    from hermes_runtime.common.sqlite import connect
+
+    conn = connect(db_path, readonly=True)
+    try:
+        return [r[0] for r in conn.execute("SELECT content FROM messages WHERE role = 'user'")]
+    finally:
+        conn.close()
 
 
 def main() -> int:
@@ -31,10 +47,13 @@ def main() -> int:
     agent.suppress_status_output = True
     history: list = []
     replies = []
+    stored_after_turn = []
+    db_path = Path(os.environ["HERMES_HOME"]) / "lcm.db"
     for prompt in turns:
         result = agent.run_conversation(prompt, conversation_history=history)
         history = result.get("messages") or history
         replies.append(result.get("final_response") or "")
+        stored_after_turn.append(stored_user_messages(db_path))
     engine = agent.context_compressor
     print(
         json.dumps(
@@ -44,6 +63,7 @@ def main() -> int:
                 "lcm_session": getattr(engine, "session_id", None),
                 "replies": replies,
                 "messages": history,
+                "stored_after_turn": stored_after_turn,
             },
             default=str,
         )

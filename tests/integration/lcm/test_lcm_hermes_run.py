@@ -23,7 +23,7 @@ DRIVER = Path(__file__).with_name("hermes_driver.py")
 FACT_TURN = 2
 
 
-def write_config(home: Path, base_url: str) -> None:
+def write_config(home: Path, base_url: str, threshold: float = 0.1, target: float = 0.08) -> None:
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.yaml").write_text(
         f"""
@@ -38,8 +38,8 @@ plugins:
 context:
   engine: lcm
 lcm:
-  threshold_percent: 0.1
-  target_percent: 0.08
+  threshold_percent: {threshold}
+  target_percent: {target}
   embeddings: "off"
 """
     )
@@ -109,3 +109,17 @@ def test_real_hermes_compacts_and_answers_with_lcm_tools(tmp_path: Path, fake_ll
         assert "heliotrope" in result["replies"][-1].lower()
     finally:
         store.close()
+
+
+def test_plain_turns_are_stored_as_they_happen(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    """No compaction, no LCM tool, no session end: each turn is in lcm.db right after it."""
+    home = tmp_path / "hermes"
+    write_config(home, fake_llm.base_url, threshold=0.9, target=0.5)
+    prompts = ["The ferry leaves from pier amaranth-41.", "And the return ferry from pier 9."]
+    result = run_hermes(home, fake_llm.base_url, prompts)
+
+    assert result["engine"] == "lcm" and result["compression_count"] == 0
+    assert not any(m.get("role") == "tool" for m in result["messages"])
+    first, second = result["stored_after_turn"]
+    assert first == prompts[:1]
+    assert second == prompts

@@ -34,13 +34,18 @@ def test_entry_point_points_at_register() -> None:
 
     class Ctx:
         engine: Any = None
+        hooks: dict[str, Any] = {}
 
         def register_context_engine(self, engine: Any) -> None:
             self.engine = engine
 
+        def register_hook(self, name: str, callback: Any) -> None:
+            self.hooks[name] = callback
+
     ctx = Ctx()
     register(ctx)
     assert isinstance(ctx.engine, ContextEngine) and ctx.engine.name == "lcm"
+    assert ctx.hooks["post_llm_call"].__self__ is ctx.engine._shared
 
 
 def test_deepcopy_shares_store_but_not_counters(tmp_path: Path) -> None:
