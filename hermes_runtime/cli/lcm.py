@@ -76,6 +76,9 @@ def _import_parser(verbs: Any) -> None:
     _common(p)
     p.add_argument("--session", help="session id for a JSONL file")
     p.add_argument("--hermes-state", type=Path, help="import every session of this state.db")
+    p.add_argument(
+        "--prefix", default="", help="with --hermes-state: prepend this to each session id"
+    )
     p.add_argument("--budget", type=int, default=32_000, help="compact each session to this")
     _llm_options(p)
     p.add_argument("file", nargs="?", type=Path, help="OpenAI-format messages, one per line")
@@ -111,7 +114,7 @@ def _import(args: argparse.Namespace) -> int:
             sessions, count = [args.session], import_messages(engine, args.session, messages)
             skipped: list[str] = []
         else:
-            report = import_hermes_state(engine, args.hermes_state)
+            report = import_hermes_state(engine, args.hermes_state, prefix=args.prefix)
             sessions, count, skipped = report.sessions, report.messages, report.skipped_sessions
         compactions = [engine.compact(s, args.budget) for s in sessions]
         payload = {

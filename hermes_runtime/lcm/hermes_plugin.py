@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -85,19 +87,47 @@ def start_day_one_import(engine: LcmEngine, state_db: Path) -> threading.Thread 
     from the first turn; live sessions keep their own ids, so nothing is
     ingested twice into one session. Runs once: a database that already has
     sessions is left alone (``lcm import --hermes-state`` completes by hand).
+
+    The import runs in a child process, never in the gateway: Hermes holds
+    ``state.db`` open through the standard ``sqlite3`` module, and apsw brings
+    a second SQLite library into the process. Two SQLite libraries in one
+    process do not see each other's POSIX locks, so one can truncate the
+    ``-shm`` file the other has mapped (the gateway died of SIGBUS in 3 of 8
+    e2e runs). In its own process the importer is an ordinary second reader.
+    A thread only waits for the child and logs how it ended.
     """
     if not state_db.exists() or engine.store.counts()["sessions"]:
         return None
+    command = [
+        sys.executable,
+        "-m",
+        "hermes_runtime",
+        "lcm",
+        "import",
+        "--db",
+        str(engine.config.db_path),
+        "--outputs",
+        str(engine.config.outputs_dir),
+        "--hermes-state",
+        str(state_db),
+        "--prefix",
+        IMPORT_PREFIX,
+        "--json",
+    ]
 
     def run() -> None:
         from hermes_runtime.common.logs import log_event
-        from hermes_runtime.lcm.importer import import_hermes_state
 
         try:
-            report = import_hermes_state(engine, state_db, prefix=IMPORT_PREFIX)
-            log_event("lcm.import.done", sessions=len(report.sessions), messages=report.messages)
-        except Exception as exc:  # the agent must start even if the archive cannot be read
+            child = subprocess.run(command, capture_output=True, text=True, check=False)
+        except OSError as exc:  # the agent must start even if the archive cannot be read
             log_event("lcm.import.failed", state_db=str(state_db), error=str(exc))
+            return
+        if child.returncode == 0:
+            log_event("lcm.import.done", state_db=str(state_db))
+        else:
+            error = child.stderr.strip().splitlines()[-1:] or [f"exit {child.returncode}"]
+            log_event("lcm.import.failed", state_db=str(state_db), error=error[0])
 
     thread = threading.Thread(target=run, name="lcm-day-one-import", daemon=True)
     thread.start()
