@@ -79,6 +79,11 @@ def _import_parser(verbs: Any) -> None:
     p.add_argument(
         "--prefix", default="", help="with --hermes-state: prepend this to each session id"
     )
+    p.add_argument(
+        "--before",
+        type=float,
+        help="with --hermes-state: only messages written before this time (epoch seconds)",
+    )
     p.add_argument("--budget", type=int, default=32_000, help="compact each session to this")
     _llm_options(p)
     p.add_argument("file", nargs="?", type=Path, help="OpenAI-format messages, one per line")
@@ -114,7 +119,9 @@ def _import(args: argparse.Namespace) -> int:
             sessions, count = [args.session], import_messages(engine, args.session, messages)
             skipped: list[str] = []
         else:
-            report = import_hermes_state(engine, args.hermes_state, prefix=args.prefix)
+            report = import_hermes_state(
+                engine, args.hermes_state, prefix=args.prefix, before=args.before
+            )
             sessions, count, skipped = report.sessions, report.messages, report.skipped_sessions
         compactions = [engine.compact(s, args.budget) for s in sessions]
         payload = {

@@ -25,6 +25,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -80,13 +81,17 @@ def serve_metrics(port: str) -> None:
 IMPORT_PREFIX = "hermes-state:"
 
 
-def start_day_one_import(engine: LcmEngine, state_db: Path) -> threading.Thread | None:
+def start_day_one_import(
+    engine: LcmEngine, state_db: Path, before: float
+) -> threading.Thread | None:
     """On a brand-new LCM database, archive Hermes' existing history in the background.
 
     Sessions land under ``hermes-state:<id>``, searchable with ``scope: all``
     from the first turn; live sessions keep their own ids, so nothing is
     ingested twice into one session. Runs once: a database that already has
     sessions is left alone (``lcm import --hermes-state`` completes by hand).
+    Only messages written ``before`` the gateway loaded LCM are archived: later
+    turns are stored live by the engine, and must not appear twice.
 
     The import runs in a child process, never in the gateway: Hermes holds
     ``state.db`` open through the standard ``sqlite3`` module, and apsw brings
@@ -112,6 +117,8 @@ def start_day_one_import(engine: LcmEngine, state_db: Path) -> threading.Thread 
         str(state_db),
         "--prefix",
         IMPORT_PREFIX,
+        "--before",
+        repr(before),
         "--json",
     ]
 
@@ -159,6 +166,8 @@ class _Shared:
         self.model_endpoint: tuple[str, str, str] = ("", "", "")
         self._lcm_sessions: dict[str, str] = {}
         self._sessions_guard = threading.Lock()
+        # When this gateway loaded LCM: the day-one import archives only older messages.
+        self.loaded_at = time.time()
 
     def bind_session(self, hermes_session_id: str, lcm_session_id: str) -> None:
         """Remember which LCM session holds a Hermes session (rotations keep the old one)."""
@@ -209,7 +218,9 @@ class _Shared:
                 self._refresh_summarizer()
                 serve_metrics(os.environ.get(METRICS_PORT_ENV, ""))
                 if config.import_hermes_state:
-                    start_day_one_import(self._engine, config.db_path.parent / "state.db")
+                    start_day_one_import(
+                        self._engine, config.db_path.parent / "state.db", self.loaded_at
+                    )
             return self._engine
 
     def set_model_endpoint(self, base_url: str, model: str, api_key: str) -> None:

@@ -62,8 +62,15 @@ def import_messages(engine: LcmEngine, session_id: str, messages: list[dict[str,
     return total
 
 
-def hermes_sessions(state_db: Path) -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    """Yield (session id, OpenAI messages) from Hermes' state.db, oldest session first."""
+def hermes_sessions(
+    state_db: Path, before: float | None = None
+) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """Yield (session id, OpenAI messages) from Hermes' state.db, oldest session first.
+
+    ``before`` (epoch seconds) keeps only messages written earlier: the day-one
+    import archives what predates LCM, while turns after it are stored live.
+    """
+    cutoff = before if before is not None else float("inf")
     if not state_db.exists():
         raise RuntimeFailure(f"Hermes state database {state_db} does not exist")
     conn = apsw.Connection(str(state_db), flags=apsw.SQLITE_OPEN_READONLY)
@@ -72,16 +79,18 @@ def hermes_sessions(state_db: Path) -> Iterator[tuple[str, list[dict[str, Any]]]
         sessions = [
             r[0]
             for r in conn.execute(
-                "SELECT session_id, min(id) AS first FROM messages "
-                "GROUP BY session_id ORDER BY first"
+                "SELECT session_id, min(id) AS first FROM messages WHERE timestamp < ? "
+                "GROUP BY session_id ORDER BY first",
+                (cutoff,),
             )
         ]
         for session_id in sessions:
             rows = fetch_all(
                 conn,
                 "SELECT role, content, tool_call_id, tool_calls, tool_name FROM messages "
-                "WHERE session_id = ? AND role IN ('user', 'assistant', 'tool') ORDER BY id",
-                (session_id,),
+                "WHERE session_id = ? AND role IN ('user', 'assistant', 'tool') "
+                "AND timestamp < ? ORDER BY id",
+                (session_id, cutoff),
             )
             yield session_id, [_hermes_row(*row) for row in rows]
     except apsw.Error as exc:
@@ -110,7 +119,9 @@ def _hermes_row(
     return message
 
 
-def import_hermes_state(engine: LcmEngine, state_db: Path, prefix: str = "") -> ImportReport:
+def import_hermes_state(
+    engine: LcmEngine, state_db: Path, prefix: str = "", before: float | None = None
+) -> ImportReport:
     """Import every Hermes session LCM does not know yet (re-running is safe).
 
     ``prefix`` namespaces the imported sessions (the plugin's day-one import
@@ -118,7 +129,7 @@ def import_hermes_state(engine: LcmEngine, state_db: Path, prefix: str = "") -> 
     that Hermes resumes under the same id.
     """
     report = ImportReport()
-    for hermes_id, messages in hermes_sessions(state_db):
+    for hermes_id, messages in hermes_sessions(state_db, before):
         session_id = prefix + hermes_id
         if engine.store.has_session(session_id):
             report.skipped_sessions.append(session_id)

@@ -202,4 +202,4 @@ def test_day_one_import_archives_hermes_history(tmp_path: Path) -> None:
         time.sleep(0.05)
     answer = json.loads(engine.handle_tool_call("lcm_grep", {"query": "boiler", "scope": "all"}))
     assert answer["results"][0]["session_id"] == IMPORT_PREFIX + "before-lcm"
-    assert start_day_one_import(core, tmp_path / "state.db") is None  # only once
+    assert start_day_one_import(core, tmp_path / "state.db", time.time()) is None  # only once
