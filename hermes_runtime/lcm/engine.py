@@ -107,6 +107,9 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
 ]
 TOOL_NAMES = frozenset(t["name"] for t in TOOL_SCHEMAS)
 
+# Extra compaction passes when the assembled context measures over budget.
+MAX_REFIT_PASSES = 4
+
 
 def fingerprint(message: dict[str, Any]) -> str:
     data = json.dumps(message, sort_keys=True, ensure_ascii=False, default=str)
@@ -278,9 +281,22 @@ class LcmEngine:
     ) -> tuple[list[dict[str, Any]], CompactionReport]:
         """Compact as needed, then assemble; the host's system messages ride in front."""
         head = system_head or []
+        head_tokens = count_tokens(head)
         with self.session_lock(session_id):
-            report = self.compact(session_id, budget, extra_tokens=count_tokens(head))
+            report = self.compact(session_id, budget, extra_tokens=head_tokens)
             messages = self.context(session_id)
+            for _ in range(MAX_REFIT_PASSES):
+                overflow = head_tokens + count_tokens(messages) - budget
+                if overflow <= 0:
+                    break
+                # Stored per-item counts can miss what assembly adds (stubs, repaired
+                # tool results); compact again against the measured overflow.
+                again = self.compact(session_id, budget - overflow, extra_tokens=head_tokens)
+                report.summaries_created += again.summaries_created
+                report.levels += again.levels
+                report.errors += again.errors
+                messages = self.context(session_id)
+            report.tokens_after = head_tokens + count_tokens(messages)
             self.remember_context(session_id, messages)
         return head + messages, report
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from fakes.fixtures import FakeLLM
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from lcm_conversations import blob, reconstruct, simple_conversation, tool_turn
 
@@ -171,6 +171,20 @@ turns = st.lists(st.tuples(texts, st.lists(results, max_size=3), texts), min_siz
     chunk=st.integers(100, 2_000),
     fanout=st.integers(2, 4),
     batch=st.integers(1, 9),
+)
+@example(  # found in CI: stored item counts said 388, the assembled context measured 394
+    conversation=[
+        ("", [], ""),
+        ("", [], ""),
+        ("", ["", "", "r" * 2100], ""),
+        ("", ["", "", "r" * 2100], ""),
+        ("", ["", ""], ""),
+    ],
+    budget=388,
+    tail=0,
+    chunk=100,
+    fanout=2,
+    batch=1,
 )
 def test_random_conversations_fit_stay_valid_and_lossless(
     tmp_path_factory: Any,
