@@ -285,13 +285,15 @@ class LcmEngine:
         with self.session_lock(session_id):
             report = self.compact(session_id, budget, extra_tokens=head_tokens)
             messages = self.context(session_id)
+            counted = report.tokens_after  # by stored per-item counts
             for _ in range(MAX_REFIT_PASSES):
                 overflow = head_tokens + count_tokens(messages) - budget
                 if overflow <= 0:
                     break
                 # Stored per-item counts can miss what assembly adds (stubs, repaired
-                # tool results); compact again against the measured overflow.
-                again = self.compact(session_id, budget - overflow, extra_tokens=head_tokens)
+                # tool results): aim below what the counts say by the measured overflow.
+                again = self.compact(session_id, counted - overflow, extra_tokens=head_tokens)
+                counted = again.tokens_after
                 report.summaries_created += again.summaries_created
                 report.levels += again.levels
                 report.errors += again.errors
