@@ -19,6 +19,9 @@ Endpoints
   changes how chat completions answer (fail = HTTP 500, hang = sleep first,
   garbage = an empty/unsized reply). ``GET /_requests`` returns the recorded
   chat requests (the last 200); ``POST /_reset`` clears them and the mode.
+- ``GET /_auth``: ``{"authorization": [...]}``, the ``Authorization`` header of
+  each recorded chat and embeddings request (the last 200, ``null`` when absent),
+  so a test can prove which API key a client sent; ``POST /_reset`` clears it.
 
 How replies are chosen (first match wins)
 1. A rule from ``--script FILE`` (JSON list of ``{"match": REGEX, "reply": TEXT,
@@ -68,6 +71,7 @@ class ServerState:
     mode: str = "normal"
     hang_seconds: float = 30.0
     requests: deque = field(default_factory=lambda: deque(maxlen=200))
+    authorizations: deque = field(default_factory=lambda: deque(maxlen=200))
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -270,6 +274,9 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/_requests":
             with self.state.lock:
                 self._send_json(200, list(self.state.requests))
+        elif path == "/_auth":
+            with self.state.lock:
+                self._send_json(200, {"authorization": list(self.state.authorizations)})
         else:
             self._send_json(404, {"error": {"message": f"no route {self.path}"}})
 
@@ -277,8 +284,10 @@ class Handler(BaseHTTPRequestHandler):
         path = self.path.split("?")[0].rstrip("/")
         body = self._read_body()
         if path.endswith("/chat/completions"):
+            self._record_authorization()
             self._chat(body)
         elif path.endswith("/embeddings"):
+            self._record_authorization()
             self._embeddings(body)
         elif path == "/_control":
             with self.state.lock:
@@ -289,9 +298,15 @@ class Handler(BaseHTTPRequestHandler):
             with self.state.lock:
                 self.state.mode = "normal"
                 self.state.requests.clear()
+                self.state.authorizations.clear()
             self._send_json(200, {"mode": "normal"})
         else:
             self._send_json(404, {"error": {"message": f"no route {self.path}"}})
+
+    def _record_authorization(self) -> None:
+        """Keep the API key the client sent: the fake accepts any, tests check which."""
+        with self.state.lock:
+            self.state.authorizations.append(self.headers.get("Authorization"))
 
     def _chat(self, body: dict[str, Any]) -> None:
         with self.state.lock:
