@@ -68,7 +68,7 @@ def test_writable_volumes_are_exactly_data_tmp_and_in_memory_secrets() -> None:
 def test_probes_hit_health_on_the_api_port() -> None:
     agent = render({"apiServer": {"port": 9000}}).container("agent")
     ports = {p["name"]: p["containerPort"] for p in agent["ports"]}
-    assert ports == {"http": 9000, "metrics": 9090}
+    assert ports == {"http": 9000, "metrics": 9090, "lcm-metrics": 9091}
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert agent[probe]["httpGet"] == {"path": "/health", "port": "http"}
     assert env_map(agent)["API_SERVER_PORT"] == "9000"
@@ -156,9 +156,22 @@ def test_service_exposes_api_and_metrics_to_the_agent_pod() -> None:
     manifest = render()
     service = manifest.one("Service")
     ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
-    assert ports == {"http": 8642, "metrics": 9090}
+    assert ports == {"http": 8642, "metrics": 9090, "lcm-metrics": 9091}
     pod_labels = manifest.deployment["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
+
+
+def test_lcm_metrics_port_follows_lcm_and_metrics() -> None:
+    """LCM's counters live in the gateway process, so they get their own port."""
+    agent = render({"metrics": {"lcmPort": 9100}}).container("agent")
+    assert env_map(agent)["HERMES_RUNTIME_LCM_METRICS_PORT"] == "9100"
+    assert {"name": "lcm-metrics", "containerPort": 9100, "protocol": "TCP"} in agent["ports"]
+    for values in ({"lcm": {"enabled": False}}, {"metrics": {"enabled": False}}):
+        manifest = render(values)
+        agent = manifest.container("agent")
+        assert "HERMES_RUNTIME_LCM_METRICS_PORT" not in env_map(agent)
+        assert "lcm-metrics" not in {p["name"] for p in agent["ports"]}
+        assert "lcm-metrics" not in {p["name"] for p in manifest.one("Service")["spec"]["ports"]}
 
 
 def test_service_monitor_and_pdb_are_opt_in() -> None:
@@ -172,7 +185,7 @@ def test_service_monitor_and_pdb_are_opt_in() -> None:
     )
     monitor = manifest.one("ServiceMonitor")
     assert monitor["metadata"]["labels"]["release"] == "prom"
-    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["metrics", "lcm-metrics"]
     assert manifest.one("PodDisruptionBudget")["spec"]["maxUnavailable"] == 0
 
 

@@ -51,7 +51,7 @@ def test_egress_allows_dns_and_the_ports_of_every_endpoint() -> None:
 def test_ingress_limited_to_api_and_metrics_ports() -> None:
     policy = render(VALUES).one("NetworkPolicy")
     (rule,) = policy["spec"]["ingress"]
-    assert {p["port"] for p in rule["ports"]} == {8642, 9090}
+    assert {p["port"] for p in rule["ports"]} == {8642, 9090, 9091}
     assert "from" not in rule  # allowExternal: any pod may call the API port
 
 

@@ -140,6 +140,31 @@ def service_url(cluster: kube.Cluster, namespace: str) -> str:
     return f"http://{service.metadata.name}:{port}/v1/chat/completions"
 
 
+FETCH_URL = (
+    "import sys, urllib.request; "
+    "print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())"
+)
+
+
+def service_port_url(cluster: kube.Cluster, namespace: str, port_name: str, path: str) -> str:
+    (service,) = cluster.core.list_namespaced_service(
+        namespace, label_selector=AGENT_SELECTOR
+    ).items
+    (port,) = [p.port for p in service.spec.ports if p.name == port_name]
+    return f"http://{service.metadata.name}:{port}{path}"
+
+
+def metric_total(exposition: str, name: str) -> float:
+    """Sum of every sample of `name` (all label sets) in Prometheus text format."""
+    values = [
+        float(line.rsplit(" ", 1)[1])
+        for line in exposition.splitlines()
+        if line.startswith((name + " ", name + "{"))
+    ]
+    assert values, f"metric {name} not exposed:\n{exposition[:2000]}"
+    return sum(values)
+
+
 def chat(cluster: kube.Cluster, namespace: str, session: str, turns: list[str]) -> list[str]:
     """Send the turns, one request each, through the agent's Service (cluster DNS)."""
     spec = {
@@ -211,3 +236,9 @@ def test_conversation_is_stored_externalized_and_compacted_by_lcm(
     )
     tool_messages = [h for h in tool_hits["results"] if h["role"] == "tool"]
     assert tool_messages, f"no tool message points at an externalized output: {tool_hits}"
+
+    # LCM's own figures come from the gateway process, through the Service's lcm-metrics port.
+    url = service_port_url(cluster, namespace, "lcm-metrics", "/metrics")
+    exposition = agent_exec(cluster, namespace, ["python3", "-c", FETCH_URL, url])
+    assert metric_total(exposition, "lcm_messages_ingested_total") >= len(turns) * 2, url
+    assert metric_total(exposition, "lcm_summaries_total") >= 1, url

@@ -104,6 +104,13 @@ true
 {{- end -}}
 {{- end -}}
 
+{{/* "true" when the gateway serves LCM's own /metrics (the engine runs there, not in the supervisor). */}}
+{{- define "hermes-agent.lcmMetrics" -}}
+{{- if and .Values.metrics.enabled .Values.lcm.enabled -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{/* "true" when sidecars are native (init containers with restartPolicy Always). */}}
 {{- define "hermes-agent.nativeSidecars" -}}
 {{- if eq .Values.sidecarMode "native" -}}
