@@ -1,0 +1,363 @@
+"""Scenario 6: the agent's secrets come from OpenBao through Kubernetes auth.
+
+OpenBao (tests/e2e/charts/openbao, a dev server) runs in the scenario's
+namespace as ServiceAccount `openbao`, bound to `system:auth-delegator` so it
+can ask the cluster's API to review tokens (TokenReview). The test configures
+it the way docs/vault.md tells a platform team to: the Kubernetes auth method
+against https://kubernetes.default.svc, a policy reading one KV v2 path, and a
+role bound to the chart's ServiceAccount in this namespace with the chart's
+audience. It plants a random model key and API server key there.
+
+The hermes-agent release (values-examples/ci.yaml + `vault.*`) must then
+become Ready with both keys from Vault: the fake LLM received exactly the
+planted model key (its GET /_auth), and the API server accepts only the
+planted API key. Neither value appears in any ConfigMap, pod spec, container
+log, the release's manifest or under /opt/data (the backed-up volume). A second
+release with a wrong `vault.role` does not start: its `vault-render` init
+container exits 1 with a log naming the role and the auth path.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import hvac
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from . import kube
+
+CHART = kube.REPO_ROOT / "charts" / "hermes-agent"
+CI_VALUES = kube.REPO_ROOT / "values-examples" / "ci.yaml"
+BACKENDS_CHART = Path(__file__).parent / "charts" / "ci-backends"
+OPENBAO_CHART = Path(__file__).parent / "charts" / "openbao"
+IMAGES = [
+    "hermes-runtime/agent:dev",
+    "hermes-runtime/fake-llm:dev",
+    "hermes-runtime/git-server:dev",
+    "hermes-runtime/openbao:dev",
+]
+RELEASE = "hermes"
+WRONG_RELEASE = "wrong"
+# The chart's ServiceAccount for release "hermes" (<release>-hermes-agent).
+SERVICE_ACCOUNT = "hermes-hermes-agent"
+OPENBAO_SERVICE_ACCOUNT = "openbao"  # tests/e2e/charts/openbao
+VAULT_ADDR = "http://openbao:8200"
+AUTH_PATH = "kubernetes"
+AUDIENCE = "vault"  # the chart's default vault.audience
+ROLE = "hermes-agent"
+WRONG_ROLE = "no-such-role"
+POLICY = "hermes-agent"
+KV_MOUNT = "secret"  # the dev server's KV v2 mount
+KV_PATH = "hermes/agent"
+API_PORT = 8642
+TRANSPORT_ATTEMPTS = 3
+
+
+def write_values(tmp_path: Path, name: str, values: dict[str, Any]) -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(values))  # JSON is valid YAML; 0600 is not needed: tmp_path
+    return path
+
+
+def vault_values(role: str) -> dict[str, Any]:
+    """What a user puts in values.yaml: where Vault is and which paths to read; no value."""
+    api_path = f"{KV_MOUNT}/data/{KV_PATH}"
+    return {
+        "vault": {
+            "enabled": True,
+            "address": VAULT_ADDR,
+            "role": role,
+            "authPath": AUTH_PATH,
+            "audience": AUDIENCE,
+            "secrets": [
+                {"path": api_path, "key": "LLM_API_KEY", "env": "LLM_API_KEY"},
+                {"path": api_path, "key": "API_SERVER_KEY", "env": "API_SERVER_KEY"},
+            ],
+        },
+        "tests": {"enabled": False},
+    }
+
+
+@pytest.fixture
+def openbao_token_reviewer(cluster: kube.Cluster, namespace: str) -> Iterator[str]:
+    """ClusterRoleBinding system:auth-delegator -> the namespace's `openbao` account.
+
+    Cluster-scoped, so named after the namespace and deleted here (deleting the
+    namespace would leave it behind).
+    """
+    rbac = client.RbacAuthorizationV1Api(cluster.api)
+    name = f"{namespace}-openbao-tokenreview"
+    body = client.V1ClusterRoleBinding(
+        metadata=client.V1ObjectMeta(name=name, labels={"hermes-runtime/e2e": "vault"}),
+        role_ref=client.V1RoleRef(
+            api_group="rbac.authorization.k8s.io", kind="ClusterRole", name="system:auth-delegator"
+        ),
+        subjects=[
+            client.RbacV1Subject(
+                kind="ServiceAccount", name=OPENBAO_SERVICE_ACCOUNT, namespace=namespace
+            )
+        ],
+    )
+    rbac.create_cluster_role_binding(body)
+    try:
+        yield name
+    finally:
+        try:
+            rbac.delete_cluster_role_binding(name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+def configure_openbao(
+    bao: hvac.Client, namespace: str, service_account: str, planted: dict[str, str]
+) -> None:
+    """The platform team's steps (docs/vault.md "Tested end to end"), via the HTTP API."""
+    bao.sys.enable_auth_method("kubernetes", path=AUTH_PATH)
+    # In a pod OpenBao reads its own ServiceAccount token and the cluster CA.
+    bao.auth.kubernetes.configure(
+        kubernetes_host="https://kubernetes.default.svc", mount_point=AUTH_PATH
+    )
+    policy = f'path "{KV_MOUNT}/data/{KV_PATH}" {{\n  capabilities = ["read"]\n}}\n'
+    bao.sys.create_or_update_policy(POLICY, policy)
+    bao.auth.kubernetes.create_role(
+        ROLE,
+        bound_service_account_names=[service_account],
+        bound_service_account_namespaces=[namespace],
+        audience=AUDIENCE,
+        policies=[POLICY],
+        ttl="1h",
+        mount_point=AUTH_PATH,
+    )
+    bao.secrets.kv.v2.create_or_update_secret(KV_PATH, secret=planted, mount_point=KV_MOUNT)
+
+
+def with_transport_retries(what: str, call: Callable[[], httpx.Response]) -> httpx.Response:
+    """Retry a request whose port-forwarded connection dropped before any HTTP answer.
+
+    kubectl port-forward (the harness) now and then closes a fresh connection
+    before forwarding it; any HTTP answer, error or not, is returned as is.
+    """
+    for attempt in range(1, TRANSPORT_ATTEMPTS + 1):
+        try:
+            return call()
+        except httpx.TransportError as exc:
+            if attempt == TRANSPORT_ATTEMPTS:
+                raise AssertionError(f"{what}: no HTTP answer after {attempt} tries") from exc
+            print(f"{what}: {type(exc).__name__}: {exc}; retrying")
+            time.sleep(2)
+    raise AssertionError("unreachable")
+
+
+def chat(base: str, key: str, text: str) -> httpx.Response:
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": text}]}
+    return httpx.post(
+        f"{base}/v1/chat/completions",
+        json=body,
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=120,
+    )
+
+
+def agent_selector(release: str) -> str:
+    return f"app.kubernetes.io/instance={release},app.kubernetes.io/component=agent"
+
+
+def only_pod(cluster: kube.Cluster, namespace: str, release: str) -> client.V1Pod:
+    pods = cluster.core.list_namespaced_pod(namespace, label_selector=agent_selector(release))
+    live = [p for p in pods.items if p.metadata.deletion_timestamp is None]
+    assert len(live) == 1, f"expected one agent pod of {release}: {[p.metadata.name for p in live]}"
+    return live[0]
+
+
+def agent_service(cluster: kube.Cluster, namespace: str) -> str:
+    services = cluster.core.list_namespaced_service(
+        namespace, label_selector=agent_selector(RELEASE)
+    ).items
+    assert len(services) == 1, f"expected one agent Service: {[s.metadata.name for s in services]}"
+    return str(services[0].metadata.name)
+
+
+def chat_with_vault_keys(cluster: kube.Cluster, namespace: str, api_key: str) -> None:
+    """A turn with the Vault-held API key is answered; a wrong key is refused."""
+    text = f"hello from the vault scenario {secrets.token_hex(4)}"
+    service = f"svc/{agent_service(cluster, namespace)}"
+    with kube.port_forward(cluster, namespace, service, API_PORT) as port:
+        base = f"http://127.0.0.1:{port}"
+        answer = with_transport_retries("chat", lambda: chat(base, api_key, text))
+        assert answer.status_code == 200, f"chat failed: {answer.status_code} {answer.text}"
+        reply = answer.json()["choices"][0]["message"]["content"]
+        assert text in reply, f"unexpected reply {reply!r}"
+        refused = with_transport_retries("chat", lambda: chat(base, "not-the-key-" * 3, text))
+        assert refused.status_code == 401, (
+            f"the API server accepted a key that is not the one in Vault: {refused.status_code}"
+        )
+
+
+def keys_the_llm_received(cluster: kube.Cluster, namespace: str) -> list[str | None]:
+    with kube.port_forward(cluster, namespace, "svc/fake-llm", 8080) as port:
+        url = f"http://127.0.0.1:{port}/_auth"
+        response = with_transport_retries("fake LLM", lambda: httpx.get(url, timeout=30))
+    assert response.status_code == 200, response.text
+    return list(response.json()["authorization"])
+
+
+def everything_rendered_in_namespace(cluster: kube.Cluster, namespace: str) -> str:
+    """ConfigMaps and pod specs (commands, args, env values) as one JSON text."""
+    serialize = cluster.api.sanitize_for_serialization
+    config_maps = cluster.core.list_namespaced_config_map(namespace).items
+    pods = cluster.core.list_namespaced_pod(namespace).items
+    return json.dumps(
+        {
+            "configmaps": [serialize(c) for c in config_maps],
+            "pod_specs": [serialize(p.spec) for p in pods],
+        }
+    )
+
+
+def container_logs(cluster: kube.Cluster, namespace: str, pod: client.V1Pod) -> str:
+    names = [c.name for c in (pod.spec.init_containers or []) + pod.spec.containers]
+    return "\n".join(kube.pod_log(cluster, namespace, pod.metadata.name, name) for name in names)
+
+
+def agent_exec(
+    cluster: kube.Cluster, namespace: str, pod: str, command: list[str], stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """Run in the agent container; values travel on stdin, never as arguments."""
+    cmd = [
+        kube.tool("kubectl"),
+        "--kubeconfig",
+        str(cluster.kubeconfig),
+        "-n",
+        namespace,
+        "exec",
+        "-i",
+        pod,
+        "-c",
+        "agent",
+        "--",
+        *command,
+    ]
+    return subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=120)
+
+
+def assert_values_nowhere(
+    cluster: kube.Cluster, namespace: str, helm: kube.Helm, values: list[str]
+) -> None:
+    """No planted value in ConfigMaps, pod specs, logs, the release manifest or /opt/data."""
+    rendered = everything_rendered_in_namespace(cluster, namespace)
+    pod = only_pod(cluster, namespace, RELEASE)
+    logs = container_logs(cluster, namespace, pod)
+    assert "vault.rendered" in logs, "the vault-render init container logged no render"
+    manifest = helm.run("get", "all", RELEASE)
+    for value in values:
+        assert value not in rendered, "a Vault value is in a ConfigMap or a pod spec"
+        assert value not in logs, "a Vault value is in a container log"
+        assert value not in manifest, "a Vault value is in the helm release"
+    # grep reads the values as patterns from stdin: exit 1 means no file holds any.
+    found = agent_exec(
+        cluster,
+        namespace,
+        pod.metadata.name,
+        ["grep", "-rlF", "-f", "-", "/opt/data"],
+        stdin="\n".join(values) + "\n",
+    )
+    assert found.returncode == 1, (
+        f"a Vault value is under /opt/data (backed up): {found.stdout} {found.stderr}"
+    )
+    env_file = agent_exec(
+        cluster, namespace, pod.metadata.name, ["stat", "-c", "%a", "/run/hermes/secrets/env"]
+    )
+    assert env_file.stdout.strip() == "600", f"env file mode: {env_file.stdout} {env_file.stderr}"
+
+
+def render_failure(cluster: kube.Cluster, namespace: str, release: str) -> tuple[int, str]:
+    """Wait for the release's vault-render init container to fail; its exit code and log."""
+    seen: dict[str, Any] = {}
+
+    def failed() -> bool:
+        pod = only_pod(cluster, namespace, release)
+        statuses = pod.status.init_container_statuses or []
+        for status in statuses:
+            if status.name != "vault-render":
+                continue
+            for previous, state in ((False, status.state), (True, status.last_state)):
+                if state is not None and state.terminated is not None:
+                    seen.update(pod=pod, previous=previous, code=state.terminated.exit_code)
+                    return True
+        return False
+
+    kube.wait_until(failed, 180, f"the vault-render init container of {release} to exit")
+    pod = seen["pod"]
+    log = kube.pod_log(
+        cluster, namespace, pod.metadata.name, "vault-render", previous=seen["previous"]
+    )
+    agent = [s for s in pod.status.container_statuses or [] if s.name == "agent"]
+    assert agent and agent[0].state.running is None, "the agent started without its secrets"
+    return int(seen["code"]), log
+
+
+@pytest.mark.timeout(900)
+def test_agent_gets_its_keys_from_openbao_through_kubernetes_auth(
+    cluster: kube.Cluster,
+    namespace: str,
+    helm: kube.Helm,
+    tmp_path: Path,
+    openbao_token_reviewer: str,
+) -> None:
+    missing = kube.missing_images(cluster, IMAGES)
+    assert not missing, f"images not loaded in the cluster: {missing} (ci/build-images.sh)"
+    root_token = secrets.token_hex(16)
+    openbao_values = write_values(tmp_path, "openbao.yaml", {"rootToken": root_token})
+    helm.install("openbao", OPENBAO_CHART, values=[openbao_values], timeout="3m")
+    helm.install("backends", BACKENDS_CHART, timeout="3m")
+
+    model_key = "sk-vault-" + secrets.token_hex(16)
+    api_key = "api-vault-" + secrets.token_hex(16)
+    planted = {"LLM_API_KEY": model_key, "API_SERVER_KEY": api_key}
+    with kube.port_forward(cluster, namespace, "svc/openbao", 8200) as port:
+        bao = hvac.Client(url=f"http://127.0.0.1:{port}", token=root_token)
+        configure_openbao(bao, namespace, SERVICE_ACCOUNT, planted)
+
+    agent_values = write_values(tmp_path, "vault.yaml", vault_values(ROLE))
+    helm.install(RELEASE, CHART, values=[CI_VALUES, agent_values], timeout="5m")
+    pod = only_pod(cluster, namespace, RELEASE)
+    assert pod.spec.service_account_name == SERVICE_ACCOUNT, pod.spec.service_account_name
+    chat_with_vault_keys(cluster, namespace, api_key)
+
+    received = keys_the_llm_received(cluster, namespace)
+    assert received, "the fake LLM received no request"
+    assert set(received) == {f"Bearer {model_key}"}, (
+        f"the fake LLM received other keys than the one planted in Vault ({len(received)} requests)"
+    )
+    print(f"the fake LLM saw the Vault model key on all {len(received)} requests")
+    assert_values_nowhere(cluster, namespace, helm, [model_key, api_key])
+
+    wrong = vault_values(WRONG_ROLE)
+    wrong.update(persistence={"enabled": False}, backup={"enabled": False})
+    wrong_values = write_values(tmp_path, "wrong-role.yaml", wrong)
+    helm.run(
+        "install",
+        WRONG_RELEASE,
+        str(CHART),
+        "--values",
+        str(CI_VALUES),
+        "--values",
+        str(wrong_values),
+    )
+    code, log = render_failure(cluster, namespace, WRONG_RELEASE)
+    print(f"wrong role: vault-render exited {code}: {log.strip().splitlines()[-1:]}")
+    assert code == 1, f"vault-render exited {code}; log:\n{log}"
+    assert f"'{WRONG_ROLE}'" in log and f"auth/{AUTH_PATH}" in log, log
+    assert VAULT_ADDR in log, log
+    for value in (model_key, api_key, root_token):
+        assert value not in log, "a secret value is in the failed init container's log"
