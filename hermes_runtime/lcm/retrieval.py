@@ -26,7 +26,26 @@ from hermes_runtime.lcm.schema import fetch_all, fetch_one
 from hermes_runtime.lcm.store import LcmStore
 
 TERM = re.compile(r"\w+", re.UNICODE)
-RRF_K = 60
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """How hybrid search builds its full-text query and fuses the two rankings.
+
+    Reciprocal rank fusion: an item scores ``weight / (rrf_k + rank)`` in each
+    ranking. The defaults were chosen on the tuning half of the evaluation
+    set and checked on the held-out half (bench/lcm_retrieval_eval.py,
+    docs/benchmarks.md).
+    """
+
+    rrf_k: int = 60
+    fts_weight: float = 1.0
+    vector_weight: float = 1.0
+    depth: int = 30  # candidates taken from each ranking (at least 3x the limit)
+    prefix: bool = False  # full-text terms also match as prefixes ("meet" finds "meeting")
+
+
+DEFAULT_FUSION = Fusion()
 
 
 @dataclass
@@ -54,18 +73,20 @@ _STOPWORD_TEXT = (
 STOPWORDS = frozenset(_STOPWORD_TEXT.split(" "))
 
 
-def fts_query(text: str, any_term: bool = False) -> str | None:
+def fts_query(text: str, any_term: bool = False, prefix: bool = False) -> str | None:
     """Quote every word: safe against FTS5 syntax, AND by default, OR for recall.
 
     The OR form (used by hybrid search for questions) drops stopwords, which
-    would otherwise match nearly every message.
+    would otherwise match nearly every message. ``prefix`` lets terms of four
+    letters or more match as prefixes (a quoted term followed by ``*``).
     """
     terms = TERM.findall(text)[:32]
     if any_term:
         terms = [t for t in terms if t.lower() not in STOPWORDS] or terms
     if not terms:
         return None
-    return (" OR " if any_term else " ").join(f'"{t}"' for t in terms)
+    quoted = [f'"{t}"*' if prefix and len(t) >= 4 else f'"{t}"' for t in terms]
+    return (" OR " if any_term else " ").join(quoted)
 
 
 def _covered_by(store: LcmStore, message_id: int) -> str | None:
@@ -183,7 +204,7 @@ def _vector_ranking(
     limit: int,
     index: VectorIndex | None,
 ) -> list[tuple[str, int, float]]:
-    vector = embedder.embed([query])[0]
+    vector = embedder.embed_query(query)
     return (index or VectorIndex()).search(store, embedder.model, vector, session_id, limit)
 
 
@@ -228,25 +249,23 @@ def hybrid_search(
     limit: int = 10,
     mode: str = "hybrid",
     index: VectorIndex | None = None,
+    fusion: Fusion = DEFAULT_FUSION,
 ) -> list[Hit]:
     """Reciprocal rank fusion of full-text (any term) and vector rankings.
 
     Rankings carry ids only; rows, snippets and ``covered_by`` are fetched
     for the ``limit`` results returned, not for every candidate.
     """
-    depth = max(limit * 3, 30)
-    rankings: list[list[tuple[str, int, float]]] = []
+    depth = max(limit * 3, fusion.depth)
+    rankings: list[tuple[float, list[tuple[str, int, float]]]] = []
     if mode in ("hybrid", "fts"):
-        fts = fts_query(query, any_term=True)
+        fts = fts_query(query, any_term=True, prefix=fusion.prefix)
         if fts:
-            rankings.append(_fts_ranking(store, fts, session_id, depth))
+            rankings.append((fusion.fts_weight, _fts_ranking(store, fts, session_id, depth)))
     if mode in ("hybrid", "vector") and embedder is not None:
-        rankings.append(_vector_ranking(store, embedder, query, session_id, depth, index))
-    scores: dict[tuple[str, int], float] = {}
-    for ranking in rankings:
-        for rank, (kind, item_id, _score) in enumerate(ranking):
-            key = (kind, item_id)
-            scores[key] = scores.get(key, 0.0) + 1.0 / (RRF_K + rank + 1)
+        vector = _vector_ranking(store, embedder, query, session_id, depth, index)
+        rankings.append((fusion.vector_weight, vector))
+    scores = _fused(rankings, fusion.rrf_k)
     ordered = sorted(scores, key=lambda key: -scores[key])
     hits: list[Hit] = []
     for kind, item_id in ordered:
@@ -256,6 +275,18 @@ def hybrid_search(
         if len(hits) == limit:
             break
     return hits
+
+
+def _fused(
+    rankings: list[tuple[float, list[tuple[str, int, float]]]], rrf_k: int
+) -> dict[tuple[str, int], float]:
+    """Weighted reciprocal rank fusion: no score calibration between rankings needed."""
+    scores: dict[tuple[str, int], float] = {}
+    for weight, ranking in rankings:
+        for rank, (kind, item_id, _score) in enumerate(ranking):
+            key = (kind, item_id)
+            scores[key] = scores.get(key, 0.0) + weight / (rrf_k + rank + 1)
+    return scores
 
 
 def describe(store: LcmStore, ref: str) -> dict[str, Any]:

