@@ -104,6 +104,22 @@ def open_group_start(items: list[ContextItem]) -> int:
     return len(items)
 
 
+def latest_user_turn_start(items: list[ContextItem]) -> int:
+    """Index of the newest user message: the turn the model is about to answer.
+
+    It must reach the model verbatim (as its stub when it was externalized),
+    never folded into a summary: the host would answer a summary instead of
+    the question. Compaction first folds everything older; when the turn
+    itself is still over budget, only its tool groups are folded. Its size
+    is bounded by ``externalize_chars``, so the context stays bounded.
+    """
+    for index in range(len(items) - 1, -1, -1):
+        message = items[index].message
+        if message is not None and message.role == "user":
+            return index
+    return len(items)
+
+
 def tail_start(items: list[ContextItem], starts: list[int], keep: int) -> int:
     """Index of the first item of the fresh tail (group-aligned, ``keep`` items or more)."""
     if keep <= 0:
@@ -229,10 +245,19 @@ def compact(
     items = store.context_items(session_id)
     report = CompactionReport(session_id, _total(items) + extra_tokens, 0, budget)
     keep = policy.fresh_tail_messages
+    whole_turn_kept = True  # phase 1: fold only what precedes the newest user message
     for _ in range(10_000):
         total = _total(items) + extra_tokens
         head = pinned_head(items)
-        tail = max(head, min(tail_start(items, group_bounds(items), keep), open_group_start(items)))
+        tail = min(tail_start(items, group_bounds(items), keep), open_group_start(items))
+        latest_user = latest_user_turn_start(items)
+        if whole_turn_kept:
+            tail = min(tail, latest_user)
+        elif latest_user < len(items):
+            # phase 2: the current turn alone is over budget (a long tool loop):
+            # fold its tool groups, never the user message that started it
+            head = max(head, latest_user + 1)
+        tail = max(head, tail)
         step = _condense_step(items, head, tail, policy)
         if step is None and (total > budget or force):
             step = _leaf_step(items, head, tail, policy)
@@ -243,6 +268,9 @@ def compact(
             continue
         if step is None and total > budget:
             step = _shrink_step(items, head, tail)
+        if step is None and total > budget and whole_turn_kept:
+            whole_turn_kept = False
+            continue
         if step is None:
             break
         run = items[step.start : step.end]

@@ -111,9 +111,48 @@ TOOL_NAMES = frozenset(t["name"] for t in TOOL_SCHEMAS)
 MAX_REFIT_PASSES = 4
 
 
-def fingerprint(message: dict[str, Any]) -> str:
-    data = json.dumps(message, sort_keys=True, ensure_ascii=False, default=str)
+# Version of ``fingerprint`` recorded in a session's host state ("fp"); states
+# written before it existed hold ``legacy_fingerprint`` prints.
+FINGERPRINT_SCHEME = 2
+
+
+def _digest(value: Any) -> str:
+    data = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.blake2b(data.encode(), digest_size=12).hexdigest()
+
+
+def fingerprint(message: dict[str, Any]) -> str:
+    """What identifies a message across host round trips: role, content, calls, call id.
+
+    Hosts hand the same message back in another shape: Hermes' API server
+    reloads a session from ``state.db`` (``X-Hermes-Session-Id``) with extra
+    keys (``timestamp``, ``finish_reason``, ``tool_name``...) and stripped
+    text. Hashing the whole dict made every reloaded message look new and
+    stored each turn again; only the fields the model sees count here.
+    """
+    content = message.get("content")
+    calls = message.get("tool_calls")
+    canonical = {
+        "role": message.get("role"),
+        "content": content.strip() if isinstance(content, str) else content,
+        "tool_calls": [_call_identity(c) for c in calls] if isinstance(calls, list) else None,
+        "tool_call_id": message.get("tool_call_id"),
+    }
+    return _digest(canonical)
+
+
+def _call_identity(call: Any) -> Any:
+    if not isinstance(call, dict):
+        return call
+    function = call.get("function")
+    if not isinstance(function, dict):
+        function = {}
+    return [call.get("id"), function.get("name"), function.get("arguments")]
+
+
+def legacy_fingerprint(message: dict[str, Any]) -> str:
+    """Scheme 1 (the whole dict): only to read host states saved by older releases."""
+    return _digest(message)
 
 
 def aligned_prefix(known: list[str], prints: list[str]) -> int:
@@ -127,6 +166,37 @@ def aligned_prefix(known: list[str], prints: list[str]) -> int:
         if "|" + "|".join(prints[:k]) + "|" in haystack:
             return k
     return 0
+
+
+def known_overlap(
+    saved: dict[str, Any], block: list[int], candidates: list[dict[str, Any]], prints: list[str]
+) -> int:
+    """How many leading ``candidates`` (the host's messages after its last block) are stored.
+
+    A host built on our latest context holds our latest block and the raw
+    tail after it (``raw``). A host that holds an older block, or none after
+    we compacted, replays what it held before that compaction (``stale``):
+    Hermes hands its pre-compaction transcript to the turn hook, and its API
+    server reloads a session from ``state.db``. Aligning a stale host with
+    the tail made every replayed message look new and stored it again.
+    """
+    if saved.get("fp", 1) != FINGERPRINT_SCHEME:
+        return aligned_prefix(saved.get("raw", []), [legacy_fingerprint(m) for m in candidates])
+    raw, stale = saved.get("raw", []), saved.get("stale", [])
+    if "block" not in saved or block == saved["block"]:
+        return aligned_prefix(raw, prints)
+    return aligned_prefix(stale, prints) or aligned_prefix(raw, prints)
+
+
+def next_host_state(
+    saved: dict[str, Any], block: list[int], prints: list[str], overlap: int
+) -> dict[str, Any]:
+    """What the host holds after this sync, as seen from our latest context."""
+    current = saved.get("fp", 1) == FINGERPRINT_SCHEME
+    if not current or "block" not in saved or block == saved["block"]:
+        return {**saved, "raw": prints, "fp": FINGERPRINT_SCHEME}
+    # A stale host: its new messages extend our latest context's raw tail.
+    return {**saved, "raw": saved.get("raw", []) + prints[overlap:], "stale": prints}
 
 
 @dataclass
@@ -221,31 +291,50 @@ class LcmEngine:
         head = 0
         while head < len(host_messages) and host_messages[head].get("role") == "system":
             head += 1
-        candidates = self._after_last_block(session_id, host_messages[head:])
+        block, candidates = self._split_at_last_block(session_id, host_messages[head:])
+        saved = self.store.host_state(session_id)
         prints = [fingerprint(m) for m in candidates]
-        known = self.store.host_state(session_id).get("raw", [])
-        overlap = aligned_prefix(known, prints)
+        overlap = known_overlap(saved, block, candidates, prints)
         fresh = candidates[overlap:]
-        state = {"raw": prints} if fresh or prints != known else None
-        count = self.ingest(session_id, fresh, host_state=state)
+        state = next_host_state(saved, block, prints, overlap)
+        count = self.ingest(session_id, fresh, host_state=state if state != saved else None)
         return SyncResult(count, host_messages[:head])
 
-    def _after_last_block(
+    def _split_at_last_block(
         self, session_id: str, conversation: list[dict[str, Any]]
-    ) -> list[dict[str, Any]]:
-        """The messages after the last one carrying this session's summary headers."""
+    ) -> tuple[list[int], list[dict[str, Any]]]:
+        """Ids of the last message carrying this session's summary headers, and what follows."""
         for index in range(len(conversation) - 1, -1, -1):
             ids = summary_refs_in(conversation[index])
             if ids and all(
                 (s := self.store.summary(i)) is not None and s.session_id == session_id for i in ids
             ):
-                return conversation[index + 1 :]
-        return conversation
+                return ids, conversation[index + 1 :]
+        return [], conversation
+
+    def _after_last_block(
+        self, session_id: str, conversation: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """The messages after the last one carrying this session's summary headers."""
+        return self._split_at_last_block(session_id, conversation)[1]
 
     def remember_context(self, session_id: str, conversation: list[dict[str, Any]]) -> None:
-        """Record the raw tail of a context we hand to the host."""
-        raw = self._after_last_block(session_id, conversation)
-        self.store.set_host_state(session_id, {"raw": [fingerprint(m) for m in raw]})
+        """Record the context we hand to the host: its last block and the raw tail after it.
+
+        The raw messages the host held before (``stale``) are kept too: a host
+        may still hand back its pre-compaction transcript once (Hermes' turn
+        hook after a compaction in the same turn).
+        """
+        block, raw = self._split_at_last_block(session_id, conversation)
+        saved = self.store.host_state(session_id)
+        previous = saved.get("raw", []) if saved.get("fp", 1) == FINGERPRINT_SCHEME else []
+        state = {
+            "raw": [fingerprint(m) for m in raw],
+            "block": block,
+            "stale": previous,
+            "fp": FINGERPRINT_SCHEME,
+        }
+        self.store.set_host_state(session_id, state)
 
     # -- compaction and assembly -------------------------------------------
 

@@ -170,14 +170,37 @@ class _Shared:
         self.loaded_at = time.time()
 
     def bind_session(self, hermes_session_id: str, lcm_session_id: str) -> None:
-        """Remember which LCM session holds a Hermes session (rotations keep the old one)."""
+        """Remember which LCM session holds a Hermes session (rotations keep the old one).
+
+        Persisted in ``lcm.db`` (``host_sessions``): after a gateway restart a
+        continuing Hermes session, rotated or not, finds its LCM session again.
+        """
+        if self.lcm_session(hermes_session_id, open_store=True) == lcm_session_id:
+            return
+        self.engine().store.bind_host_session(hermes_session_id, lcm_session_id)
         with self._sessions_guard:
             self._lcm_sessions[hermes_session_id] = lcm_session_id
 
-    def lcm_session(self, hermes_session_id: str) -> str | None:
-        """The LCM session an engine bound to this Hermes session, or None if none did."""
+    def lcm_session(self, hermes_session_id: str, open_store: bool = False) -> str | None:
+        """The LCM session bound to this Hermes session (in this process or before), or None.
+
+        Without ``open_store`` a process where no LCM engine was bound yet
+        answers None without creating ``lcm.db`` (another context engine may
+        be selected: the turn hook must then do nothing).
+        """
         with self._sessions_guard:
-            return self._lcm_sessions.get(hermes_session_id)
+            cached = self._lcm_sessions.get(hermes_session_id)
+        if cached is not None or not hermes_session_id:
+            return cached
+        with self._guard:
+            opened = self._engine is not None
+        if not opened and not open_store:
+            return None
+        found = self.engine().store.host_session(hermes_session_id)
+        if found is not None:
+            with self._sessions_guard:
+                self._lcm_sessions[hermes_session_id] = found
+        return found
 
     def store_turn(
         self,
@@ -360,8 +383,13 @@ class LcmContextEngine(ContextEngine):
         old_session_id = kwargs.get("old_session_id")
         kept = ""
         if old_session_id:
-            kept = self._session_id or self._shared.lcm_session(str(old_session_id)) or ""
-        self._session_id = kept or self._shared.lcm_session(session_id) or session_id
+            kept = (
+                self._session_id
+                or self._shared.lcm_session(str(old_session_id), open_store=True)
+                or ""
+            )
+        bound = self._shared.lcm_session(session_id, open_store=True)
+        self._session_id = kept or bound or session_id
         self._shared.bind_session(session_id, self._session_id)
 
     def on_session_end(self, session_id: str, messages: list[dict[str, Any]]) -> None:

@@ -119,6 +119,18 @@ MIGRATIONS: tuple[str, ...] = (
         SELECT RAISE(ABORT, 'LCM messages are immutable');
     END;
     """,
+    # 2: which LCM session holds each host (Hermes) session id. Hermes rotates
+    # its id at compaction and the gateway restarts (pod restart, plugin reload,
+    # secret rotation): the binding must outlive the process, or a continuing
+    # conversation would start a second LCM session without its history.
+    """
+    CREATE TABLE IF NOT EXISTS host_sessions (
+        host_session_id TEXT PRIMARY KEY,
+        lcm_session_id  TEXT NOT NULL REFERENCES sessions(id),
+        bound_at        REAL NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX IF NOT EXISTS host_sessions_lcm ON host_sessions(lcm_session_id);
+    """,
 )
 
 

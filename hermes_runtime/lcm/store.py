@@ -139,6 +139,29 @@ class LcmStore:
         row = fetch_one(self.conn, "SELECT 1 FROM sessions WHERE id = ?", (session_id,))
         return row is not None
 
+    def bind_host_session(self, host_session_id: str, lcm_session_id: str) -> None:
+        """Persist that the host's session id continues ``lcm_session_id`` (created if new)."""
+        _validate_session_id(host_session_id)
+        _validate_session_id(lcm_session_id)
+        with self._write_lock, write_transaction(self.conn):
+            self._ensure_session(lcm_session_id)
+            self.conn.execute(
+                "INSERT INTO host_sessions(host_session_id, lcm_session_id, bound_at) "
+                "VALUES (?, ?, ?) ON CONFLICT(host_session_id) DO UPDATE SET "
+                "lcm_session_id = excluded.lcm_session_id, bound_at = excluded.bound_at "
+                "WHERE lcm_session_id <> excluded.lcm_session_id",
+                (host_session_id, lcm_session_id, time.time()),
+            )
+
+    def host_session(self, host_session_id: str) -> str | None:
+        """The LCM session bound to a host session id, or None."""
+        value = fetch_value(
+            self.conn,
+            "SELECT lcm_session_id FROM host_sessions WHERE host_session_id = ?",
+            (host_session_id,),
+        )
+        return str(value) if value is not None else None
+
     def host_state(self, session_id: str) -> dict[str, Any]:
         row = fetch_one(self.conn, "SELECT host_state FROM sessions WHERE id = ?", (session_id,))
         return json.loads(row[0]) if row and row[0] else {}
