@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from conftest import gateway_config, stored_rows
 from fakes.fixtures import FakeLLM
+from lcm_gateway import gateway_config, stored_rows
 
 SESSION = "lcm-continuity"
 EXTERNALIZE_CHARS = 30_000
