@@ -27,11 +27,14 @@ from hermes_runtime.common.logs import Reporter, log_event, reporter
 
 @dataclass
 class VerifyReport:
+    """What ``verify`` checked; ``marked``: was the ``verified/<id>.json`` mark stored?"""
+
     snapshot: str
     files: int
     databases: int
     bytes: int
     problems: list[str] = field(default_factory=list)
+    marked: bool = False
 
     @property
     def ok(self) -> bool:
@@ -79,8 +82,16 @@ def verify_snapshot(
     *,
     work_dir: Path | None = None,
     stream: TextIO | None = None,
+    mark: bool = True,
 ) -> VerifyReport:
-    """Check every blob's sha256 and every database; raise naming what is broken."""
+    """Check every blob's sha256 and every database; raise naming what is broken.
+
+    A sound snapshot gets a ``verified/<id>.json`` mark (prune never deletes
+    the newest marked one) unless ``mark`` is False. The mark is bookkeeping,
+    not the verdict: on a read-only target (a backup PVC mounted read-only,
+    read-only S3 credentials) failing to write it is a warning, and the
+    verification still succeeds.
+    """
     snapshot_id = resolve_snapshot(target, snapshot)
     manifest = load_manifest(target, snapshot_id)
     report = VerifyReport(
@@ -101,12 +112,29 @@ def verify_snapshot(
             f"snapshot {snapshot_id} in {target.url} failed verification "
             f"({len(report.problems)} problem(s)):\n  {listing}"
         )
-    mark = {"snapshot": snapshot_id, "verified_at": datetime.now(UTC).isoformat()}
-    try:
-        target.put_bytes(verified_key(snapshot_id), json.dumps(mark).encode())
-    except RuntimeFailure as exc:  # a read-only target: the check itself still stands
-        log_event("backup.verify.mark_not_written", stream, snapshot=snapshot_id, error=str(exc))
+    if mark:
+        report.marked = _write_mark(target, snapshot_id, stream)
     return report
+
+
+def _write_mark(target: Target, snapshot_id: str, stream: TextIO | None) -> bool:
+    record = {"snapshot": snapshot_id, "verified_at": datetime.now(UTC).isoformat()}
+    try:
+        target.put_bytes(verified_key(snapshot_id), json.dumps(record).encode())
+    except RuntimeFailure as exc:
+        log_event(
+            "backup.verify.mark_not_written",
+            stream,
+            level="warning",
+            target=target.url,
+            snapshot=snapshot_id,
+            message=(
+                f"snapshot {snapshot_id} is sound, but the verified mark could not be "
+                f"written to {target.url} (read-only target? use --no-mark): {exc}"
+            ),
+        )
+        return False
+    return True
 
 
 def _verify_files(

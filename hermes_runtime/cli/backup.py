@@ -64,6 +64,11 @@ def register(subparsers: Any) -> None:
     verify = verbs.add_parser("verify", help="download a snapshot and check every byte")
     _target_args(verify)
     verify.add_argument("--snapshot", default="latest", metavar="ID|latest")
+    verify.add_argument(
+        "--no-mark",
+        action="store_true",
+        help="do not record verified/<id>.json in the target (e.g. a read-only target)",
+    )
     verify.add_argument("--json", action="store_true")
     verify.set_defaults(handler=_verify)
 
@@ -131,12 +136,14 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    report = verify_snapshot(_target(args), args.snapshot)
+    report = verify_snapshot(_target(args), args.snapshot, mark=not args.no_mark)
     if args.json:
         print_json(dataclasses.asdict(report))
     else:
+        unmarked = "" if report.marked else "; verified mark not written"
         print(
-            f"snapshot {report.snapshot}: ok ({report.files} files, {report.databases} databases)"
+            f"snapshot {report.snapshot}: ok ({report.files} files, "
+            f"{report.databases} databases{unmarked})"
         )
     return 0
 
