@@ -234,11 +234,13 @@ def compact(
     *,
     extra_tokens: int = 0,
     force: bool = False,
+    focus: str = "",
 ) -> CompactionReport:
     """Compact ``session_id`` until its context plus ``extra_tokens`` fits ``budget``.
 
     ``force`` (a manual ``/compress``) folds every raw message outside the fresh
-    tail even when the context already fits.
+    tail even when the context already fits. ``focus`` (``/compress <topic>``)
+    steers the summaries this compaction writes toward that topic.
     """
     started = time.monotonic()
     deadline = started + policy.deadline_seconds
@@ -277,7 +279,7 @@ def compact(
         target = _bounded_target(run, step.target)
         text = "\n".join(item_text(store, item) for item in run)
         result = summarize_with_escalation(
-            summarizer, text, target, deadline, policy.call_timeout_seconds
+            summarizer, text, target, deadline, policy.call_timeout_seconds, focus
         )
         new = NewSummary(
             depth=step.depth,

@@ -339,7 +339,12 @@ class LcmEngine:
     # -- compaction and assembly -------------------------------------------
 
     def compact(
-        self, session_id: str, budget: int, extra_tokens: int = 0, force: bool = False
+        self,
+        session_id: str,
+        budget: int,
+        extra_tokens: int = 0,
+        force: bool = False,
+        focus: str = "",
     ) -> CompactionReport:
         with self.session_lock(session_id):
             report = compact(
@@ -350,6 +355,7 @@ class LcmEngine:
                 self.config.policy,
                 extra_tokens=extra_tokens,
                 force=force,
+                focus=focus,
             )
         metrics.COMPACTION_SECONDS.observe(report.seconds)
         metrics.COMPACTION_TOKENS_IN.inc(report.tokens_before)
@@ -366,13 +372,17 @@ class LcmEngine:
         return assemble(self.store, session_id)
 
     def fitted_context(
-        self, session_id: str, budget: int, system_head: list[dict[str, Any]] | None = None
+        self,
+        session_id: str,
+        budget: int,
+        system_head: list[dict[str, Any]] | None = None,
+        focus: str = "",
     ) -> tuple[list[dict[str, Any]], CompactionReport]:
         """Compact as needed, then assemble; the host's system messages ride in front."""
         head = system_head or []
         head_tokens = count_tokens(head)
         with self.session_lock(session_id):
-            report = self.compact(session_id, budget, extra_tokens=head_tokens)
+            report = self.compact(session_id, budget, extra_tokens=head_tokens, focus=focus)
             messages = self.context(session_id)
             counted = report.tokens_after  # by stored per-item counts
             for _ in range(MAX_REFIT_PASSES):
@@ -381,7 +391,9 @@ class LcmEngine:
                     break
                 # Stored per-item counts can miss what assembly adds (stubs, repaired
                 # tool results): aim below what the counts say by the measured overflow.
-                again = self.compact(session_id, counted - overflow, extra_tokens=head_tokens)
+                again = self.compact(
+                    session_id, counted - overflow, extra_tokens=head_tokens, focus=focus
+                )
                 counted = again.tokens_after
                 report.summaries_created += again.summaries_created
                 report.levels += again.levels

@@ -156,6 +156,36 @@ def in_background_review() -> bool:
     return getattr(marker, "allowed", None) is not None
 
 
+MEMORY_CONTEXT_MARKER = (
+    "[LCM memory context: what the memory provider recalled at the last compaction; "
+    "background knowledge, not part of the conversation]"
+)
+
+
+def with_memory_context(
+    system_head: list[dict[str, Any]], memory_context: str
+) -> list[dict[str, Any]]:
+    """The host's system messages plus the newest memory context (one, never stacked).
+
+    The host hands our previous memory message back among its leading system
+    messages; a new ``memory_context`` replaces it, an empty one keeps it.
+    """
+    text = (memory_context or "").strip()
+    if not text:
+        return system_head
+    kept = [m for m in system_head if not is_memory_message(m)]
+    return [*kept, {"role": "system", "content": f"{MEMORY_CONTEXT_MARKER}\n{text}"}]
+
+
+def is_memory_message(message: dict[str, Any]) -> bool:
+    content = message.get("content")
+    return (
+        message.get("role") == "system"
+        and isinstance(content, str)
+        and content.startswith(MEMORY_CONTEXT_MARKER)
+    )
+
+
 class _Shared:
     """State every copy of the engine shares: created lazily, once."""
 
@@ -348,20 +378,29 @@ class LcmContextEngine(ContextEngine):
         force: bool = False,
         memory_context: str = "",
     ) -> list[dict[str, Any]]:
-        """Ingest what is new, fold old turns into summaries, return the fitted context."""
+        """Ingest what is new, fold old turns into summaries, return the fitted context.
+
+        ``focus_topic`` (``/compress <topic>``) steers this compaction's
+        summaries. ``memory_context`` (what the memory provider returned just
+        before compaction) is never ingested nor summarized: it rides in the
+        system part of the returned context, replacing the one of an earlier
+        compaction, and stays there until a newer one arrives.
+        """
         engine = self.engine
         session = self.session_id
+        focus = (focus_topic or "").strip()
         with engine.session_lock(session):
             synced = engine.sync(session, messages)
+            head = with_memory_context(synced.system_head, memory_context)
             overhead = max(0, (current_tokens or 0) - tokens_of(messages))
             target = int(self.context_length * self._target_percent) - overhead
             budget = max(MIN_BUDGET_TOKENS, target)
-            fitted, report = engine.fitted_context(session, budget, synced.system_head)
+            fitted, report = engine.fitted_context(session, budget, head, focus=focus)
             if force and not report.summaries_created:
-                report = engine.compact(session, budget, force=True)
+                report = engine.compact(session, budget, force=True, focus=focus)
                 conversation = engine.context(session)
                 engine.remember_context(session, conversation)
-                fitted = synced.system_head + conversation
+                fitted = head + conversation
         self.compression_count += 1
         self._last_compress_aborted = False
         self._last_compression_made_progress = bool(report.summaries_created)
