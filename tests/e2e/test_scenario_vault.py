@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import secrets
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -57,7 +58,12 @@ ROLE = "hermes-agent"
 WRONG_ROLE = "no-such-role"
 POLICY = "hermes-agent"
 KV_MOUNT = "secret"  # the dev server's KV v2 mount
-KV_PATH = "hermes/agent"
+AGENT_PATH = "hermes/agent"  # KV v2 paths (the API path adds data/)
+BACKUP_PATH = "hermes/backup"
+S3_CHART = Path(__file__).parent / "charts" / "s3-backend"
+BUCKET = "backups"  # what the s3-backend chart creates
+S3_PREFIX = "hermes"
+HERMES_RUNTIME = Path(sys.executable).parent / "hermes-runtime"
 API_PORT = 8642
 TRANSPORT_ATTEMPTS = 3
 
@@ -68,9 +74,16 @@ def write_values(tmp_path: Path, name: str, values: dict[str, Any]) -> Path:
     return path
 
 
-def vault_values(role: str) -> dict[str, Any]:
-    """What a user puts in values.yaml: where Vault is and which paths to read; no value."""
-    api_path = f"{KV_MOUNT}/data/{KV_PATH}"
+def vault_values(role: str, kv: dict[str, list[str]]) -> dict[str, Any]:
+    """What a user puts in values.yaml: where Vault is and which paths to read; no value.
+
+    `kv` maps a KV v2 path to the keys read from it (each key becomes the env var).
+    """
+    entries = [
+        {"path": f"{KV_MOUNT}/data/{path}", "key": key, "env": key}
+        for path, keys in kv.items()
+        for key in keys
+    ]
     return {
         "vault": {
             "enabled": True,
@@ -78,13 +91,18 @@ def vault_values(role: str) -> dict[str, Any]:
             "role": role,
             "authPath": AUTH_PATH,
             "audience": AUDIENCE,
-            "secrets": [
-                {"path": api_path, "key": "LLM_API_KEY", "env": "LLM_API_KEY"},
-                {"path": api_path, "key": "API_SERVER_KEY", "env": "API_SERVER_KEY"},
-            ],
+            "secrets": entries,
         },
         "tests": {"enabled": False},
     }
+
+
+def install_openbao(helm: kube.Helm, tmp_path: Path) -> str:
+    """The in-namespace OpenBao dev server; returns its (random) root token."""
+    root_token = secrets.token_hex(16)
+    values = write_values(tmp_path, "openbao.yaml", {"rootToken": root_token})
+    helm.install("openbao", OPENBAO_CHART, values=[values], timeout="3m")
+    return root_token
 
 
 @pytest.fixture
@@ -119,15 +137,20 @@ def openbao_token_reviewer(cluster: kube.Cluster, namespace: str) -> Iterator[st
 
 
 def configure_openbao(
-    bao: hvac.Client, namespace: str, service_account: str, planted: dict[str, str]
+    bao: hvac.Client, namespace: str, service_account: str, kv: dict[str, dict[str, str]]
 ) -> None:
-    """The platform team's steps (docs/vault.md "Tested end to end"), via the HTTP API."""
+    """The platform team's steps (docs/vault.md "Tested end to end"), via the HTTP API.
+
+    `kv` maps each KV v2 path to the fields planted there; the policy reads exactly those.
+    """
     bao.sys.enable_auth_method("kubernetes", path=AUTH_PATH)
     # In a pod OpenBao reads its own ServiceAccount token and the cluster CA.
     bao.auth.kubernetes.configure(
         kubernetes_host="https://kubernetes.default.svc", mount_point=AUTH_PATH
     )
-    policy = f'path "{KV_MOUNT}/data/{KV_PATH}" {{\n  capabilities = ["read"]\n}}\n'
+    policy = "".join(
+        f'path "{KV_MOUNT}/data/{path}" {{\n  capabilities = ["read"]\n}}\n' for path in kv
+    )
     bao.sys.create_or_update_policy(POLICY, policy)
     bao.auth.kubernetes.create_role(
         ROLE,
@@ -138,7 +161,16 @@ def configure_openbao(
         ttl="1h",
         mount_point=AUTH_PATH,
     )
-    bao.secrets.kv.v2.create_or_update_secret(KV_PATH, secret=planted, mount_point=KV_MOUNT)
+    for path, fields in kv.items():
+        bao.secrets.kv.v2.create_or_update_secret(path, secret=fields, mount_point=KV_MOUNT)
+
+
+def set_up_openbao(
+    cluster: kube.Cluster, namespace: str, root_token: str, kv: dict[str, dict[str, str]]
+) -> None:
+    with kube.port_forward(cluster, namespace, "svc/openbao", 8200) as port:
+        bao = hvac.Client(url=f"http://127.0.0.1:{port}", token=root_token)
+        configure_openbao(bao, namespace, SERVICE_ACCOUNT, kv)
 
 
 def with_transport_retries(what: str, call: Callable[[], httpx.Response]) -> httpx.Response:
@@ -172,9 +204,13 @@ def agent_selector(release: str) -> str:
     return f"app.kubernetes.io/instance={release},app.kubernetes.io/component=agent"
 
 
-def only_pod(cluster: kube.Cluster, namespace: str, release: str) -> client.V1Pod:
+def live_pods(cluster: kube.Cluster, namespace: str, release: str) -> list[client.V1Pod]:
     pods = cluster.core.list_namespaced_pod(namespace, label_selector=agent_selector(release))
-    live = [p for p in pods.items if p.metadata.deletion_timestamp is None]
+    return [p for p in pods.items if p.metadata.deletion_timestamp is None]
+
+
+def only_pod(cluster: kube.Cluster, namespace: str, release: str) -> client.V1Pod:
+    live = live_pods(cluster, namespace, release)
     assert len(live) == 1, f"expected one agent pod of {release}: {[p.metadata.name for p in live]}"
     return live[0]
 
@@ -285,7 +321,10 @@ def render_failure(cluster: kube.Cluster, namespace: str, release: str) -> tuple
     seen: dict[str, Any] = {}
 
     def failed() -> bool:
-        pod = only_pod(cluster, namespace, release)
+        pods = live_pods(cluster, namespace, release)
+        if not pods:  # the Deployment creates it a moment after `helm install` returns
+            return False
+        (pod,) = pods
         statuses = pod.status.init_container_statuses or []
         for status in statuses:
             if status.name != "vault-render":
@@ -302,7 +341,7 @@ def render_failure(cluster: kube.Cluster, namespace: str, release: str) -> tuple
         cluster, namespace, pod.metadata.name, "vault-render", previous=seen["previous"]
     )
     agent = [s for s in pod.status.container_statuses or [] if s.name == "agent"]
-    assert agent and agent[0].state.running is None, "the agent started without its secrets"
+    assert not any(s.state.running for s in agent), "the agent started without its secrets"
     return int(seen["code"]), log
 
 
@@ -316,19 +355,17 @@ def test_agent_gets_its_keys_from_openbao_through_kubernetes_auth(
 ) -> None:
     missing = kube.missing_images(cluster, IMAGES)
     assert not missing, f"images not loaded in the cluster: {missing} (ci/build-images.sh)"
-    root_token = secrets.token_hex(16)
-    openbao_values = write_values(tmp_path, "openbao.yaml", {"rootToken": root_token})
-    helm.install("openbao", OPENBAO_CHART, values=[openbao_values], timeout="3m")
+    root_token = install_openbao(helm, tmp_path)
     helm.install("backends", BACKENDS_CHART, timeout="3m")
 
     model_key = "sk-vault-" + secrets.token_hex(16)
     api_key = "api-vault-" + secrets.token_hex(16)
     planted = {"LLM_API_KEY": model_key, "API_SERVER_KEY": api_key}
-    with kube.port_forward(cluster, namespace, "svc/openbao", 8200) as port:
-        bao = hvac.Client(url=f"http://127.0.0.1:{port}", token=root_token)
-        configure_openbao(bao, namespace, SERVICE_ACCOUNT, planted)
+    set_up_openbao(cluster, namespace, root_token, {AGENT_PATH: planted})
 
-    agent_values = write_values(tmp_path, "vault.yaml", vault_values(ROLE))
+    agent_values = write_values(
+        tmp_path, "vault.yaml", vault_values(ROLE, {AGENT_PATH: [*planted]})
+    )
     helm.install(RELEASE, CHART, values=[CI_VALUES, agent_values], timeout="5m")
     pod = only_pod(cluster, namespace, RELEASE)
     assert pod.spec.service_account_name == SERVICE_ACCOUNT, pod.spec.service_account_name
@@ -342,7 +379,7 @@ def test_agent_gets_its_keys_from_openbao_through_kubernetes_auth(
     print(f"the fake LLM saw the Vault model key on all {len(received)} requests")
     assert_values_nowhere(cluster, namespace, helm, [model_key, api_key])
 
-    wrong = vault_values(WRONG_ROLE)
+    wrong = vault_values(WRONG_ROLE, {AGENT_PATH: [*planted]})
     wrong.update(persistence={"enabled": False}, backup={"enabled": False})
     wrong_values = write_values(tmp_path, "wrong-role.yaml", wrong)
     helm.run(
@@ -361,3 +398,104 @@ def test_agent_gets_its_keys_from_openbao_through_kubernetes_auth(
     assert VAULT_ADDR in log, log
     for value in (model_key, api_key, root_token):
         assert value not in log, "a secret value is in the failed init container's log"
+
+
+def run_backup_job(cluster: kube.Cluster, namespace: str) -> client.V1Pod:
+    """`kubectl create job --from=cronjob/...` (what an operator does); its finished pod."""
+    batch = client.BatchV1Api(cluster.api)
+    selector = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=backup"
+    (cronjob,) = batch.list_namespaced_cron_job(namespace, label_selector=selector).items
+    job = kube.unique_name("backup-now")
+    kube.kubectl(
+        cluster, namespace, "create", "job", job, f"--from=cronjob/{cronjob.metadata.name}"
+    )
+
+    def finished() -> bool:
+        status = batch.read_namespaced_job_status(job, namespace).status
+        assert not status.failed, f"backup job {job} failed: {status.conditions}"
+        return bool(status.succeeded)
+
+    kube.wait_until(finished, 300, f"backup job {job} to succeed")
+    (pod,) = cluster.core.list_namespaced_pod(namespace, label_selector=f"job-name={job}").items
+    return pod
+
+
+def listed_snapshots(port: int, access_key: str, secret_key: str) -> list[dict[str, Any]]:
+    """The .venv's `backup list` against the forwarded S3; credentials only in its env."""
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "AWS_ACCESS_KEY_ID": access_key,
+        "AWS_SECRET_ACCESS_KEY": secret_key,
+        "AWS_REGION": "us-east-1",
+    }
+    cmd = [
+        str(HERMES_RUNTIME),
+        "backup",
+        "list",
+        "--target",
+        f"s3://{BUCKET}/{S3_PREFIX}",
+        "--s3-endpoint",
+        f"http://127.0.0.1:{port}",
+        "--json",
+    ]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, f"backup list failed: {result.stderr}"
+    return list(json.loads(result.stdout))
+
+
+def s3_values_without_credentials() -> dict[str, Any]:
+    """Backup to the in-namespace S3 with no existingSecret: credentials come from Vault."""
+    s3 = {
+        "bucket": BUCKET,
+        "prefix": S3_PREFIX,
+        "endpoint": "http://s3:8333",
+        "region": "us-east-1",
+        "existingSecret": "",
+    }
+    return {"backup": {"enabled": True, "mode": "cronjob", "target": {"type": "s3", "s3": s3}}}
+
+
+@pytest.mark.timeout(900)
+def test_backup_cronjob_takes_its_s3_credentials_from_openbao(
+    cluster: kube.Cluster,
+    namespace: str,
+    helm: kube.Helm,
+    tmp_path: Path,
+    openbao_token_reviewer: str,
+) -> None:
+    missing = kube.missing_images(cluster, [*IMAGES, "hermes-runtime/seaweedfs:dev"])
+    assert not missing, f"images not loaded in the cluster: {missing} (ci/build-images.sh)"
+    root_token = install_openbao(helm, tmp_path)
+    helm.install("backends", BACKENDS_CHART, timeout="3m")
+    access_key = "AK" + secrets.token_hex(8).upper()
+    secret_key = secrets.token_hex(20)
+    s3_server = write_values(
+        tmp_path, "s3.yaml", {"bucket": BUCKET, "accessKey": access_key, "secretKey": secret_key}
+    )
+    helm.install("s3", S3_CHART, values=[s3_server], timeout="3m")
+
+    model_key = "sk-vault-" + secrets.token_hex(16)
+    agent = {"LLM_API_KEY": model_key}
+    backup = {"AWS_ACCESS_KEY_ID": access_key, "AWS_SECRET_ACCESS_KEY": secret_key}
+    set_up_openbao(cluster, namespace, root_token, {AGENT_PATH: agent, BACKUP_PATH: backup})
+
+    values = vault_values(ROLE, {AGENT_PATH: [*agent], BACKUP_PATH: [*backup]})
+    values.update(s3_values_without_credentials())
+    agent_values = write_values(tmp_path, "vault-s3.yaml", values)
+    helm.install(RELEASE, CHART, values=[CI_VALUES, agent_values], timeout="5m")
+
+    job_pod = run_backup_job(cluster, namespace)
+    env_names = {e.name for c in job_pod.spec.containers for e in c.env or []}
+    assert "AWS_SECRET_ACCESS_KEY" not in env_names, "the job got S3 credentials from its spec"
+    with kube.port_forward(cluster, namespace, "svc/s3", 8333) as port:
+        snapshots = listed_snapshots(port, access_key, secret_key)
+    assert [s["status"] for s in snapshots] == ["ok"], f"snapshots in the bucket: {snapshots}"
+    print(f"backup job {job_pod.metadata.name} wrote snapshot {snapshots[0]['id']} to S3")
+
+    rendered = everything_rendered_in_namespace(cluster, namespace)
+    logs = container_logs(cluster, namespace, job_pod)
+    manifest = helm.run("get", "all", RELEASE)
+    for value in (secret_key, model_key):
+        assert value not in rendered, "a Vault value is in a ConfigMap or a pod spec"
+        assert value not in logs, "a Vault value is in the backup job's log"
+        assert value not in manifest, "a Vault value is in the helm release"
