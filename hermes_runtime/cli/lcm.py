@@ -54,6 +54,17 @@ def register(subparsers: Any) -> None:
         "--full", action="store_true", help="also integrity_check and FTS5 integrity-check (slow)"
     )
     p.add_argument("--rebuild-fts", action="store_true", help="rebuild the FTS indexes first")
+    p.add_argument(
+        "--fix",
+        action="store_true",
+        help="delete orphan output files (no row references them) older than --grace-seconds",
+    )
+    p.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=3600.0,
+        help="with --fix: keep orphans younger than this (a write may be about to commit)",
+    )
     p.set_defaults(handler=_doctor)
 
 
@@ -212,23 +223,33 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from hermes_runtime.lcm.doctor import doctor, rebuild_fts
+    from hermes_runtime.lcm.doctor import doctor, rebuild_fts, remove_orphan_outputs
 
+    if args.grace_seconds < 0:
+        raise RuntimeFailure(f"--grace-seconds {args.grace_seconds}: must be 0 or more")
     engine = _engine(args)
     try:
         if args.rebuild_fts:
             rebuild_fts(engine.store)
+        sweep = remove_orphan_outputs(engine.store, args.grace_seconds) if args.fix else None
         report = doctor(engine.store, full=args.full)
     finally:
         engine.close()
-    payload = {
+    payload: dict[str, Any] = {
         "ok": report.ok,
         "checks": report.checks,
         "problems": report.problems,
         "seconds": report.seconds,
     }
-    text = "ok" if report.ok else "problems:\n" + "\n".join(f"- {p}" for p in report.problems)
-    _emit(args, payload, text)
+    lines = ["ok"] if report.ok else ["problems:", *(f"- {p}" for p in report.problems)]
+    if sweep is not None:
+        payload["fixed"] = sweep.as_dict()
+        lines += [f"removed orphan output {rel}" for rel in sweep.removed]
+        lines.append(
+            f"removed {len(sweep.removed)} orphan file(s), {sweep.removed_bytes} bytes; "
+            f"{len(sweep.kept_recent)} younger than {args.grace_seconds:g} s kept"
+        )
+    _emit(args, payload, "\n".join(lines))
     return 0 if report.ok else 1
 
 

@@ -136,3 +136,72 @@ def rebuild_fts(store: LcmStore) -> None:
     with store.writing() as conn:
         for table in ("messages_fts", "summaries_fts"):
             conn.execute(f"INSERT INTO {table}({table}) VALUES ('rebuild')")
+
+
+DEFAULT_GC_GRACE_SECONDS = 3600.0
+
+
+@dataclass
+class OrphanSweep:
+    """What ``remove_orphan_outputs`` did: removed files, and orphans left for later."""
+
+    removed: list[str] = field(default_factory=list)
+    removed_bytes: int = 0
+    kept_recent: list[str] = field(default_factory=list)
+    grace_seconds: float = DEFAULT_GC_GRACE_SECONDS
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "removed": self.removed,
+            "removed_bytes": self.removed_bytes,
+            "kept_recent": self.kept_recent,
+            "grace_seconds": self.grace_seconds,
+        }
+
+
+def remove_orphan_outputs(
+    store: LcmStore, grace_seconds: float = DEFAULT_GC_GRACE_SECONDS, now: float | None = None
+) -> OrphanSweep:
+    """Delete output files no row references, once they are older than ``grace_seconds``.
+
+    Orphans come from a crash between writing an output (before the
+    transaction) and committing its row; a file younger than the grace
+    period may be exactly that write, about to be committed, so it stays.
+    Leftover temp files of interrupted writes (``.NAME.*.tmp``) are swept
+    the same way. Each deletion happens inside a write transaction after
+    re-checking the outputs table, and ingest re-creates a content-addressed
+    file it found missing inside its own transaction, so a referenced file
+    is never deleted, even with a gateway writing meanwhile.
+    """
+    sweep = OrphanSweep(grace_seconds=grace_seconds)
+    _, orphans = _output_files(store)
+    candidates = orphans + _temp_files(store)
+    cutoff = (time.time() if now is None else now) - grace_seconds
+    for relpath in candidates:
+        path = store.outputs_dir / relpath
+        with store.writing() as conn:
+            referenced = fetch_value(conn, "SELECT 1 FROM outputs WHERE relpath = ?", (relpath,))
+            try:
+                stat = path.stat()
+            except FileNotFoundError:
+                continue
+            if referenced:
+                continue
+            if stat.st_mtime > cutoff:
+                sweep.kept_recent.append(relpath)
+                continue
+            path.unlink()
+        sweep.removed.append(relpath)
+        sweep.removed_bytes += stat.st_size
+    return sweep
+
+
+def _temp_files(store: LcmStore) -> list[str]:
+    """Temp files of interrupted atomic writes (``atomic_writer`` names them ``.NAME.*.tmp``)."""
+    if not store.outputs_dir.exists():
+        return []
+    return sorted(
+        f"{path.parent.name}/{path.name}"
+        for path in store.outputs_dir.glob("*/.*.tmp")
+        if path.is_file()
+    )

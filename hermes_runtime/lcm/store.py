@@ -232,6 +232,7 @@ class LcmStore:
             "name": message.get("name"),
             "output_id": None,
             "output": None,
+            "output_data": None,
         }
         extra = {k: v for k, v in message.items() if k not in KNOWN_KEYS}
         row["extra"] = json.dumps(extra, ensure_ascii=False) if extra else None
@@ -240,6 +241,7 @@ class LcmStore:
             sha, rel = out.write_output(self.outputs_dir, data)
             output_id = out.output_id_for(sha)
             row["output"] = (output_id, sha, len(data), encoding, rel)
+            row["output_data"] = data
             row["output_id"] = output_id
             row["content"] = out.make_stub(output_id, len(data), row["role"], message_text(message))
             row["content_json"] = None
@@ -251,6 +253,12 @@ class LcmStore:
         self, session_id: str, seq: int, pos: int, row: dict[str, Any], stamp: float
     ) -> StoredMessage:
         if row["output"] is not None:
+            # Inside the write transaction: an orphan sweep (``lcm doctor --fix``)
+            # deletes only under this lock, so the file we reference exists now
+            # and stays. It may have been swept since ``_prepare`` found it.
+            target = self.outputs_dir / row["output"][4]
+            if not target.exists():
+                out.write_output(self.outputs_dir, row["output_data"])
             self.conn.execute(
                 "INSERT OR IGNORE INTO outputs(id, sha256, size, encoding, relpath, created_at) "
                 "VALUES (?, ?, ?, ?, ?, ?)",

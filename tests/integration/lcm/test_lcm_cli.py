@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -111,3 +113,36 @@ def test_import_from_hermes_state_db(tmp_path: Path) -> None:
     assert hits[0]["session_id"] == "old-1"
     context = ok("context", "--db", db, "--session", "old-1", "--budget", "5000")["messages"]
     assert context[1]["tool_calls"] == calls
+
+
+def test_doctor_fix_removes_old_orphans_and_reports_them(tmp_path: Path) -> None:
+    db = tmp_path / "data" / "lcm.db"
+    messages = tool_turn(1, "fetch", ["payload " * 4_000])
+    ok("import", "--db", db, "--session", "chat", write_jsonl(tmp_path / "c.jsonl", messages))
+    outputs = db.parent / "outputs"
+    (referenced,) = [p for p in outputs.glob("*/*") if p.is_file()]
+    old = outputs / "ab" / ("ab" + "5" * 62)
+    young = outputs / "cd" / ("cd" + "6" * 62)
+    for path, age in ((old, 7200), (young, 10), (referenced, 7200)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path is not referenced:
+            path.write_text("no row points here")
+        os.utime(path, (time.time() - age,) * 2)
+
+    report = ok("doctor", "--db", db)  # without --fix: reported, nothing deleted
+    assert sorted(report["checks"]["orphan_outputs"]) == [f"ab/{old.name}", f"cd/{young.name}"]
+    assert "fixed" not in report and old.exists()
+
+    fixed = ok("doctor", "--db", db, "--fix")
+    assert fixed["fixed"]["removed"] == [f"ab/{old.name}"]
+    assert fixed["fixed"]["kept_recent"] == [f"cd/{young.name}"]
+    assert fixed["checks"]["orphan_outputs"] == [f"cd/{young.name}"]
+    assert not old.exists() and young.exists() and referenced.exists()
+    full = ok("expand", "--db", db, "msg_3")["message"]["content"]
+    assert full == "payload " * 4_000
+
+    text = cli("doctor", "--db", db, "--fix", "--grace-seconds", "0")
+    assert text.returncode == 0, text.stderr
+    assert f"removed orphan output cd/{young.name}" in text.stdout and not young.exists()
+    bad = cli("doctor", "--db", db, "--fix", "--grace-seconds", "-1")
+    assert bad.returncode == 1 and "--grace-seconds" in bad.stderr
