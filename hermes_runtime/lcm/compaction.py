@@ -268,7 +268,7 @@ def compact(
         if step is None and total > budget and keep > 0:
             keep -= 1  # let the fresh tail shrink before squeezing summaries further
             continue
-        if step is None and total > budget:
+        if step is None and total > budget and _shrinking_can_fit(items, head, tail, total, budget):
             step = _shrink_step(items, head, tail)
         if step is None and total > budget and whole_turn_kept:
             whole_turn_kept = False
@@ -299,6 +299,21 @@ def compact(
     report.tokens_after = _total(items) + extra_tokens
     report.seconds = time.monotonic() - started
     return report
+
+
+def _shrinking_can_fit(
+    items: list[ContextItem], head: int, tail: int, total: int, budget: int
+) -> bool:
+    """Halving the lone item before the tail is worth it only if that can reach the budget.
+
+    When what it cannot touch (the current turn, the pinned head) is over
+    budget by itself, squeezing older summaries to nothing would destroy
+    them for no gain: the current turn's own tool groups are folded instead.
+    """
+    if tail - head != 1:
+        return True
+    smallest = SUMMARY_HEADER_TOKENS + 16
+    return total - items[head].tokens + smallest <= budget
 
 
 def _bounded_target(run: list[ContextItem], target: int) -> int:

@@ -22,9 +22,10 @@ SYSTEM = {"role": "system", "content": "You are Hermes."}
 
 
 def turn(index: int, size: int = 40) -> list[dict[str, Any]]:
+    """A user question and its answer of about ``size`` characters each (words, not base64)."""
     return [
-        {"role": "user", "content": f"question {index} " + "q" * size},
-        {"role": "assistant", "content": f"answer {index} " + "a" * size},
+        {"role": "user", "content": f"question {index}" + " q" * (size // 2)},
+        {"role": "assistant", "content": f"answer {index}" + " a" * (size // 2)},
     ]
 
 
@@ -194,9 +195,12 @@ def test_a_tool_loop_over_budget_folds_its_groups_but_keeps_the_question(
             {"role": "assistant", "content": None, "tool_calls": [call]},
             {"role": "tool", "tool_call_id": call_id, "content": f"check {index} " + "o" * 800},
         ]
-    engine.sync("s", [SYSTEM, *turn(1), question, *loop])
-    fitted, report = engine.fitted_context("s", 700, [SYSTEM])
+    engine.sync("s", [SYSTEM, *turn(1, size=1200), question, *loop])
+    fitted, report = engine.fitted_context("s", 900, [SYSTEM])
     assert report.summaries_created
     users = [m for m in fitted if m.get("role") == "user"]
     assert question in fitted, json.dumps(users)[:500]
     assert len(fitted) < len(loop)  # the loop's own groups were folded
+    # The earlier turn's summary was not squeezed to nothing to make room for the loop.
+    earlier = fitted[fitted.index(question) - 1]
+    assert "[LCM summary" in earlier["content"] and len(earlier["content"]) > 800
