@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import zstandard
 
@@ -35,19 +37,51 @@ class Spooled:
     path: Path
 
 
-def spool_compressed(source: Path, spool: Path) -> Spooled:
+def spool_compressed(
+    source: Path, spool: Path, on_chunk: Callable[[int], None] | None = None
+) -> Spooled:
     """Read ``source`` once: hash it and write its zstd body to ``spool``."""
+    with spool.open("wb") as out:
+        digest, raw = compress_into(source, out, on_chunk)
+        out.flush()
+    return Spooled(digest, raw, spool.stat().st_size, spool)
+
+
+def compress_into(
+    source: Path, out: BinaryIO, on_chunk: Callable[[int], None] | None = None
+) -> tuple[str, int]:
+    """Stream ``source`` through sha256 and zstd into ``out``; return (sha256, raw size).
+
+    Both hashlib and zstd release the GIL on large buffers, so for big
+    sources the hash of a chunk runs in a helper thread while the main
+    thread compresses the same chunk: the pass costs about the slower of
+    the two instead of their sum (measured on a 526 MB snapshot: see the
+    Backup section of docs/benchmarks.md). Small files stay single-threaded.
+    ``on_chunk`` gets the raw size of each chunk read (progress of big files).
+    """
+    report = on_chunk or (lambda _size: None)
     sha = hashlib.sha256()
     raw = 0
     compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
-    with source.open("rb") as src, spool.open("wb") as out:
-        with compressor.stream_writer(out, closefd=False) as writer:
-            while chunk := src.read(CHUNK):
-                sha.update(chunk)
-                raw += len(chunk)
-                writer.write(chunk)
-        out.flush()
-    return Spooled(sha.hexdigest(), raw, spool.stat().st_size, spool)
+    with (
+        source.open("rb") as src,
+        compressor.stream_writer(out, closefd=False) as writer,
+        ThreadPoolExecutor(max_workers=1, thread_name_prefix="sha256") as hasher,
+    ):
+        chunk = src.read(CHUNK)
+        if len(chunk) < CHUNK:  # one small read: no thread worth starting
+            sha.update(chunk)
+            writer.write(chunk)
+            report(len(chunk))
+            return sha.hexdigest(), len(chunk)
+        while chunk:
+            hashing = hasher.submit(sha.update, chunk)
+            writer.write(chunk)
+            raw += len(chunk)
+            hashing.result()
+            report(len(chunk))
+            chunk = src.read(CHUNK)
+    return sha.hexdigest(), raw
 
 
 class BlobCorrupt(RuntimeFailure):

@@ -8,14 +8,15 @@ import platform
 import shutil
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
-from hermes_runtime.backup.blobs import spool_compressed
+from hermes_runtime.backup.blobs import Spooled, spool_compressed
 from hermes_runtime.backup.catalog import load_manifest, snapshot_ids, stored_blobs
-from hermes_runtime.backup.dbsnap import check_database, snapshot_database
+from hermes_runtime.backup.dbsnap import DatabaseCheck, check_database, snapshot_database
 from hermes_runtime.backup.manifest import (
     DatabaseRecord,
     DirRecord,
@@ -31,6 +32,8 @@ from hermes_runtime.backup.selection import FoundFile, make_excluder, scan_data_
 from hermes_runtime.backup.target import TEMP_MARKER, Target
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.common.logs import Reporter, reporter
+
+PROGRESS_EVERY_SECONDS = 10.0
 
 
 @dataclass
@@ -58,11 +61,27 @@ class _Run:
     work_dir: Path
     known_blobs: set[str]
     progress: Reporter
+    total_bytes: int = 0
+    progress_every: float = PROGRESS_EVERY_SECONDS
+    bytes_done: int = 0
+    last_progress_line: float = field(default_factory=time.monotonic)
     bytes_read: int = 0
     bytes_uploaded: int = 0
     files_uploaded: int = 0
     files_unchanged: int = 0
     skipped: list[str] = field(default_factory=list)
+
+    def advance(self, size: int) -> None:
+        """Move the bar; without a terminal, log a progress line every ``progress_every`` s.
+
+        One large database can take minutes: a CronJob's log should show it moving.
+        """
+        self.bytes_done += size
+        self.progress.advance(size)
+        now = time.monotonic()
+        if not self.progress.interactive and now - self.last_progress_line >= self.progress_every:
+            self.last_progress_line = now
+            self.progress.step("progress", bytes_done=self.bytes_done, bytes_total=self.total_bytes)
 
     def new_spool(self) -> Path:
         """A scratch file for one compressed body: in the target itself when it is a folder."""
@@ -92,6 +111,7 @@ def create_backup(
     db_attempts: int = 5,
     work_dir: Path | None = None,
     stream: TextIO | None = None,
+    progress_every: float = PROGRESS_EVERY_SECONDS,
 ) -> BackupSummary:
     """Take one snapshot of ``data_dir`` into ``target`` and return its summary."""
     if not data_dir.is_dir():
@@ -111,7 +131,9 @@ def create_backup(
                 "started", snapshot=snapshot_id, target=target.url, data_dir=str(data_dir)
             )
             progress.start_task(f"backup {snapshot_id}", total=selection.total_bytes)
-            run = _Run(target, data_dir, scratch, known, progress)
+            run = _Run(
+                target, data_dir, scratch, known, progress, selection.total_bytes, progress_every
+            )
             try:
                 databases = [
                     _backup_database(run, found, method, db_attempts)
@@ -167,20 +189,22 @@ def _previous_files(target: Target, data_dir: Path) -> dict[str, FileRecord]:
 def _backup_database(run: _Run, found: FoundFile, method: str, attempts: int) -> DatabaseRecord:
     source = run.data_dir / found.relpath
     snapshot = run.work_dir / "snapshot.db"
-    seconds = snapshot_database(source, snapshot, method=method, attempts=attempts)
-    check = check_database(snapshot)
+    try:
+        seconds = snapshot_database(source, snapshot, method=method, attempts=attempts)
+        check, spooled = _check_while_compressing(run, snapshot)
+    finally:
+        snapshot.unlink(missing_ok=True)  # before the kernel writes its dirty pages back
     if not check.ok:
+        spooled.path.unlink(missing_ok=True)
         raise RuntimeFailure(
             f"database {source}: snapshot fails integrity_check: {check.integrity}"
         )
-    spooled = spool_compressed(snapshot, run.new_spool())
     run.bytes_read += found.size
     run.upload(spooled.digest, spooled.path)
-    run.progress.advance(found.size)
+    run.advance(max(0, found.size - spooled.raw_size))  # the bar counts source sizes
     run.progress.step(
         "database", path=found.relpath, bytes=spooled.raw_size, seconds=round(seconds, 3)
     )
-    snapshot.unlink(missing_ok=True)
     return DatabaseRecord(
         path=found.relpath,
         sha256=spooled.digest,
@@ -193,6 +217,24 @@ def _backup_database(run: _Run, found: FoundFile, method: str, attempts: int) ->
     )
 
 
+def _check_while_compressing(run: _Run, snapshot: Path) -> tuple[DatabaseCheck, Spooled]:
+    """``integrity_check`` + row counts in a thread while the snapshot is hashed and compressed.
+
+    apsw, hashlib and zstd all release the GIL, so the two reads of the
+    snapshot overlap instead of adding up. Nothing is uploaded before the
+    check has passed: the caller only uploads the spool afterwards.
+    """
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="integrity-check") as checker:
+        checking = checker.submit(check_database, snapshot)
+        spool = run.new_spool()
+        try:
+            spooled = spool_compressed(snapshot, spool, run.advance)
+        except BaseException:
+            spool.unlink(missing_ok=True)
+            raise
+        return checking.result(), spooled
+
+
 def _backup_file(run: _Run, found: FoundFile, previous: dict[str, FileRecord]) -> FileRecord | None:
     before = previous.get(found.relpath)
     if (
@@ -202,13 +244,13 @@ def _backup_file(run: _Run, found: FoundFile, previous: dict[str, FileRecord]) -
         and before.sha256 in run.known_blobs
     ):
         run.files_unchanged += 1
-        run.progress.advance(found.size)
+        run.advance(found.size)
         return FileRecord(
             found.relpath, before.sha256, found.size, found.mode, found.mtime_ns, found.inode
         )
     spool = run.new_spool()
     try:
-        spooled = spool_compressed(run.data_dir / found.relpath, spool)
+        spooled = spool_compressed(run.data_dir / found.relpath, spool, run.advance)
     except FileNotFoundError:
         spool.unlink(missing_ok=True)
         run.skipped.append(found.relpath)  # deleted since the scan
@@ -220,7 +262,7 @@ def _backup_file(run: _Run, found: FoundFile, previous: dict[str, FileRecord]) -
     if spooled.digest not in run.known_blobs:
         run.files_uploaded += 1
     run.upload(spooled.digest, spooled.path)
-    run.progress.advance(found.size)
+    run.advance(max(0, found.size - spooled.raw_size))
     return FileRecord(
         found.relpath, spooled.digest, spooled.raw_size, found.mode, found.mtime_ns, found.inode
     )

@@ -22,6 +22,7 @@ from hermes_runtime.common.sqlite import connect
 
 METHODS = ("backup", "vacuum")
 BUSY_ERRORS = (apsw.BusyError, apsw.LockedError)
+MMAP_LIMIT = 1 << 40  # SQLite caps it at its compile-time maximum (2 GiB by default)
 
 
 @dataclass(frozen=True)
@@ -107,12 +108,20 @@ def _load_vector_extension(conn: apsw.Connection) -> None:
 
 
 def check_database(path: Path) -> DatabaseCheck:
-    """Run ``integrity_check`` and count rows of every ordinary table."""
+    """Run ``integrity_check`` and count rows of every ordinary table.
+
+    ``path`` is always a private copy (a snapshot, a restored or verified
+    blob), never a live database, so it is read through mmap: pages are
+    used in place instead of copied into SQLite's cache, which made the
+    check of a 526 MB snapshot about 3x cheaper in CPU (0.44 -> 0.13 s). A
+    live file is not mmapped: another process truncating it would SIGBUS us.
+    """
     try:
         conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
     except apsw.Error as exc:
         return DatabaseCheck(f"cannot open: {exc}", {})
     try:
+        conn.execute(f"PRAGMA mmap_size = {MMAP_LIMIT}")
         _load_vector_extension(conn)
         problems = [str(row[0]) for row in conn.execute("PRAGMA integrity_check")]
         integrity = "ok" if problems == ["ok"] else "; ".join(problems[:5])

@@ -1,0 +1,57 @@
+"""A database whose snapshot fails ``integrity_check`` never leaves the machine.
+
+The check runs while the snapshot is being hashed and compressed (they
+overlap), so this pins the rule that matters: the compressed body is only
+uploaded after the check passed. A corrupt database leaves no blob, no
+partial file and no snapshot in the target, and the error names the file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import apsw
+from backup_testkit import BackupTarget, make_database, run_cli
+
+
+def make_index_mismatch(path: Path, rows: int) -> None:
+    """A database whose index no longer matches its table: integrity_check reports it.
+
+    The online backup API copies pages as they are, so the snapshot carries
+    the damage just as a real corrupted file would.
+    """
+    conn = apsw.Connection(str(path))
+    conn.execute("CREATE TABLE t(x INTEGER, y INTEGER)")
+    conn.execute("CREATE INDEX t_x ON t(x)")
+    with conn:
+        conn.executemany("INSERT INTO t VALUES (?, ?)", ((i, -i) for i in range(rows)))
+    conn.config(apsw.SQLITE_DBCONFIG_DEFENSIVE, 0)
+    conn.execute("PRAGMA writable_schema = ON")
+    conn.execute("UPDATE sqlite_schema SET sql = 'CREATE INDEX t_x ON t(y)' WHERE name = 't_x'")
+    conn.close()
+
+
+def test_a_database_failing_integrity_check_is_not_uploaded(
+    target: BackupTarget, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    make_index_mismatch(data / "lcm.db", 200_000)  # several MB: more than one chunk
+    check = apsw.Connection(str(data / "lcm.db")).execute("PRAGMA integrity_check").fetchall()
+    assert check != [("ok",)]
+
+    result = run_cli("create", "--data-dir", str(data), "--target", target.url, env=target.env)
+    assert result.returncode == 1
+    assert str(data / "lcm.db") in result.stderr and "integrity_check" in result.stderr
+    assert target.object_keys() == []  # no blob, no .partial- file, no manifest
+    listed = run_cli("list", "--target", target.url, "--json", env=target.env)
+    assert listed.returncode == 0 and listed.stdout.strip() == "[]"
+
+
+def test_the_same_flow_uploads_a_sound_database(target: BackupTarget, tmp_path: Path) -> None:
+    """Control for the test above: the same flow uploads a healthy database."""
+    data = tmp_path / "data"
+    make_database(data / "lcm.db", 20_000)
+    result = run_cli("create", "--data-dir", str(data), "--target", target.url, env=target.env)
+    assert result.returncode == 0, result.stderr
+    assert any(k.startswith("blobs/") for k in target.object_keys())
