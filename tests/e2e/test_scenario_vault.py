@@ -499,3 +499,121 @@ def test_backup_cronjob_takes_its_s3_credentials_from_openbao(
         assert value not in rendered, "a Vault value is in a ConfigMap or a pod spec"
         assert value not in logs, "a Vault value is in the backup job's log"
         assert value not in manifest, "a Vault value is in the helm release"
+
+
+def rotate_in_openbao(
+    cluster: kube.Cluster, namespace: str, root_token: str, fields: dict[str, str]
+) -> None:
+    with kube.port_forward(cluster, namespace, "svc/openbao", 8200) as port:
+        bao = hvac.Client(url=f"http://127.0.0.1:{port}", token=root_token)
+        bao.secrets.kv.v2.create_or_update_secret(AGENT_PATH, secret=fields, mount_point=KV_MOUNT)
+
+
+# Runs in the agent container: one chat to the local API server, then asks the fake LLM
+# (cluster DNS) whether the latest request it got carried the expected key. Keys arrive on
+# stdin and only a yes/no leaves, so no value lands in an argument or the test's output.
+ROTATION_PROBE = """
+import json, sys, urllib.request
+spec = json.load(sys.stdin)
+body = {"model": "fake-model", "messages": [{"role": "user", "content": spec["text"]}]}
+request = urllib.request.Request(
+    spec["url"],
+    data=json.dumps(body).encode(),
+    headers={"Authorization": "Bearer " + spec["key"], "Content-Type": "application/json"},
+)
+try:
+    urllib.request.urlopen(request, timeout=60).read()
+except OSError as exc:  # the gateway is restarting: refused, reset or 5xx
+    print(json.dumps({"match": False, "chat": type(exc).__name__}))
+    sys.exit(0)
+with urllib.request.urlopen("http://fake-llm:8080/_auth", timeout=30) as response:
+    seen = json.load(response)["authorization"]
+print(json.dumps({"match": seen[-1:] == [spec["expect"]]}))
+"""
+
+
+def chat_until_the_llm_sees(
+    cluster: kube.Cluster, namespace: str, pod: str, api_key: str, authorization: str
+) -> int:
+    """Chat every two seconds until the latest request the fake LLM received carried
+    `authorization`; returns the tries it took.
+
+    From inside the agent container, not through a port-forward: kubectl's
+    forward dies when the gateway briefly refuses connections while it restarts.
+    """
+    tries = 0
+
+    def arrived() -> bool:
+        nonlocal tries
+        tries += 1
+        spec = {
+            "url": f"http://127.0.0.1:{API_PORT}/v1/chat/completions",
+            "text": f"rotation check {tries}",
+            "key": api_key,
+            "expect": authorization,
+        }
+        probe = agent_exec(
+            cluster, namespace, pod, ["python3", "-c", ROTATION_PROBE], json.dumps(spec)
+        )
+        assert probe.returncode == 0, f"rotation probe failed: {probe.stderr[-2000:]}"
+        return bool(json.loads(probe.stdout.strip().splitlines()[-1])["match"])
+
+    kube.wait_until(arrived, 240, "the rotated model key to reach the fake LLM", interval=2)
+    return tries
+
+
+def agent_metric(cluster: kube.Cluster, namespace: str, pod: str, prefix: str) -> str:
+    """Lines of the agent's own /metrics (port 9090) that start with `prefix`."""
+    url = "http://127.0.0.1:9090/metrics"
+    script = f"import urllib.request; print(urllib.request.urlopen({url!r}).read().decode())"
+    out = agent_exec(cluster, namespace, pod, ["python3", "-c", script])
+    assert out.returncode == 0, out.stderr
+    return "\n".join(line for line in out.stdout.splitlines() if line.startswith(prefix))
+
+
+@pytest.mark.timeout(900)
+def test_refresher_brings_a_rotated_model_key_to_the_running_agent(
+    cluster: kube.Cluster,
+    namespace: str,
+    helm: kube.Helm,
+    tmp_path: Path,
+    openbao_token_reviewer: str,
+) -> None:
+    missing = kube.missing_images(cluster, IMAGES)
+    assert not missing, f"images not loaded in the cluster: {missing} (ci/build-images.sh)"
+    root_token = install_openbao(helm, tmp_path)
+    helm.install("backends", BACKENDS_CHART, timeout="3m")
+    old_key = "sk-old-" + secrets.token_hex(16)
+    new_key = "sk-new-" + secrets.token_hex(16)
+    api_key = "api-vault-" + secrets.token_hex(16)
+    set_up_openbao(
+        cluster,
+        namespace,
+        root_token,
+        {AGENT_PATH: {"LLM_API_KEY": old_key, "API_SERVER_KEY": api_key}},
+    )
+    values = vault_values(ROLE, {AGENT_PATH: ["LLM_API_KEY", "API_SERVER_KEY"]})
+    values["vault"]["refresher"] = {"enabled": True, "interval": 5}
+    helm.install(RELEASE, CHART, values=[CI_VALUES, write_values(tmp_path, "r.yaml", values)])
+    pod = only_pod(cluster, namespace, RELEASE)
+    chat_until_the_llm_sees(cluster, namespace, pod.metadata.name, api_key, f"Bearer {old_key}")
+
+    rotate_in_openbao(
+        cluster, namespace, root_token, {"LLM_API_KEY": new_key, "API_SERVER_KEY": api_key}
+    )
+    tries = chat_until_the_llm_sees(
+        cluster, namespace, pod.metadata.name, api_key, f"Bearer {new_key}"
+    )
+    print(f"the rotated key reached the LLM after {tries} chat attempts")
+
+    after = only_pod(cluster, namespace, RELEASE)
+    assert after.metadata.name == pod.metadata.name, "the pod was replaced, not the gateway"
+    (agent,) = [s for s in after.status.container_statuses if s.name == "agent"]
+    assert agent.restart_count == 0, "the agent container restarted instead of the gateway"
+    restarts = agent_metric(
+        cluster, namespace, pod.metadata.name, "hermes_runtime_gateway_restarts_total"
+    )
+    assert 'reason="secrets-changed"' in restarts, f"gateway restarts: {restarts}"
+    logs = container_logs(cluster, namespace, after)
+    for value in (old_key, new_key, api_key):
+        assert value not in logs, "a Vault value is in a container log"
