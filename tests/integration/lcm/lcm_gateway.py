@@ -122,8 +122,11 @@ class Gateway:
         return Reply(str(payload["choices"][0]["message"]["content"]), answered_id)
 
 
-def gateway_config(llm: FakeLLM, lcm: dict[str, Any], context_length: int = 0) -> str:
-    """Hermes config.yaml (JSON is YAML) pointing at the fake LLM with LCM selected."""
+def gateway_config(llm: FakeLLM, lcm: dict[str, Any], context_length: int = 0, **extra: Any) -> str:
+    """Hermes config.yaml (JSON is YAML) pointing at the fake LLM with LCM selected.
+
+    ``extra`` adds top-level Hermes sections (e.g. ``compression``).
+    """
     model: dict[str, Any] = {
         "provider": "custom",
         "base_url": llm.base_url,
@@ -137,6 +140,7 @@ def gateway_config(llm: FakeLLM, lcm: dict[str, Any], context_length: int = 0) -
         "plugins": {"enabled": ["lcm"]},
         "context": {"engine": "lcm"},
         "lcm": {"embeddings": "off", **lcm},
+        **extra,
     }
     return json.dumps(config)
 

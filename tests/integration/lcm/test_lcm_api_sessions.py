@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from fakes.fixtures import FakeLLM
 from lcm_gateway import gateway_config, stored_rows
 
@@ -49,16 +50,23 @@ def user_rows(db: Any) -> list[tuple[Any, ...]]:
     )
 
 
+@pytest.mark.parametrize("in_place", [True, False], ids=["in-place", "rotating"])
 def test_session_continues_once_per_turn_verbatim_and_across_a_restart(
-    make_gateway: Any, fake_llm: FakeLLM
+    make_gateway: Any, fake_llm: FakeLLM, in_place: bool
 ) -> None:
+    """``in_place: false`` makes Hermes rotate its session id at each compaction.
+
+    The client then continues with the id the server answered with, and after
+    the restart only the persisted binding leads that id to the LCM session.
+    """
     lcm = {
         "threshold_percent": 0.3,
         "target_percent": 0.2,
         "fresh_tail_messages": 2,
         "externalize_chars": EXTERNALIZE_CHARS,
     }
-    gateway = make_gateway(gateway_config(fake_llm, lcm, context_length=65536))
+    config = gateway_config(fake_llm, lcm, context_length=65536, compression={"in_place": in_place})
+    gateway = make_gateway(config)
     gateway.start()
     session, sent = SESSION, []
     for index in range(1, 5):
@@ -72,6 +80,8 @@ def test_session_continues_once_per_turn_verbatim_and_across_a_restart(
         assert last_user_text_sent_to_model(fake_llm).endswith(text), f"turn {index}"
         assert [r[2] for r in user_rows(gateway.db_path)] == sent, f"after turn {index}"
     assert stored_rows(gateway.db_path, "SELECT count(*) FROM summaries")[0][0] >= 1
+    if not in_place:
+        assert session != SESSION, "Hermes did not rotate its session id at compaction"
     before = stored_rows(gateway.db_path, "SELECT session_id, max(seq) FROM messages")[0]
     assert before[0] == SESSION
 
@@ -86,8 +96,10 @@ def test_session_continues_once_per_turn_verbatim_and_across_a_restart(
     assert [r[2] for r in rows] == sent
     assert {r[0] for r in rows} == {SESSION}  # one LCM session, before and after the restart
     assert rows[-1][1] > before[1]  # appended after what the first process stored
-    bindings = stored_rows(gateway.db_path, "SELECT lcm_session_id FROM host_sessions")
-    assert bindings and {b[0] for b in bindings} == {SESSION}
+    bindings = dict(
+        stored_rows(gateway.db_path, "SELECT host_session_id, lcm_session_id FROM host_sessions")
+    )
+    assert bindings.get(session) == SESSION and set(bindings.values()) == {SESSION}
     # The context continues: the summaries folded before the restart are still in it.
     live = stored_rows(
         gateway.db_path,
