@@ -4,7 +4,7 @@ OpenBao (tests/e2e/charts/openbao, a dev server) runs in the scenario's
 namespace as ServiceAccount `openbao`, bound to `system:auth-delegator` so it
 can ask the cluster's API to review tokens (TokenReview). The test configures
 it the way docs/vault.md tells a platform team to: the Kubernetes auth method
-against https://kubernetes.default.svc, a policy reading one KV v2 path, and a
+against https://kubernetes.default.svc, a policy reading the KV v2 paths, and a
 role bound to the chart's ServiceAccount in this namespace with the chart's
 audience. It plants a random model key and API server key there.
 
@@ -15,6 +15,11 @@ planted API key. Neither value appears in any ConfigMap, pod spec, container
 log, the release's manifest or under /opt/data (the backed-up volume). A second
 release with a wrong `vault.role` does not start: its `vault-render` init
 container exits 1 with a log naming the role and the auth path.
+
+Two more tests reuse that setup: the backup CronJob takes its S3 credentials
+from Vault (no existingSecret) and writes a snapshot to the in-namespace
+SeaweedFS; and with the refresher sidecar on, a model key rotated in OpenBao
+reaches the running agent (gateway restarted in place, same pod).
 """
 
 from __future__ import annotations
