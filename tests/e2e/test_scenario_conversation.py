@@ -224,7 +224,7 @@ def test_conversation_is_stored_externalized_and_compacted_by_lcm(
     for index in range(1, 6):
         hits = lcm_json(cluster, namespace, "grep", f"marker-word-{index}", "--session", SESSION)
         users = [h for h in hits["results"] if h["kind"] == "message" and h["role"] == "user"]
-        assert users, f"turn {index} not in the LCM database: {hits}"
+        assert len(users) == 1, f"turn {index} must be stored exactly once: {hits}"
 
     # The big tool output lives as a file under /opt/data/outputs, not inside lcm.db.
     holders = agent_exec(
