@@ -215,12 +215,14 @@ def _vector_ranking(
 
 
 def _fts_ranking(
-    store: LcmStore, query: str, session_id: str | None, limit: int
+    store: LcmStore, query: str, session_id: str | None, limit: int, summaries: bool = True
 ) -> list[tuple[str, int, float]]:
     """Ids and ranks only, best first: FTS5's ``ORDER BY rank`` path, no snippets."""
     ranked: list[tuple[str, int, float]] = []
-    for kind, table, base in (("message", "messages_fts", "messages"),
-                              ("summary", "summaries_fts", "summaries")):  # fmt: skip
+    tables = [("message", "messages_fts", "messages")]
+    if summaries:
+        tables.append(("summary", "summaries_fts", "summaries"))
+    for kind, table, base in tables:
         if session_id is None:
             sql = f"SELECT rowid, rank FROM {table} WHERE {table} MATCH ? ORDER BY rank LIMIT ?"
             params: list[Any] = [query, limit]
@@ -267,7 +269,8 @@ def hybrid_search(
     if mode in ("hybrid", "fts"):
         fts = fts_query(query, any_term=True, prefix=fusion.prefix)
         if fts:
-            rankings.append((fusion.fts_weight, _fts_ranking(store, fts, session_id, depth)))
+            ranking = _fts_ranking(store, fts, session_id, depth, fusion.summaries)
+            rankings.append((fusion.fts_weight, ranking))
     if mode in ("hybrid", "vector") and embedder is not None:
         vector = _vector_ranking(store, embedder, query, session_id, depth, index)
         rankings.append((fusion.vector_weight, vector))
