@@ -28,7 +28,7 @@ class LcmConfig:
     summary_base_url: str = ""  # empty: the agent's own model endpoint
     summary_model: str = ""
     summary_api_key: str = ""
-    embeddings: str = "static"  # static | openai | off
+    embeddings: str = "e5"  # e5 | static | openai | off (docs/benchmarks.md)
     embeddings_base_url: str = ""
     embeddings_model: str = ""
     embeddings_dim: int = 0
@@ -65,7 +65,7 @@ class LcmConfig:
             ("threshold_percent", 0.05 <= self.threshold_percent <= 0.98),
             ("target_percent", 0.02 <= self.target_percent < self.threshold_percent),
             ("externalize_chars", self.externalize_chars >= 1_000),
-            ("embeddings", self.embeddings in ("static", "openai", "off")),
+            ("embeddings", self.embeddings in ("e5", "static", "openai", "off")),
             ("fresh_tail_messages", self.policy.fresh_tail_messages >= 0),
             ("condense_fanout", self.policy.condense_fanout >= 2),
             ("leaf_target_tokens", self.policy.leaf_target_tokens >= 32),
