@@ -13,8 +13,9 @@ become Ready with both keys from Vault: the fake LLM received exactly the
 planted model key (its GET /_auth), and the API server accepts only the
 planted API key. Neither value appears in any ConfigMap, pod spec, container
 log, the release's manifest or under /opt/data (the backed-up volume). A second
-release with a wrong `vault.role` does not start: its `vault-render` init
-container exits 1 with a log naming the role and the auth path.
+release with a wrong `vault.role`, and a third whose ServiceAccount the role
+does not bind, do not start: their `vault-render` init containers exit 1 with
+a log naming the role, the auth path and the cause.
 
 Two more tests reuse that setup: the backup CronJob takes its S3 credentials
 from Vault (no existingSecret) and writes a snapshot to the in-namespace
@@ -52,7 +53,8 @@ IMAGES = [
     "hermes-runtime/openbao:dev",
 ]
 RELEASE = "hermes"
-WRONG_RELEASE = "wrong"
+WRONG_RELEASE = "wrong"  # a role that does not exist
+UNBOUND_RELEASE = "unbound"  # ServiceAccount unbound-hermes-agent: not bound to ROLE
 # The chart's ServiceAccount for release "hermes" (<release>-hermes-agent).
 SERVICE_ACCOUNT = "hermes-hermes-agent"
 OPENBAO_SERVICE_ACCOUNT = "openbao"  # tests/e2e/charts/openbao
@@ -384,25 +386,32 @@ def test_agent_gets_its_keys_from_openbao_through_kubernetes_auth(
     print(f"the fake LLM saw the Vault model key on all {len(received)} requests")
     assert_values_nowhere(cluster, namespace, helm, [model_key, api_key])
 
-    wrong = vault_values(WRONG_ROLE, {AGENT_PATH: [*planted]})
-    wrong.update(persistence={"enabled": False}, backup={"enabled": False})
-    wrong_values = write_values(tmp_path, "wrong-role.yaml", wrong)
-    helm.run(
-        "install",
-        WRONG_RELEASE,
-        str(CHART),
-        "--values",
-        str(CI_VALUES),
-        "--values",
-        str(wrong_values),
-    )
-    code, log = render_failure(cluster, namespace, WRONG_RELEASE)
-    print(f"wrong role: vault-render exited {code}: {log.strip().splitlines()[-1:]}")
-    assert code == 1, f"vault-render exited {code}; log:\n{log}"
-    assert f"'{WRONG_ROLE}'" in log and f"auth/{AUTH_PATH}" in log, log
-    assert VAULT_ADDR in log, log
-    for value in (model_key, api_key, root_token):
-        assert value not in log, "a secret value is in the failed init container's log"
+    # Two releases that must not start, installed together (their pods fail in parallel).
+    failures = {
+        WRONG_RELEASE: (WRONG_ROLE, [f"role '{WRONG_ROLE}'", "invalid role name"]),
+        # The right role, but this release's ServiceAccount is not bound to it.
+        UNBOUND_RELEASE: (ROLE, [f"role '{ROLE}'", "service account name not authorized"]),
+    }
+    for release, (role, _) in failures.items():
+        install_failing_release(helm, tmp_path, release, role, [*planted])
+    for release, (_, expected) in failures.items():
+        code, log = render_failure(cluster, namespace, release)
+        print(f"{release}: vault-render exited {code}: {log.strip().splitlines()[-1:]}")
+        assert code == 1, f"vault-render of {release} exited {code}; log:\n{log}"
+        for fragment in [*expected, f"auth path 'auth/{AUTH_PATH}'", VAULT_ADDR]:
+            assert fragment in log, f"{fragment!r} not in the log of {release}:\n{log}"
+        for value in (model_key, api_key, root_token):
+            assert value not in log, f"a secret value is in the log of {release}"
+
+
+def install_failing_release(
+    helm: kube.Helm, tmp_path: Path, release: str, role: str, keys: list[str]
+) -> None:
+    """A release expected never to start (no --wait); small: no PVCs, no backup."""
+    values = vault_values(role, {AGENT_PATH: keys})
+    values.update(persistence={"enabled": False}, backup={"enabled": False})
+    path = write_values(tmp_path, f"{release}.yaml", values)
+    helm.run("install", release, str(CHART), "--values", str(CI_VALUES), "--values", str(path))
 
 
 def run_backup_job(cluster: kube.Cluster, namespace: str) -> client.V1Pod:
