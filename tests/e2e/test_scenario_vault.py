@@ -58,6 +58,7 @@ UNBOUND_RELEASE = "unbound"  # ServiceAccount unbound-hermes-agent: not bound to
 # The chart's ServiceAccount for release "hermes" (<release>-hermes-agent).
 SERVICE_ACCOUNT = "hermes-hermes-agent"
 OPENBAO_SERVICE_ACCOUNT = "openbao"  # tests/e2e/charts/openbao
+REVIEWER_LABEL = "hermes-runtime/e2e"  # on the cluster-scoped bindings this file creates
 VAULT_ADDR = "http://openbao:8200"
 AUTH_PATH = "kubernetes"
 AUDIENCE = "vault"  # the chart's default vault.audience
@@ -117,12 +118,14 @@ def openbao_token_reviewer(cluster: kube.Cluster, namespace: str) -> Iterator[st
     """ClusterRoleBinding system:auth-delegator -> the namespace's `openbao` account.
 
     Cluster-scoped, so named after the namespace and deleted here (deleting the
-    namespace would leave it behind).
+    namespace would leave it behind). Bindings left by an interrupted run (their
+    namespace is gone) are swept first.
     """
     rbac = client.RbacAuthorizationV1Api(cluster.api)
+    delete_orphaned_token_reviewers(cluster, rbac)
     name = f"{namespace}-openbao-tokenreview"
     body = client.V1ClusterRoleBinding(
-        metadata=client.V1ObjectMeta(name=name, labels={"hermes-runtime/e2e": "vault"}),
+        metadata=client.V1ObjectMeta(name=name, labels={REVIEWER_LABEL: "vault"}),
         role_ref=client.V1RoleRef(
             api_group="rbac.authorization.k8s.io", kind="ClusterRole", name="system:auth-delegator"
         ),
@@ -136,11 +139,25 @@ def openbao_token_reviewer(cluster: kube.Cluster, namespace: str) -> Iterator[st
     try:
         yield name
     finally:
-        try:
-            rbac.delete_cluster_role_binding(name)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        delete_cluster_role_binding(rbac, name)
+
+
+def delete_cluster_role_binding(rbac: client.RbacAuthorizationV1Api, name: str) -> None:
+    try:
+        rbac.delete_cluster_role_binding(name)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def delete_orphaned_token_reviewers(
+    cluster: kube.Cluster, rbac: client.RbacAuthorizationV1Api
+) -> None:
+    namespaces = {ns.metadata.name for ns in cluster.core.list_namespace().items}
+    bindings = rbac.list_cluster_role_binding(label_selector=f"{REVIEWER_LABEL}=vault").items
+    for binding in bindings:
+        if not {s.namespace for s in binding.subjects or []} & namespaces:
+            delete_cluster_role_binding(rbac, binding.metadata.name)
 
 
 def configure_openbao(
