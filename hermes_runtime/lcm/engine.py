@@ -25,8 +25,8 @@ from hermes_runtime.lcm.embeddings import (
     Embedder,
     EmbeddingWorker,
     OpenAIEmbedder,
-    StaticModelEmbedder,
     VectorIndex,
+    offline_embedder,
 )
 from hermes_runtime.lcm.records import message_tokens
 from hermes_runtime.lcm.store import LcmStore
@@ -468,7 +468,7 @@ def make_embedder(config: LcmConfig) -> Embedder | None:
             config.embeddings_model,
             config.embeddings_dim,
         )
-    return StaticModelEmbedder()
+    return offline_embedder(config.embeddings)
 
 
 def make_summarizer(base_url: str, model: str, api_key: str = "") -> Summarizer | None:

