@@ -181,3 +181,21 @@ def test_vector_index_grows_with_new_rows_like_a_fresh_load(engine: LcmEngine) -
     assert index.memory_bytes() >= 2_800 * (64 * 4 + 13)
     scoped = r.vector_search(engine.store, static, "topic 3", "s2", 50, index)
     assert scoped and {h.session_id for h in scoped} == {"s2"}
+
+
+def test_common_terms_leave_the_or_query_but_the_rarest_stays(engine: LcmEngine) -> None:
+    common = [{"role": "user", "content": f"weather report number {n}"} for n in range(40)]
+    engine.ingest("s", common)
+    rare = engine.store.ingest("s", {"role": "user", "content": "the walrus report"})
+    strict = r.Fusion(common_term_docs=10, common_term_share=0.1)
+    assert r._selective_or_query(engine.store, "walrus weather report?", strict) == '"walrus"'
+    assert r._selective_or_query(engine.store, "weather report", strict) in (
+        '"weather"',
+        '"report"',
+    )
+    loose = r.Fusion()  # 41 messages: below common_term_docs, nothing is counted or dropped
+    assert r._selective_or_query(engine.store, "walrus weather", loose) == '"walrus" OR "weather"'
+    hits = r.hybrid_search(
+        engine.store, None, "walrus weather report", None, 3, "fts", fusion=strict
+    )
+    assert [h.id for h in hits] == [rare.ref]
