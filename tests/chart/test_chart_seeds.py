@@ -83,7 +83,7 @@ def test_lcm_engine_accepts_the_rendered_section(tmp_path: Path) -> None:
         384,
     )
     defaults = yaml.safe_load(render().configmap_file("config.yaml"))["lcm"]
-    assert LcmConfig.for_home(tmp_path, defaults).embeddings == "static"
+    assert LcmConfig.for_home(tmp_path, defaults).embeddings == "e5"
 
 
 def test_a_typo_in_lcm_extra_config_is_caught_by_the_engine(tmp_path: Path) -> None:
