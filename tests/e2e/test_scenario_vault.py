@@ -25,12 +25,14 @@ reaches the running agent (gateway restarted in place, same pod).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +62,8 @@ SERVICE_ACCOUNT = "hermes-hermes-agent"
 OPENBAO_SERVICE_ACCOUNT = "openbao"  # tests/e2e/charts/openbao
 REVIEWER_LABEL = "hermes-runtime/e2e"  # on the cluster-scoped bindings this file creates
 VAULT_ADDR = "http://openbao:8200"
+OPENBAO_CA = "/tmp/tls/vault-ca.pem"  # tests/e2e/charts/openbao with tls=true
+VAULT_CA_SECRET = "vault-ca"  # the chart's vault.caSecret (key ca.crt) in the TLS test
 AUTH_PATH = "kubernetes"
 AUDIENCE = "vault"  # the chart's default vault.audience
 ROLE = "hermes-agent"
@@ -82,7 +86,9 @@ def write_values(tmp_path: Path, name: str, values: dict[str, Any]) -> Path:
     return path
 
 
-def vault_values(role: str, kv: dict[str, list[str]]) -> dict[str, Any]:
+def vault_values(
+    role: str, kv: dict[str, list[str]], address: str = VAULT_ADDR, ca_secret: str = ""
+) -> dict[str, Any]:
     """What a user puts in values.yaml: where Vault is and which paths to read; no value.
 
     `kv` maps a KV v2 path to the keys read from it (each key becomes the env var).
@@ -95,22 +101,63 @@ def vault_values(role: str, kv: dict[str, list[str]]) -> dict[str, Any]:
     return {
         "vault": {
             "enabled": True,
-            "address": VAULT_ADDR,
+            "address": address,
             "role": role,
             "authPath": AUTH_PATH,
             "audience": AUDIENCE,
+            "caSecret": ca_secret,
             "secrets": entries,
         },
         "tests": {"enabled": False},
     }
 
 
-def install_openbao(helm: kube.Helm, tmp_path: Path) -> str:
-    """The in-namespace OpenBao dev server; returns its (random) root token."""
+@dataclass(frozen=True)
+class OpenBao:
+    """The in-namespace server as the test reaches it: root token, its CA when on TLS."""
+
+    root_token: str
+    ca_file: Path | None = None
+
+    @property
+    def address(self) -> str:
+        """The address the chart is given (cluster DNS)."""
+        return "https://openbao:8200" if self.ca_file else VAULT_ADDR
+
+
+def install_openbao(
+    cluster: kube.Cluster, namespace: str, helm: kube.Helm, tmp_path: Path, tls: bool = False
+) -> OpenBao:
+    """The in-namespace OpenBao dev server with a random root token.
+
+    With `tls`, its generated dev CA is copied out of the pod into a local file
+    (for the test's client) and into the Secret VAULT_CA_SECRET (for the chart).
+    """
     root_token = secrets.token_hex(16)
-    values = write_values(tmp_path, "openbao.yaml", {"rootToken": root_token})
+    values = write_values(tmp_path, "openbao.yaml", {"rootToken": root_token, "tls": tls})
     helm.install("openbao", OPENBAO_CHART, values=[values], timeout="3m")
-    return root_token
+    if not tls:
+        return OpenBao(root_token)
+    ca = kube.kubectl(cluster, namespace, "exec", "deploy/openbao", "--", "cat", OPENBAO_CA)
+    assert "BEGIN CERTIFICATE" in ca, f"no CA certificate at {OPENBAO_CA}: {ca[:200]!r}"
+    ca_file = tmp_path / "openbao-ca.pem"
+    ca_file.write_text(ca)
+    secret = client.V1Secret(
+        metadata=client.V1ObjectMeta(name=VAULT_CA_SECRET), string_data={"ca.crt": ca}
+    )
+    cluster.core.create_namespaced_secret(namespace, secret)
+    return OpenBao(root_token, ca_file)
+
+
+@contextlib.contextmanager
+def openbao_client(cluster: kube.Cluster, namespace: str, bao: OpenBao) -> Iterator[hvac.Client]:
+    """A root-token client through a port-forward (the dev certificate names 127.0.0.1)."""
+    with kube.port_forward(cluster, namespace, "svc/openbao", 8200) as port:
+        if bao.ca_file is None:
+            yield hvac.Client(url=f"http://127.0.0.1:{port}", token=bao.root_token)
+        else:
+            url = f"https://127.0.0.1:{port}"
+            yield hvac.Client(url=url, token=bao.root_token, verify=str(bao.ca_file))
 
 
 @pytest.fixture
@@ -190,11 +237,10 @@ def configure_openbao(
 
 
 def set_up_openbao(
-    cluster: kube.Cluster, namespace: str, root_token: str, kv: dict[str, dict[str, str]]
+    cluster: kube.Cluster, namespace: str, bao: OpenBao, kv: dict[str, dict[str, str]]
 ) -> None:
-    with kube.port_forward(cluster, namespace, "svc/openbao", 8200) as port:
-        bao = hvac.Client(url=f"http://127.0.0.1:{port}", token=root_token)
-        configure_openbao(bao, namespace, SERVICE_ACCOUNT, kv)
+    with openbao_client(cluster, namespace, bao) as root:
+        configure_openbao(root, namespace, SERVICE_ACCOUNT, kv)
 
 
 def with_transport_retries(what: str, call: Callable[[], httpx.Response]) -> httpx.Response:
@@ -379,13 +425,13 @@ def test_agent_gets_its_keys_from_openbao_through_kubernetes_auth(
 ) -> None:
     missing = kube.missing_images(cluster, IMAGES)
     assert not missing, f"images not loaded in the cluster: {missing} (ci/build-images.sh)"
-    root_token = install_openbao(helm, tmp_path)
+    bao = install_openbao(cluster, namespace, helm, tmp_path)
     helm.install("backends", BACKENDS_CHART, timeout="3m")
 
     model_key = "sk-vault-" + secrets.token_hex(16)
     api_key = "api-vault-" + secrets.token_hex(16)
     planted = {"LLM_API_KEY": model_key, "API_SERVER_KEY": api_key}
-    set_up_openbao(cluster, namespace, root_token, {AGENT_PATH: planted})
+    set_up_openbao(cluster, namespace, bao, {AGENT_PATH: planted})
 
     agent_values = write_values(
         tmp_path, "vault.yaml", vault_values(ROLE, {AGENT_PATH: [*planted]})
@@ -417,7 +463,7 @@ def test_agent_gets_its_keys_from_openbao_through_kubernetes_auth(
         assert code == 1, f"vault-render of {release} exited {code}; log:\n{log}"
         for fragment in [*expected, f"auth path 'auth/{AUTH_PATH}'", VAULT_ADDR]:
             assert fragment in log, f"{fragment!r} not in the log of {release}:\n{log}"
-        for value in (model_key, api_key, root_token):
+        for value in (model_key, api_key, bao.root_token):
             assert value not in log, f"a secret value is in the log of {release}"
 
 
@@ -496,7 +542,7 @@ def test_backup_cronjob_takes_its_s3_credentials_from_openbao(
 ) -> None:
     missing = kube.missing_images(cluster, [*IMAGES, "hermes-runtime/seaweedfs:dev"])
     assert not missing, f"images not loaded in the cluster: {missing} (ci/build-images.sh)"
-    root_token = install_openbao(helm, tmp_path)
+    bao = install_openbao(cluster, namespace, helm, tmp_path)
     helm.install("backends", BACKENDS_CHART, timeout="3m")
     access_key = "AK" + secrets.token_hex(8).upper()
     secret_key = secrets.token_hex(20)
@@ -508,7 +554,7 @@ def test_backup_cronjob_takes_its_s3_credentials_from_openbao(
     model_key = "sk-vault-" + secrets.token_hex(16)
     agent = {"LLM_API_KEY": model_key}
     backup = {"AWS_ACCESS_KEY_ID": access_key, "AWS_SECRET_ACCESS_KEY": secret_key}
-    set_up_openbao(cluster, namespace, root_token, {AGENT_PATH: agent, BACKUP_PATH: backup})
+    set_up_openbao(cluster, namespace, bao, {AGENT_PATH: agent, BACKUP_PATH: backup})
 
     values = vault_values(ROLE, {AGENT_PATH: [*agent], BACKUP_PATH: [*backup]})
     values.update(s3_values_without_credentials())
@@ -533,11 +579,10 @@ def test_backup_cronjob_takes_its_s3_credentials_from_openbao(
 
 
 def rotate_in_openbao(
-    cluster: kube.Cluster, namespace: str, root_token: str, fields: dict[str, str]
+    cluster: kube.Cluster, namespace: str, bao: OpenBao, fields: dict[str, str]
 ) -> None:
-    with kube.port_forward(cluster, namespace, "svc/openbao", 8200) as port:
-        bao = hvac.Client(url=f"http://127.0.0.1:{port}", token=root_token)
-        bao.secrets.kv.v2.create_or_update_secret(AGENT_PATH, secret=fields, mount_point=KV_MOUNT)
+    with openbao_client(cluster, namespace, bao) as root:
+        root.secrets.kv.v2.create_or_update_secret(AGENT_PATH, secret=fields, mount_point=KV_MOUNT)
 
 
 # Runs in the agent container: one chat to the local API server, then asks the fake LLM
@@ -603,7 +648,7 @@ def agent_metric(cluster: kube.Cluster, namespace: str, pod: str, prefix: str) -
 
 
 @pytest.mark.timeout(900)
-def test_refresher_brings_a_rotated_model_key_to_the_running_agent(
+def test_refresher_brings_a_key_rotated_in_openbao_over_tls_to_the_running_agent(
     cluster: kube.Cluster,
     namespace: str,
     helm: kube.Helm,
@@ -612,26 +657,23 @@ def test_refresher_brings_a_rotated_model_key_to_the_running_agent(
 ) -> None:
     missing = kube.missing_images(cluster, IMAGES)
     assert not missing, f"images not loaded in the cluster: {missing} (ci/build-images.sh)"
-    root_token = install_openbao(helm, tmp_path)
+    bao = install_openbao(cluster, namespace, helm, tmp_path, tls=True)
     helm.install("backends", BACKENDS_CHART, timeout="3m")
     old_key = "sk-old-" + secrets.token_hex(16)
     new_key = "sk-new-" + secrets.token_hex(16)
     api_key = "api-vault-" + secrets.token_hex(16)
     set_up_openbao(
-        cluster,
-        namespace,
-        root_token,
-        {AGENT_PATH: {"LLM_API_KEY": old_key, "API_SERVER_KEY": api_key}},
+        cluster, namespace, bao, {AGENT_PATH: {"LLM_API_KEY": old_key, "API_SERVER_KEY": api_key}}
     )
-    values = vault_values(ROLE, {AGENT_PATH: ["LLM_API_KEY", "API_SERVER_KEY"]})
+    # HTTPS verified against the dev CA, which the chart mounts from vault.caSecret.
+    keys = {AGENT_PATH: ["LLM_API_KEY", "API_SERVER_KEY"]}
+    values = vault_values(ROLE, keys, address=bao.address, ca_secret=VAULT_CA_SECRET)
     values["vault"]["refresher"] = {"enabled": True, "interval": 5}
     helm.install(RELEASE, CHART, values=[CI_VALUES, write_values(tmp_path, "r.yaml", values)])
     pod = only_pod(cluster, namespace, RELEASE)
     chat_until_the_llm_sees(cluster, namespace, pod.metadata.name, api_key, f"Bearer {old_key}")
 
-    rotate_in_openbao(
-        cluster, namespace, root_token, {"LLM_API_KEY": new_key, "API_SERVER_KEY": api_key}
-    )
+    rotate_in_openbao(cluster, namespace, bao, {"LLM_API_KEY": new_key, "API_SERVER_KEY": api_key})
     tries = chat_until_the_llm_sees(
         cluster, namespace, pod.metadata.name, api_key, f"Bearer {new_key}"
     )
