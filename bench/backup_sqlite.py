@@ -10,18 +10,21 @@ fsync'd write) to a file:// target on the same disk, the same to a target
 on another filesystem (``--other-target-dir``, default /dev/shm: in a pod
 the backup PVC or S3 is not the data disk), with client-side encryption,
 and the ``sqlite3`` CLI's ``.backup`` (the seed's recipe) with a time limit.
+With ``--seaweedfs``, also a full ``backup create`` to an S3 bucket on a
+real SeaweedFS started on loopback (tests/support/seaweedfs.py).
 
 Each phase is repeated until it has run ``--phase-seconds`` (default 10 s)
 so the writer's p99 comes from hundreds of commits, not the few dozen of
 one run; wall time is the median run (min-max shown). The load average is
 printed per phase: the VM's 2 cores are shared, so say it next to figures.
 
-Run: .venv/bin/python bench/backup_sqlite.py [--size-mb 500] [--sqlite3-timeout 60]
+Run: .venv/bin/python bench/backup_sqlite.py [--size-mb 500] [--sqlite3-timeout 60] [--seaweedfs]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -139,7 +142,11 @@ def copy_and_fsync(db: Path, dest: Path) -> str:
 
 def full_create(data_dir: Path, target_dir: Path, work: Path, secret: str | None = None) -> str:
     target_dir.mkdir(parents=True, exist_ok=True)
-    target = open_target(f"file://{target_dir}", encryption_secret=secret)
+    return create_to(data_dir, f"file://{target_dir}", work, secret)
+
+
+def create_to(data_dir: Path, url: str, work: Path, secret: str | None = None) -> str:
+    target = open_target(url, encryption_secret=secret)
     summary = create_backup(data_dir, target, work_dir=work)
     return f"uploaded {summary.bytes_uploaded / 1e6:.0f} MB (zstd)"
 
@@ -154,6 +161,9 @@ def main() -> int:
     parser.add_argument("--dir", type=Path, default=ROOT / ".cache" / "bench")
     parser.add_argument("--other-target-dir", type=Path, default=Path("/dev/shm"))
     parser.add_argument(
+        "--seaweedfs", action="store_true", help="add a phase with an S3 target on SeaweedFS"
+    )
+    parser.add_argument(
         "--only", action="append", default=[], help="run only phases whose name contains this"
     )
     args = parser.parse_args()
@@ -162,6 +172,26 @@ def main() -> int:
     other = Path(tempfile.mkdtemp(prefix="backup-bench-", dir=args.other_target_dir))
     db = work / "data" / "lcm.db"
     db.parent.mkdir()
+    with contextlib.ExitStack() as stack:
+        s3_url = start_seaweedfs(stack, args.dir) if args.seaweedfs else None
+        run_phases(args, work, other, db, s3_url)
+    return 0
+
+
+def start_seaweedfs(stack: contextlib.ExitStack, where: Path) -> str:
+    """A real S3 endpoint on loopback for one bench run; the AWS_* variables point at it."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from support.seaweedfs import seaweedfs_server
+
+    server = stack.enter_context(seaweedfs_server(where))
+    server.create_bucket("bench")
+    os.environ.update(server.env())
+    return "s3://bench/agent"
+
+
+def run_phases(
+    args: argparse.Namespace, work: Path, other: Path, db: Path, s3_url: str | None
+) -> None:
     writer = None
     try:
         t0 = time.monotonic()
@@ -203,6 +233,16 @@ def main() -> int:
                 f"backup create (file://, target on {args.other_target_dir})",
                 lambda: full_create(db.parent, other / "target", work),
             ),
+            *(
+                [
+                    (
+                        "backup create (s3://, SeaweedFS on loopback)",
+                        lambda: create_to(db.parent, s3_url, work),
+                    )
+                ]
+                if s3_url
+                else []
+            ),
             (
                 "backup create (file://, same disk, encrypted)",
                 lambda: full_create(db.parent, work / "target", work, secret="bench-" + "k" * 40),
@@ -227,7 +267,6 @@ def main() -> int:
             writer.wait()
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(other, ignore_errors=True)
-    return 0
 
 
 def report(phases: list[Phase], log: Path) -> None:
