@@ -37,6 +37,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("--session", help="one session (default: all sessions)")
     p.add_argument("--limit", type=int, default=10)
     p.add_argument("--mode", choices=["hybrid", "fts", "vector"], default="hybrid")
+    p.add_argument(
+        "--embed-pending",
+        type=_non_negative,
+        default=256,
+        metavar="N",
+        help="first embed at most N items still queued (the agent's background worker embeds "
+        "the rest; 0: search only what is embedded)",
+    )
     p.add_argument("query")
     p.set_defaults(handler=_search)
     p = verbs.add_parser("expand", help="a summary's sources, a message or an output in full")
@@ -181,20 +189,33 @@ def _grep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 def _search(args: argparse.Namespace) -> int:
     from hermes_runtime.lcm import retrieval
-    from hermes_runtime.lcm.embeddings import embed_all
+    from hermes_runtime.lcm.embeddings import embed_pending
 
     engine = _engine(args)
     try:
-        if engine.embedder is not None and args.mode != "fts":
-            embed_all(engine.store, engine.embedder)
+        # Bounded: with e5 a fresh import can queue hours of embedding work, and an
+        # operator's search must answer now with what is embedded.
+        if engine.embedder is not None and args.mode != "fts" and args.embed_pending:
+            embed_pending(engine.store, engine.embedder, batch_size=args.embed_pending)
         hits = retrieval.hybrid_search(
             engine.store, engine.embedder, args.query, args.session, args.limit, args.mode
         )
+        waiting = engine.store.counts()["embed_queue"] if engine.embedder is not None else 0
     finally:
         engine.close()
-    _emit_hits(args, hits)
+    _emit_hits(args, hits, {"pending_embeddings": waiting})
     return 0
 
 
@@ -253,13 +274,19 @@ def _doctor(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def _emit_hits(args: argparse.Namespace, hits: list[Any]) -> None:
+def _emit_hits(
+    args: argparse.Namespace, hits: list[Any], extra: dict[str, Any] | None = None
+) -> None:
     rows = [h.as_dict() for h in hits]
     text = "\n".join(
         f"{h.id}\t{h.session_id}\t{h.role or h.kind}\t{h.snippet.replace(chr(10), ' ')[:160]}"
         for h in hits
     )
-    _emit(args, {"results": rows}, text or "no results")
+    if extra and extra.get("pending_embeddings"):
+        text += (
+            f"\n({extra['pending_embeddings']} items not embedded yet: vector ranking is partial)"
+        )
+    _emit(args, {"results": rows, **(extra or {})}, text or "no results")
 
 
 def _emit(args: argparse.Namespace, payload: Any, text: str) -> None:
