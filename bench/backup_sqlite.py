@@ -18,7 +18,14 @@ so the writer's p99 comes from hundreds of commits, not the few dozen of
 one run; wall time is the median run (min-max shown). The load average is
 printed per phase: the VM's 2 cores are shared, so say it next to figures.
 
+``--interleave-with DIR`` instead compares two versions of the code on a
+static database: runs of ``backup create`` alternate between the code in
+DIR (e.g. ``git archive <commit> hermes_runtime | tar -x -C DIR``, put
+first on PYTHONPATH) and this checkout, so a load that drifts over minutes
+affects both alike.
+
 Run: .venv/bin/python bench/backup_sqlite.py [--size-mb 500] [--sqlite3-timeout 60] [--seaweedfs]
+     .venv/bin/python bench/backup_sqlite.py --interleave-with /tmp/before [--pairs 5]
 """
 
 from __future__ import annotations
@@ -163,6 +170,8 @@ def main() -> int:
     parser.add_argument(
         "--seaweedfs", action="store_true", help="add a phase with an S3 target on SeaweedFS"
     )
+    parser.add_argument("--interleave-with", type=Path, metavar="DIR")
+    parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument(
         "--only", action="append", default=[], help="run only phases whose name contains this"
     )
@@ -172,10 +181,56 @@ def main() -> int:
     other = Path(tempfile.mkdtemp(prefix="backup-bench-", dir=args.other_target_dir))
     db = work / "data" / "lcm.db"
     db.parent.mkdir()
+    if args.interleave_with:
+        try:
+            interleave(args.interleave_with.resolve(), db, work, args.size_mb, args.pairs)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+            shutil.rmtree(other, ignore_errors=True)
+        return 0
     with contextlib.ExitStack() as stack:
         s3_url = start_seaweedfs(stack, args.dir) if args.seaweedfs else None
         run_phases(args, work, other, db, s3_url)
     return 0
+
+
+ONE_CREATE = """
+import os, sys, time
+from pathlib import Path
+import hermes_runtime
+from hermes_runtime.backup import create_backup, open_target
+data, target = Path(sys.argv[1]), Path(sys.argv[2])
+target.mkdir()
+started = time.monotonic()
+with open(os.devnull, "w") as quiet:
+    create_backup(data, open_target(f"file://{target}"), work_dir=target.parent, stream=quiet)
+print(f"{time.monotonic() - started:.3f} {os.getloadavg()[0]:.2f} {hermes_runtime.__file__}")
+"""
+
+
+def interleave(old_code: Path, db: Path, work: Path, size_mb: int, pairs: int) -> None:
+    """Alternate ``create`` runs of the code in ``old_code`` and of this checkout."""
+    build_database(db, size_mb)
+    times: dict[str, list[float]] = {"before": [], "after": []}
+    for pair in range(pairs):
+        for label, pythonpath in (("before", str(old_code)), ("after", "")):
+            target = work / f"target-{label}-{pair}"
+            env = {**os.environ, "PYTHONPATH": pythonpath}
+            done = subprocess.run(
+                [sys.executable, "-c", ONE_CREATE, str(db.parent), str(target)],
+                env=env,
+                cwd=work,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            seconds, load, module = done.stdout.split()
+            times[label].append(float(seconds))
+            print(f"pair {pair + 1} {label}: {float(seconds):.2f} s, load {load} ({module})")
+            shutil.rmtree(target)
+    for label, values in times.items():
+        shown = " / ".join(f"{v:.2f}" for v in values)
+        print(f"{label}: {shown}; median {statistics.median(values):.2f} s")
 
 
 def start_seaweedfs(stack: contextlib.ExitStack, where: Path) -> str:
