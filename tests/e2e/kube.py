@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
@@ -32,6 +33,7 @@ RESTRICTED_LABELS = {
     "pod-security.kubernetes.io/audit": "restricted",
 }
 LOG_TAIL_LINES = 200
+TRANSPORT_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -361,6 +363,55 @@ def kubectl(cluster: Cluster, namespace: str, *args: str, timeout: float = 300) 
             f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
         )
     return result.stdout
+
+
+def exec_in_container(
+    cluster: Cluster,
+    namespace: str,
+    pod: str,
+    container: str,
+    command: list[str],
+    stdin: str = "",
+    timeout: float = 600,
+) -> subprocess.CompletedProcess[str]:
+    """`kubectl exec -i` into one container; values travel on stdin, never as arguments."""
+    cmd = [
+        tool("kubectl"),
+        "--kubeconfig",
+        str(cluster.kubeconfig),
+        "-n",
+        namespace,
+        "exec",
+        "-i",
+        pod,
+        "-c",
+        container,
+        "--",
+        *command,
+    ]
+    return subprocess.run(
+        cmd, input=stdin, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def with_transport_retries(what: str, call: Callable[[], httpx.Response]) -> httpx.Response:
+    """Retry a single request whose connection dropped before any HTTP answer.
+
+    Why: kubectl port-forward (the harness, not the system under test) now and
+    then closes a fresh connection before forwarding it (seen once in ten runs
+    as RemoteProtocolError). Any HTTP answer, error or not, is returned as is,
+    so a failing system under test still fails; callers that must see every
+    dropped request (a load client) do not use this.
+    """
+    for attempt in range(1, TRANSPORT_ATTEMPTS + 1):
+        try:
+            return call()
+        except httpx.TransportError as exc:
+            if attempt == TRANSPORT_ATTEMPTS:
+                raise AssertionError(f"{what}: no HTTP answer after {attempt} tries") from exc
+            print(f"{what}: {type(exc).__name__}: {exc}; retrying")
+            time.sleep(2)
+    raise AssertionError("unreachable")
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,7 +53,6 @@ S3_SECRET = "s3-credentials"
 TARGET = f"s3://{BUCKET}/{PREFIX}"
 API_PORT = 8642
 CHAT_TIMEOUT = 120.0
-TRANSPORT_ATTEMPTS = 3
 # Reads every ordinary table's row count the way the backup records them.
 COUNT_ROWS = """
 import json, sys, apsw
@@ -142,25 +141,6 @@ def chat(base: str, key: str, text: str, session: str | None = None) -> httpx.Re
 def reply_text(response: httpx.Response) -> str:
     assert response.status_code == 200, f"chat failed: {response.status_code} {response.text}"
     return str(response.json()["choices"][0]["message"]["content"])
-
-
-def with_transport_retries(what: str, call: Callable[[], httpx.Response]) -> httpx.Response:
-    """Retry a single request whose connection dropped before any HTTP answer.
-
-    Why: kubectl port-forward (the harness, not the system under test) now and
-    then closes a fresh connection before forwarding it (seen once in ten runs
-    as RemoteProtocolError). Any HTTP answer, error or not, is returned as is;
-    the load client does NOT retry, so a dropped chat during the backup fails.
-    """
-    for attempt in range(1, TRANSPORT_ATTEMPTS + 1):
-        try:
-            return call()
-        except httpx.TransportError as exc:
-            if attempt == TRANSPORT_ATTEMPTS:
-                raise AssertionError(f"{what}: no HTTP answer after {attempt} tries") from exc
-            print(f"{what}: {type(exc).__name__}: {exc}; retrying")
-            time.sleep(2)
-    raise AssertionError("unreachable")
 
 
 @dataclass
@@ -300,7 +280,7 @@ def back_up_under_load(
     service = f"svc/{agent_service(cluster, namespace, SOURCE)}"
     with kube.port_forward(cluster, namespace, service, API_PORT) as port:
         base, key = f"http://127.0.0.1:{port}", api_key(cluster, namespace, SOURCE)
-        said = with_transport_retries(
+        said = kube.with_transport_retries(
             "marker chat", lambda: chat(base, key, f"please remember {marker}", session)
         )
         assert marker in reply_text(said)
@@ -325,11 +305,15 @@ def answers_from_restored_history(
     service = f"svc/{agent_service(cluster, namespace, RESTORED)}"
     with kube.port_forward(cluster, namespace, service, API_PORT) as port:
         base, key = f"http://127.0.0.1:{port}", api_key(cluster, namespace, RESTORED)
-        answer = with_transport_retries("restored chat", lambda: chat(base, key, question, session))
+        answer = kube.with_transport_retries(
+            "restored chat", lambda: chat(base, key, question, session)
+        )
         assert question in reply_text(answer)
     with kube.port_forward(cluster, namespace, "svc/fake-llm", 8080) as llm_port:
         url = f"http://127.0.0.1:{llm_port}/_requests"
-        requests = with_transport_retries("fake LLM", lambda: httpx.get(url, timeout=30)).json()
+        requests = kube.with_transport_retries(
+            "fake LLM", lambda: httpx.get(url, timeout=30)
+        ).json()
     asked = [json.dumps(r) for r in requests if question in json.dumps(r)]
     assert asked, f"the LLM never received {question}"
     assert any(marker in r for r in asked), (

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -99,23 +98,7 @@ def agent_pod(cluster: kube.Cluster, namespace: str) -> str:
 def agent_exec(cluster: kube.Cluster, namespace: str, command: list[str], stdin: str = "") -> str:
     """Run a command in the agent container (kubectl exec); fail with its stderr."""
     pod = agent_pod(cluster, namespace)
-    cmd = [
-        kube.tool("kubectl"),
-        "--kubeconfig",
-        str(cluster.kubeconfig),
-        "--namespace",
-        namespace,
-        "exec",
-        "-i",
-        pod,
-        "-c",
-        "agent",
-        "--",
-        *command,
-    ]
-    result = subprocess.run(
-        cmd, input=stdin, capture_output=True, text=True, timeout=600, check=False
-    )
+    result = kube.exec_in_container(cluster, namespace, pod, "agent", command, stdin)
     assert result.returncode == 0, (
         f"`{' '.join(command)}` in {namespace}/{pod} exited {result.returncode}\n"
         f"stdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-3000:]}"

@@ -30,8 +30,7 @@ import json
 import secrets
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,7 +76,6 @@ BUCKET = "backups"  # what the s3-backend chart creates
 S3_PREFIX = "hermes"
 HERMES_RUNTIME = Path(sys.executable).parent / "hermes-runtime"
 API_PORT = 8642
-TRANSPORT_ATTEMPTS = 3
 
 
 def write_values(tmp_path: Path, name: str, values: dict[str, Any]) -> Path:
@@ -243,23 +241,6 @@ def set_up_openbao(
         configure_openbao(root, namespace, SERVICE_ACCOUNT, kv)
 
 
-def with_transport_retries(what: str, call: Callable[[], httpx.Response]) -> httpx.Response:
-    """Retry a request whose port-forwarded connection dropped before any HTTP answer.
-
-    kubectl port-forward (the harness) now and then closes a fresh connection
-    before forwarding it; any HTTP answer, error or not, is returned as is.
-    """
-    for attempt in range(1, TRANSPORT_ATTEMPTS + 1):
-        try:
-            return call()
-        except httpx.TransportError as exc:
-            if attempt == TRANSPORT_ATTEMPTS:
-                raise AssertionError(f"{what}: no HTTP answer after {attempt} tries") from exc
-            print(f"{what}: {type(exc).__name__}: {exc}; retrying")
-            time.sleep(2)
-    raise AssertionError("unreachable")
-
-
 def chat(base: str, key: str, text: str) -> httpx.Response:
     body = {"model": "fake-model", "messages": [{"role": "user", "content": text}]}
     return httpx.post(
@@ -299,11 +280,11 @@ def chat_with_vault_keys(cluster: kube.Cluster, namespace: str, api_key: str) ->
     service = f"svc/{agent_service(cluster, namespace)}"
     with kube.port_forward(cluster, namespace, service, API_PORT) as port:
         base = f"http://127.0.0.1:{port}"
-        answer = with_transport_retries("chat", lambda: chat(base, api_key, text))
+        answer = kube.with_transport_retries("chat", lambda: chat(base, api_key, text))
         assert answer.status_code == 200, f"chat failed: {answer.status_code} {answer.text}"
         reply = answer.json()["choices"][0]["message"]["content"]
         assert text in reply, f"unexpected reply {reply!r}"
-        refused = with_transport_retries("chat", lambda: chat(base, "not-the-key-" * 3, text))
+        refused = kube.with_transport_retries("chat", lambda: chat(base, "not-the-key-" * 3, text))
         assert refused.status_code == 401, (
             f"the API server accepted a key that is not the one in Vault: {refused.status_code}"
         )
@@ -312,7 +293,7 @@ def chat_with_vault_keys(cluster: kube.Cluster, namespace: str, api_key: str) ->
 def keys_the_llm_received(cluster: kube.Cluster, namespace: str) -> list[str | None]:
     with kube.port_forward(cluster, namespace, "svc/fake-llm", 8080) as port:
         url = f"http://127.0.0.1:{port}/_auth"
-        response = with_transport_retries("fake LLM", lambda: httpx.get(url, timeout=30))
+        response = kube.with_transport_retries("fake LLM", lambda: httpx.get(url, timeout=30))
     assert response.status_code == 200, response.text
     return list(response.json()["authorization"])
 
@@ -339,21 +320,7 @@ def agent_exec(
     cluster: kube.Cluster, namespace: str, pod: str, command: list[str], stdin: str = ""
 ) -> subprocess.CompletedProcess[str]:
     """Run in the agent container; values travel on stdin, never as arguments."""
-    cmd = [
-        kube.tool("kubectl"),
-        "--kubeconfig",
-        str(cluster.kubeconfig),
-        "-n",
-        namespace,
-        "exec",
-        "-i",
-        pod,
-        "-c",
-        "agent",
-        "--",
-        *command,
-    ]
-    return subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=120)
+    return kube.exec_in_container(cluster, namespace, pod, "agent", command, stdin, timeout=120)
 
 
 def assert_values_nowhere(
