@@ -135,6 +135,17 @@ def delete_namespace(cluster: Cluster, namespace: str) -> None:
             raise
 
 
+def run_checked(cmd: list[str], shown: str, timeout: float) -> str:
+    """Run a CLI; a non-zero exit raises with its stdout and stderr for the CI log."""
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    if result.returncode != 0:
+        raise AssertionError(
+            f"`{shown}` exited {result.returncode}\n"
+            f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+        )
+    return result.stdout
+
+
 @dataclass(frozen=True)
 class Helm:
     """`helm` bound to one kubeconfig and namespace; failures raise with helm's stderr."""
@@ -152,13 +163,7 @@ class Helm:
             self.namespace,
             *args,
         ]
-        result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-        if result.returncode != 0:
-            raise AssertionError(
-                f"`helm {' '.join(args)}` exited {result.returncode}\n"
-                f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
-            )
-        return result.stdout
+        return run_checked(cmd, f"helm {' '.join(args)}", timeout)
 
     def install(
         self,
@@ -356,13 +361,7 @@ def kubeconfig_from_env() -> Path:
 def kubectl(cluster: Cluster, namespace: str, *args: str, timeout: float = 300) -> str:
     """Run kubectl in `namespace`; failures raise with kubectl's stderr."""
     cmd = [tool("kubectl"), "--kubeconfig", str(cluster.kubeconfig), "-n", namespace, *args]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-    if result.returncode != 0:
-        raise AssertionError(
-            f"`kubectl {' '.join(args)}` exited {result.returncode}\n"
-            f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
-        )
-    return result.stdout
+    return run_checked(cmd, f"kubectl {' '.join(args)}", timeout)
 
 
 def exec_in_container(

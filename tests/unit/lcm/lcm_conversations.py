@@ -10,14 +10,28 @@ from __future__ import annotations
 
 import base64
 import re
+from pathlib import Path
 from typing import Any
 
-from hermes_runtime.lcm import retrieval
+from hermes_runtime.lcm import LcmConfig, retrieval
 from hermes_runtime.lcm.assembly import summary_refs_of
+from hermes_runtime.lcm.hermes_plugin import LcmContextEngine
 from hermes_runtime.lcm.schema import fetch_one
 from hermes_runtime.lcm.store import LcmStore
 
 OUTPUT_REF = re.compile(r"^\[LCM externalized \w+ output (out_[0-9a-f]+):")
+
+
+SYSTEM = {"role": "system", "content": "You are Hermes."}
+
+
+def make_hermes_engine(tmp_path: Path, **section: Any) -> LcmContextEngine:
+    """The Hermes-facing engine on a fresh home, bound to session-1 (no embeddings)."""
+    config = LcmConfig.for_home(tmp_path, {"embeddings": "off", **section})
+    engine = LcmContextEngine(config)
+    engine.update_model("fake-model", 20_000)
+    engine.on_session_start("session-1")
+    return engine
 
 
 def tool_turn(

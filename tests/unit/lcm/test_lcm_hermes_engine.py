@@ -11,20 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from agent.context_engine import ContextEngine
-from lcm_conversations import reconstruct, simple_conversation
+from lcm_conversations import SYSTEM, make_hermes_engine, reconstruct, simple_conversation
 
 from hermes_runtime.lcm import LcmConfig, validation_errors
-from hermes_runtime.lcm.hermes_plugin import LcmContextEngine, register
-
-SYSTEM = {"role": "system", "content": "You are Hermes."}
-
-
-def make(tmp_path: Path, **section: Any) -> LcmContextEngine:
-    config = LcmConfig.for_home(tmp_path, {"embeddings": "off", **section})
-    engine = LcmContextEngine(config)
-    engine.update_model("fake-model", 20_000)
-    engine.on_session_start("session-1")
-    return engine
+from hermes_runtime.lcm.hermes_plugin import register
 
 
 def test_entry_point_points_at_register() -> None:
@@ -49,7 +39,7 @@ def test_entry_point_points_at_register() -> None:
 
 
 def test_deepcopy_shares_store_but_not_counters(tmp_path: Path) -> None:
-    engine = make(tmp_path)
+    engine = make_hermes_engine(tmp_path)
     clone = copy.deepcopy(engine)
     assert clone.engine is engine.engine
     clone.update_from_response({"prompt_tokens": 123, "completion_tokens": 1, "total_tokens": 124})
@@ -57,13 +47,13 @@ def test_deepcopy_shares_store_but_not_counters(tmp_path: Path) -> None:
 
 
 def test_thresholds_follow_the_model(tmp_path: Path) -> None:
-    engine = make(tmp_path, threshold_percent=0.5, target_percent=0.3)
+    engine = make_hermes_engine(tmp_path, threshold_percent=0.5, target_percent=0.3)
     assert engine.threshold_tokens == 10_000
     assert engine.should_compress(10_000) and not engine.should_compress(9_999)
 
 
 def test_compress_returns_valid_fitting_lossless_context(tmp_path: Path) -> None:
-    engine = make(tmp_path)
+    engine = make_hermes_engine(tmp_path)
     history = simple_conversation(80, filler=40)
     result = engine.compress([SYSTEM, *history], current_tokens=30_000)
     assert result[0] == SYSTEM
@@ -73,7 +63,7 @@ def test_compress_returns_valid_fitting_lossless_context(tmp_path: Path) -> None
 
 
 def test_repeated_compress_never_duplicates(tmp_path: Path) -> None:
-    engine = make(tmp_path)
+    engine = make_hermes_engine(tmp_path)
     history = simple_conversation(60, filler=40)
     host = engine.compress([SYSTEM, *history])
     extra = simple_conversation(3)
@@ -85,14 +75,14 @@ def test_repeated_compress_never_duplicates(tmp_path: Path) -> None:
 
 
 def test_tool_call_ingests_live_messages_and_answers(tmp_path: Path) -> None:
-    engine = make(tmp_path)
+    engine = make_hermes_engine(tmp_path)
     live = [SYSTEM, {"role": "user", "content": "remember the password is KESTREL"}]
     answer = json.loads(engine.handle_tool_call("lcm_grep", {"query": "kestrel"}, messages=live))
     assert answer["results"][0]["snippet"].lower().count("kestrel") == 1
 
 
 def test_rotation_keeps_the_lcm_session(tmp_path: Path) -> None:
-    engine = make(tmp_path)
+    engine = make_hermes_engine(tmp_path)
     engine.on_session_start("child-2", old_session_id="session-1")
     assert engine.session_id == "session-1"
     engine.on_session_start("fresh-3")
@@ -100,7 +90,7 @@ def test_rotation_keeps_the_lcm_session(tmp_path: Path) -> None:
 
 
 def test_parallel_sessions_on_pooled_threads(tmp_path: Path) -> None:
-    base = make(tmp_path)
+    base = make_hermes_engine(tmp_path)
     errors: list[BaseException] = []
     results: dict[str, list[dict[str, Any]]] = {}
 
@@ -145,7 +135,7 @@ def test_bad_config_names_the_field(tmp_path: Path) -> None:
 
 
 def test_user_typing_our_header_is_still_stored(tmp_path: Path) -> None:
-    engine = make(tmp_path)
+    engine = make_hermes_engine(tmp_path)
     typed = {
         "role": "user",
         "content": '[LCM summary sum_1 | depth 0 | expand with lcm_expand(id="sum_1")]',
@@ -169,7 +159,7 @@ def merge_same_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def test_host_merging_our_block_never_duplicates(tmp_path: Path) -> None:
-    engine = make(tmp_path, fresh_tail_messages=3)
+    engine = make_hermes_engine(tmp_path, fresh_tail_messages=3)
     history = simple_conversation(40, filler=40)
     host = merge_same_roles(engine.compress([SYSTEM, *history]))
     extra = simple_conversation(2)
@@ -179,7 +169,7 @@ def test_host_merging_our_block_never_duplicates(tmp_path: Path) -> None:
 
 
 def test_host_dropping_its_last_message_stores_nothing_new(tmp_path: Path) -> None:
-    engine = make(tmp_path)
+    engine = make_hermes_engine(tmp_path)
     history = simple_conversation(5)
     engine.compress([SYSTEM, *history])
     engine.compress([SYSTEM, *history[:-1]])
@@ -195,7 +185,7 @@ def test_day_one_import_archives_hermes_history(tmp_path: Path) -> None:
     state.create_session("before-lcm", source="cli")
     state.append_message("before-lcm", "user", "the boiler code is 4471")
     state.close()
-    engine = make(tmp_path)
+    engine = make_hermes_engine(tmp_path)
     core = engine.engine
     deadline = time.monotonic() + 30
     while not core.store.has_session(IMPORT_PREFIX + "before-lcm") and time.monotonic() < deadline:

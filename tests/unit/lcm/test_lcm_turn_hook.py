@@ -17,21 +17,11 @@ from typing import Any
 
 import pytest
 from hermes_cli.plugins import clear_thread_tool_whitelist, set_thread_tool_whitelist
-from lcm_conversations import simple_conversation
+from lcm_conversations import SYSTEM, make_hermes_engine, simple_conversation
 
 from hermes_runtime.common.sqlite import connect
-from hermes_runtime.lcm import LcmConfig, hermes_plugin
+from hermes_runtime.lcm import hermes_plugin
 from hermes_runtime.lcm.hermes_plugin import LcmContextEngine
-
-SYSTEM = {"role": "system", "content": "You are Hermes."}
-
-
-def make(tmp_path: Path, **section: Any) -> LcmContextEngine:
-    config = LcmConfig.for_home(tmp_path, {"embeddings": "off", **section})
-    engine = LcmContextEngine(config)
-    engine.update_model("fake-model", 20_000)
-    engine.on_session_start("session-1")
-    return engine
 
 
 def plain_turns(first: int, count: int = 1) -> list[dict[str, Any]]:
@@ -68,7 +58,7 @@ def user_texts(engine: LcmContextEngine, session: str) -> list[str]:
 
 
 def test_each_plain_turn_is_stored_right_after_it(tmp_path: Path) -> None:
-    engine = make(tmp_path)
+    engine = make_hermes_engine(tmp_path)
     history: list[dict[str, Any]] = []
     for turn in range(3):
         history += plain_turns(turn)
@@ -78,7 +68,7 @@ def test_each_plain_turn_is_stored_right_after_it(tmp_path: Path) -> None:
 
 
 def test_rotation_resolves_to_the_kept_session_for_hook_and_new_agents(tmp_path: Path) -> None:
-    engine = make(tmp_path)
+    engine = make_hermes_engine(tmp_path)
     history = simple_conversation(2)
     engine.on_session_start("child-2", old_session_id="session-1", boundary_reason="compression")
     hook(engine, "child-2", history)
@@ -90,7 +80,7 @@ def test_rotation_resolves_to_the_kept_session_for_hook_and_new_agents(tmp_path:
 
 
 def test_hook_compress_and_tool_sync_never_duplicate(tmp_path: Path) -> None:
-    engine = make(tmp_path, fresh_tail_messages=4)
+    engine = make_hermes_engine(tmp_path, fresh_tail_messages=4)
     history = simple_conversation(30, filler=40)
     hook(engine, "session-1", history[:10])
     host = engine.compress([SYSTEM, *history], current_tokens=30_000)
@@ -106,7 +96,7 @@ def test_hook_compress_and_tool_sync_never_duplicate(tmp_path: Path) -> None:
 
 
 def test_unbound_session_and_review_fork_store_nothing(tmp_path: Path) -> None:
-    engine = make(tmp_path)
+    engine = make_hermes_engine(tmp_path)
     history = simple_conversation(2)
     hook(engine, "never-bound", history)  # another context engine owns that session
     set_thread_tool_whitelist({"memory", "skill_manage"})  # Hermes' background review thread
@@ -121,7 +111,7 @@ def test_busy_database_is_skipped_with_a_warning_and_caught_up_later(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(hermes_plugin, "TURN_SYNC_WAIT_SECONDS", 0.2)
-    engine = make(tmp_path)
+    engine = make_hermes_engine(tmp_path)
     first = plain_turns(0)
     other_process = connect(tmp_path / "lcm.db")
     other_process.execute("BEGIN IMMEDIATE")
@@ -145,7 +135,7 @@ def test_compaction_holding_the_session_skips_the_hook(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(hermes_plugin, "TURN_SYNC_WAIT_SECONDS", 0.1)
-    engine = make(tmp_path)
+    engine = make_hermes_engine(tmp_path)
     held, release = threading.Event(), threading.Event()
 
     def hold_session() -> None:
