@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 
 import yaml
-from chartkit import FULLNAME, container_names, env_map, render
+from chartkit import FULLNAME, SERVICE_MONITOR_API, container_names, env_map, render
 
 LLM = {"llm": {"baseUrl": "http://llm:8000/v1", "model": "m1", "existingSecret": "llm-key"}}
 
@@ -181,7 +181,8 @@ def test_service_monitor_and_pdb_are_opt_in() -> None:
         {
             "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
             "podDisruptionBudget": {"enabled": True},
-        }
+        },
+        api_versions=[SERVICE_MONITOR_API],
     )
     monitor = manifest.one("ServiceMonitor")
     assert monitor["metadata"]["labels"]["release"] == "prom"

@@ -6,7 +6,7 @@ from chartkit import FULLNAME, render
 
 VALUES = {
     "networkPolicy": {"enabled": True},
-    "llm": {"baseUrl": "http://llm.internal:8000/v1"},
+    "llm": {"baseUrl": "http://llm.internal:8000/v1", "model": "m"},
     "plugins": [
         {"name": "a", "repo": "https://git.example.com/a.git"},
         {

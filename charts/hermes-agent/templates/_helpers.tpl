@@ -55,10 +55,15 @@ annotations:
 {{- end -}}
 {{- end -}}
 
-{{/* image reference from {registry,repository,tag,digest}; pass (dict "image" $img "default" $tag). */}}
+{{/*
+Image reference from {registry,repository,tag,digest}; pass (dict "image" $img "default" $tag "global" $.Values.global).
+global.imageRegistry wins over the image's own registry, as in Bitnami's common.images.image.
+*/}}
 {{- define "hermes-agent.imageRef" -}}
+{{- $registry := .image.registry -}}
+{{- with .global }}{{ with .imageRegistry }}{{ $registry = . }}{{ end }}{{ end -}}
 {{- $repo := .image.repository -}}
-{{- if .image.registry -}}{{- $repo = printf "%s/%s" .image.registry .image.repository -}}{{- end -}}
+{{- if $registry -}}{{- $repo = printf "%s/%s" (trimSuffix "/" $registry) .image.repository -}}{{- end -}}
 {{- if .image.digest -}}
 {{- printf "%s@%s" $repo .image.digest -}}
 {{- else -}}
@@ -66,12 +71,41 @@ annotations:
 {{- end -}}
 {{- end -}}
 
+{{/* Pull secrets of every pod: global.imagePullSecrets then imagePullSecrets, names or {name} items, without repeats. */}}
+{{- define "hermes-agent.imagePullSecrets" -}}
+{{- $names := list -}}
+{{- $global := list -}}
+{{- with .Values.global }}{{ $global = default (list) .imagePullSecrets }}{{ end -}}
+{{- range concat $global (default (list) .Values.imagePullSecrets) -}}
+{{- if kindIs "map" . }}{{ $names = append $names .name }}{{ else }}{{ $names = append $names . }}{{ end -}}
+{{- end -}}
+{{- with $names | uniq }}
+imagePullSecrets:
+  {{- range . }}
+  - name: {{ . }}
+  {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* storageClassName line for a PVC: its own class, else global.storageClass / global.defaultStorageClass; "-" means "" (no class). */}}
+{{- define "hermes-agent.storageClass" -}}
+{{- $class := .class -}}
+{{- if not $class -}}
+{{- with .root.Values.global }}{{ $class = default .defaultStorageClass .storageClass }}{{ end -}}
+{{- end -}}
+{{- if eq (toString $class) "-" }}
+storageClassName: ""
+{{- else if $class }}
+storageClassName: {{ $class | quote }}
+{{- end }}
+{{- end -}}
+
 {{- define "hermes-agent.agentImage" -}}
-{{- include "hermes-agent.imageRef" (dict "image" .Values.image "default" .Chart.AppVersion) -}}
+{{- include "hermes-agent.imageRef" (dict "image" .Values.image "default" .Chart.AppVersion "global" .Values.global) -}}
 {{- end -}}
 
 {{- define "hermes-agent.gitSyncImage" -}}
-{{- include "hermes-agent.imageRef" (dict "image" .Values.gitSync.image "default" "v4.7.0") -}}
+{{- include "hermes-agent.imageRef" (dict "image" .Values.gitSync.image "default" "v4.7.0" "global" .Values.global) -}}
 {{- end -}}
 
 {{- define "hermes-agent.dataClaimName" -}}
