@@ -154,11 +154,12 @@ def test_service_account_token_not_mounted_by_default() -> None:
 
 def test_service_exposes_api_and_metrics_to_the_agent_pod() -> None:
     manifest = render()
-    service = manifest.one("Service")
-    ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
-    assert ports == {"http": 8642, "metrics": 9090, "lcm-metrics": 9091}
     pod_labels = manifest.deployment["spec"]["template"]["metadata"]["labels"]
-    assert service["spec"]["selector"].items() <= pod_labels.items()
+    ports = {}
+    for service in manifest.all("Service"):
+        ports |= {p["name"]: p["port"] for p in service["spec"]["ports"]}
+        assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert ports == {"http": 8642, "metrics": 9090, "lcm-metrics": 9091}
 
 
 def test_lcm_metrics_port_follows_lcm_and_metrics() -> None:
@@ -171,7 +172,8 @@ def test_lcm_metrics_port_follows_lcm_and_metrics() -> None:
         agent = manifest.container("agent")
         assert "HERMES_RUNTIME_LCM_METRICS_PORT" not in env_map(agent)
         assert "lcm-metrics" not in {p["name"] for p in agent["ports"]}
-        assert "lcm-metrics" not in {p["name"] for p in manifest.one("Service")["spec"]["ports"]}
+        service_ports = {p["name"] for s in manifest.all("Service") for p in s["spec"]["ports"]}
+        assert "lcm-metrics" not in service_ports
 
 
 def test_service_monitor_and_pdb_are_opt_in() -> None:
@@ -187,6 +189,10 @@ def test_service_monitor_and_pdb_are_opt_in() -> None:
     monitor = manifest.one("ServiceMonitor")
     assert monitor["metadata"]["labels"]["release"] == "prom"
     assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["metrics", "lcm-metrics"]
+    metrics_service = manifest.one("Service", f"{FULLNAME}-metrics")
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= metrics_service["metadata"]["labels"].items()
+    assert not selector.items() <= manifest.one("Service", FULLNAME)["metadata"]["labels"].items()
     assert manifest.one("PodDisruptionBudget")["spec"]["maxUnavailable"] == 0
 
 
@@ -221,6 +227,19 @@ def test_helm_test_pod_checks_health_and_metrics() -> None:
     args = pod["spec"]["containers"][0]["args"]
     assert args == [
         f"http://{FULLNAME}:8642/health",
-        f"http://{FULLNAME}:9090/metrics",
+        f"http://{FULLNAME}-metrics:9090/metrics",
     ]
     assert pod["metadata"]["labels"][f"{FULLNAME}-client"] == "true"
+
+
+def _secret_checksum(values: dict) -> str | None:
+    annotations = render(values).deployment["spec"]["template"]["metadata"]["annotations"]
+    return annotations.get("checksum/secret")
+
+
+def test_checksum_secret_restarts_the_pod_when_the_chart_made_secret_changes() -> None:
+    first = _secret_checksum({"apiServer": {"key": "a" * 20}})
+    assert first and first == _secret_checksum({"apiServer": {"key": "a" * 20}})
+    assert first != _secret_checksum({"apiServer": {"key": "b" * 20}})
+    # No chart-made Secret, no annotation: the user's Secret is theirs to roll.
+    assert _secret_checksum({"apiServer": {"existingSecret": "mine"}}) is None

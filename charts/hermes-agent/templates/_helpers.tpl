@@ -47,6 +47,10 @@ annotations:
 {{- end }}
 {{- end -}}
 
+{{- define "hermes-agent.metricsServiceName" -}}
+{{- printf "%s-metrics" (include "hermes-agent.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "hermes-agent.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "hermes-agent.fullname" .) .Values.serviceAccount.name -}}
@@ -167,4 +171,57 @@ file:///backup
 {{- $ctx := deepCopy .root.Values.containerSecurityContext -}}
 {{- with .override }}{{- $ctx = mergeOverwrite $ctx (deepCopy .) -}}{{- end }}
 {{- toYaml $ctx -}}
+{{- end -}}
+
+{{/*
+TCP ports of a list of URLs (explicit port, else by scheme; git@host: is SSH) plus extra
+ports, sorted and unique, as a JSON array. Pass (dict "urls" $list "extra" $ints).
+*/}}
+{{- define "hermes-agent.egressPorts" -}}
+{{- $ports := list -}}
+{{- range .urls -}}
+{{- if hasPrefix "git@" . -}}
+{{- $ports = append $ports 22 -}}
+{{- else -}}
+{{- $u := urlParse . -}}
+{{- $hostport := splitList ":" $u.host -}}
+{{- if gt (len $hostport) 1 -}}
+{{- $ports = append $ports (last $hostport | int) -}}
+{{- else if eq $u.scheme "http" -}}
+{{- $ports = append $ports 80 -}}
+{{- else if eq $u.scheme "git" -}}
+{{- $ports = append $ports 9418 -}}
+{{- else if eq $u.scheme "ssh" -}}
+{{- $ports = append $ports 22 -}}
+{{- else if eq $u.scheme "https" -}}
+{{- $ports = append $ports 443 -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range .extra }}{{ $ports = append $ports (int .) }}{{ end -}}
+{{- $ports | uniq | sortAlpha | toJson -}}
+{{- end -}}
+
+{{/* Egress rules: DNS anywhere, then the given TCP ports to networkPolicy.egressTo (or anywhere), then extraEgress. */}}
+{{- define "hermes-agent.egressRules" -}}
+{{- $np := .root.Values.networkPolicy -}}
+- ports:
+    - port: 53
+      protocol: UDP
+    - port: 53
+      protocol: TCP
+{{- if .ports }}
+- ports:
+    {{- range .ports }}
+    - port: {{ int . }}
+      protocol: TCP
+    {{- end }}
+  {{- with $np.egressTo }}
+  to:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}
+{{- with $np.extraEgress }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
