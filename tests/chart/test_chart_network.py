@@ -1,4 +1,4 @@
-"""NetworkPolicy per pod kind, and Services: metrics never leave the cluster through service.type."""
+"""NetworkPolicy per pod kind, and Services: metrics never leave the cluster by service.type."""
 
 from __future__ import annotations
 
