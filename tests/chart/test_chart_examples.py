@@ -50,8 +50,18 @@ KITCHEN_SINK: dict[str, Any] = {
     ],
     "hermes": {"soul": "Be brief.", "config": {"agent": {"max_turns": 5}}},
     "podDisruptionBudget": {"enabled": True},
-    "extraEnv": [{"name": "TEAM", "value": "blue"}],
-    "extraInitContainers": [],
+    "allPods": {"extraEnv": [{"name": "TEAM", "value": "blue"}], "podLabels": {"team": "blue"}},
+    "agent": {
+        "extraInitContainers": [],
+        "hostAliases": [{"ip": "10.0.0.9", "hostnames": ["llm.internal"]}],
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "ScheduleAnyway",
+            }
+        ],
+    },
 }
 SOURCES: list[tuple[tuple[str, ...], dict[str, Any] | None]] = [
     ((), None),

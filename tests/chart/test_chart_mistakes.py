@@ -48,21 +48,16 @@ SCHEMA_MISTAKES: dict[str, tuple[dict[str, Any], str]] = {
         "/backup/resources/requests/cpu",
     ),
     "resources with a typo": ({"agent": {"resources": {"request": {"cpu": "1"}}}}, "request"),
-    "env item without a name": ({"env": [{"value": "blue"}]}, "/env/0"),
+    "env item without a name": ({"agent": {"env": [{"value": "blue"}]}}, "/agent/env/0"),
     "extraEnv item with value and valueFrom": (
-        {
-            "extraEnv": [
-                {
-                    "name": "A",
-                    "value": "1",
-                    "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}},
-                }
-            ]
-        },
-        "/extraEnv/0",
+        {"allPods": {"extraEnv": [{"name": "A", "value": "1", "valueFrom": {"fieldRef": {}}}]}},
+        "/allPods/extraEnv/0",
     ),
-    "env given as a map": ({"env": {"TEAM": "blue"}}, "/env"),
-    "env value not a string": ({"env": [{"name": "RETRIES", "value": 3}]}, "/env/0/value"),
+    "env given as a map": ({"agent": {"env": {"TEAM": "blue"}}}, "/agent/env"),
+    "env value not a string": (
+        {"agent": {"env": [{"name": "RETRIES", "value": 3}]}},
+        "/agent/env/0/value",
+    ),
     "git-sync env item without a name": ({"gitSync": {"env": [{"value": "x"}]}}, "/gitSync/env/0"),
     "pull secret as {secret: x}": (
         {"imagePullSecrets": [{"secret": "regcred"}]},
@@ -91,13 +86,13 @@ SCHEMA_MISTAKES: dict[str, tuple[dict[str, Any], str]] = {
         "/image/registry",
     ),
     "annotation value not a string": (
-        {"podAnnotations": {"prometheus.io/port": 9090}},
-        "/podAnnotations/prometheus.io~1port",
+        {"agent": {"podAnnotations": {"prometheus.io/port": 9090}}},
+        "/agent/podAnnotations/prometheus.io~1port",
     ),
-    "tolerations as a map": ({"tolerations": {"key": "gpu"}}, "/tolerations"),
+    "tolerations as a map": ({"agent": {"tolerations": {"key": "gpu"}}}, "/agent/tolerations"),
     "toleration operator typo": (
-        {"tolerations": [{"key": "gpu", "operator": "Exist"}]},
-        "/tolerations/0/operator",
+        {"allPods": {"tolerations": [{"key": "gpu", "operator": "Exist"}]}},
+        "/allPods/tolerations/0/operator",
     ),
     "pdb maxUnavailable as words": (
         {"podDisruptionBudget": {"enabled": True, "maxUnavailable": "one"}},
@@ -110,7 +105,10 @@ SCHEMA_MISTAKES: dict[str, tuple[dict[str, Any], str]] = {
     "vault address without a scheme": ({"vault": {"address": "vault:8200"}}, "/vault/address"),
     "port out of range": ({"metrics": {"port": 90900}}, "/metrics/port"),
     "cron with four fields": (cron("0 3 * *"), "/backup/schedule"),
-    "extra volume without a name": ({"extraVolumes": [{"emptyDir": {}}]}, "/extraVolumes/0"),
+    "extra volume without a name": (
+        {"agent": {"extraVolumes": [{"emptyDir": {}}]}},
+        "/agent/extraVolumes/0",
+    ),
 }
 
 TEMPLATE_MISTAKES: dict[str, tuple[dict[str, Any], str]] = {
@@ -176,13 +174,19 @@ TEMPLATE_MISTAKES: dict[str, tuple[dict[str, Any], str]] = {
         "apiServer.key",
     ),
     "env overrides the chart's API key": (
-        {"env": [{"name": "API_SERVER_KEY", "value": "x"}]},
-        "env[0].name",
+        {"agent": {"env": [{"name": "API_SERVER_KEY", "value": "x"}]}},
+        "agent.env[0].name",
     ),
     "extraEnv moves HERMES_HOME": (
-        {"extraEnv": [{"name": "HERMES_HOME", "value": "/data"}]},
-        "extraEnv[0].name",
+        {"allPods": {"extraEnv": [{"name": "HERMES_HOME", "value": "/data"}]}},
+        "allPods.extraEnv[0].name",
     ),
+    "old top-level env": ({"env": [{"name": "TEAM", "value": "blue"}]}, "env"),
+    "old top-level podSecurityContext": (
+        {"podSecurityContext": {"runAsUser": 1000}},
+        "podSecurityContext",
+    ),
+    "old top-level nodeSelector": ({"nodeSelector": {"pool": "agents"}}, "nodeSelector"),
     "vault on without a role": (
         {"vault": {"enabled": True, "address": "https://vault:8200", "secrets": [VAULT]}},
         "vault.role",

@@ -40,7 +40,7 @@ CONVERSATION_VALUES: dict[str, Any] = {
         "extraConfig": {"externalize_chars": 4000},
     },
     # A crash of the gateway (signal) then prints a Python traceback in the pod log.
-    "env": [{"name": "PYTHONFAULTHANDLER", "value": "1"}],
+    "agent": {"env": [{"name": "PYTHONFAULTHANDLER", "value": "1"}]},
 }
 
 # Runs inside the agent container (python3 is there): POST each turn, print the replies.
@@ -130,7 +130,7 @@ FETCH_URL = (
 
 
 def service_port_url(cluster: kube.Cluster, namespace: str, port_name: str, path: str) -> str:
-    """URL of a named port on the release's Services (metrics have a ClusterIP Service of their own)."""
+    """URL of a named port on the release's Services (metrics have a ClusterIP Service)."""
     services = cluster.core.list_namespaced_service(
         namespace, label_selector=f"app.kubernetes.io/instance={RELEASE}"
     ).items

@@ -168,8 +168,9 @@ file:///backup
 
 {{/* Security context of a container: the shared restricted one, with optional overrides. */}}
 {{- define "hermes-agent.containerSecurityContext" -}}
-{{- $ctx := deepCopy .root.Values.containerSecurityContext -}}
+{{- $ctx := deepCopy .root.Values.allPods.containerSecurityContext -}}
 {{- with .override }}{{- $ctx = mergeOverwrite $ctx (deepCopy .) -}}{{- end }}
+{{- if include "hermes-agent.platformUids" .root }}{{- $ctx = omit $ctx "runAsUser" "runAsGroup" "seLinuxOptions" -}}{{- end }}
 {{- toYaml $ctx -}}
 {{- end -}}
 
@@ -224,4 +225,24 @@ ports, sorted and unique, as a JSON array. Pass (dict "urls" $list "extra" $ints
 {{- with $np.extraEgress }}
 {{ toYaml . }}
 {{- end }}
+{{- end -}}
+
+{{/*
+"true" when UIDs are left to the platform (OpenShift's SCC assigns them from the namespace's
+range): global.compatibility.openshift.adaptSecurityContext force, or auto on a cluster that
+serves security.openshift.io/v1. Same key and meaning as Bitnami's common chart.
+*/}}
+{{- define "hermes-agent.platformUids" -}}
+{{- $mode := "auto" -}}
+{{- with .Values.global }}{{ with .compatibility }}{{ with .openshift }}{{ $mode = default "auto" .adaptSecurityContext }}{{ end }}{{ end }}{{ end -}}
+{{- if or (eq $mode "force") (and (eq $mode "auto") (.Capabilities.APIVersions.Has "security.openshift.io/v1")) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* Pod security context of every pod, without UIDs when the platform assigns them. */}}
+{{- define "hermes-agent.podSecurityContext" -}}
+{{- $ctx := deepCopy .Values.allPods.podSecurityContext -}}
+{{- if include "hermes-agent.platformUids" . }}{{- $ctx = omit $ctx "runAsUser" "runAsGroup" "fsGroup" "seLinuxOptions" -}}{{- end }}
+{{- toYaml $ctx -}}
 {{- end -}}
