@@ -193,6 +193,8 @@ def test_service_monitor_and_pdb_are_opt_in() -> None:
     selector = monitor["spec"]["selector"]["matchLabels"]
     assert selector.items() <= metrics_service["metadata"]["labels"].items()
     assert not selector.items() <= manifest.one("Service", FULLNAME)["metadata"]["labels"].items()
+    # Scraped series keep job="<fullname>", the job the backup PrometheusRule matches.
+    assert metrics_service["metadata"]["labels"][monitor["spec"]["jobLabel"]] == FULLNAME
     assert manifest.one("PodDisruptionBudget")["spec"]["maxUnavailable"] == 0
 
 
