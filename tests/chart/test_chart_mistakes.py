@@ -105,6 +105,22 @@ SCHEMA_MISTAKES: dict[str, tuple[dict[str, Any], str]] = {
     "vault address without a scheme": ({"vault": {"address": "vault:8200"}}, "/vault/address"),
     "port out of range": ({"metrics": {"port": 90900}}, "/metrics/port"),
     "cron with four fields": (cron("0 3 * *"), "/backup/schedule"),
+    "host alias without an ip": (
+        {"agent": {"hostAliases": [{"hostnames": ["llm.internal"]}]}},
+        "/agent/hostAliases/0",
+    ),
+    "spread constraint without a topology key": (
+        {
+            "agent": {
+                "topologySpreadConstraints": [{"maxSkew": 1, "whenUnsatisfiable": "DoNotSchedule"}]
+            }
+        },
+        "/agent/topologySpreadConstraints/0",
+    ),
+    "OpenShift mode misspelt": (
+        {"global": {"compatibility": {"openshift": {"adaptSecurityContext": "yes"}}}},
+        "/global/compatibility/openshift/adaptSecurityContext",
+    ),
     "extra volume without a name": (
         {"agent": {"extraVolumes": [{"emptyDir": {}}]}},
         "/agent/extraVolumes/0",
@@ -261,6 +277,13 @@ def test_validate_refuses_the_mistake_naming_the_field(case: str) -> None:
             "lower",
         )
     ), line
+
+
+def test_native_sidecars_refused_on_a_cluster_without_them() -> None:
+    error = render_error({"sidecarMode": "native"}, kube_version="1.28.0")
+    line = next(ln for ln in error.splitlines() if ln.startswith("- sidecarMode"))
+    assert "1.29" in line and "sidecarMode: auto" in line, line
+    assert render({"sidecarMode": "native"}, kube_version="1.29.0").deployment
 
 
 def test_every_problem_is_reported_at_once() -> None:
