@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hermes_runtime.agent.datalock import DataDirLock, hold_data_dir_lock, lock_path
 from hermes_runtime.agent.gateway import gateway_command, gateway_env, mark_planned_stop
 from hermes_runtime.agent.metrics import AgentMetrics
 from hermes_runtime.agent.seed import SeedResult, seed_config, seed_soul
@@ -93,6 +94,14 @@ def run_agent(settings: AgentSettings, metrics: AgentMetrics | None = None) -> i
     watcher (restart when Vault renders new values, so the gateway sees them in its env).
     """
     metrics = metrics or AgentMetrics()
+    ensure_data_dir(settings)
+    # One gateway per data volume: wait for the one before us (a pod being replaced) to exit
+    # before touching config.yaml, the plugin links or the databases.
+    with hold_data_dir_lock(lock_path(settings.state_dir), settings.lock_timeout) as lock:
+        return _run_locked(settings, metrics, lock)
+
+
+def _run_locked(settings: AgentSettings, metrics: AgentMetrics, lock: DataDirLock) -> int:
     report = prepare(settings)
     if report.plugins is not None:
         metrics.record_link_report(report.plugins)
@@ -104,6 +113,7 @@ def run_agent(settings: AgentSettings, metrics: AgentMetrics | None = None) -> i
         metrics=metrics,
         cwd=settings.data_dir,
         before_stop=lambda pid: mark_planned_stop(settings.data_dir, pid),
+        pass_fds=(lock.fd,),
     )
     supervisor.install_signal_handlers()
     stop = threading.Event()

@@ -13,6 +13,7 @@ DEFAULT_DATA_DIR = Path("/opt/data")
 DEFAULT_METRICS_PORT = 9090
 DEFAULT_API_PORT = 8642
 DEFAULT_STOP_TIMEOUT = 25.0  # below Kubernetes' default 30 s grace period
+DEFAULT_LOCK_TIMEOUT = 300.0  # longer than any sane grace period of the pod before us
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class AgentSettings:
     stop_timeout: float = DEFAULT_STOP_TIMEOUT
     plugin_wait_seconds: float = 0.0
     watch_interval: float = 5.0
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT
 
     @property
     def state_dir(self) -> Path:
@@ -48,7 +50,8 @@ class AgentSettings:
 
         ``HERMES_HOME``, ``HERMES_RUNTIME_PLUGIN_SPEC``, ``HERMES_RUNTIME_SEED_CONFIG``,
         ``HERMES_RUNTIME_SEED_SOUL``, ``HERMES_RUNTIME_SECRETS_ENV``,
-        ``HERMES_RUNTIME_METRICS_PORT``, ``API_SERVER_HOST`` and ``API_SERVER_PORT``.
+        ``HERMES_RUNTIME_METRICS_PORT``, ``HERMES_RUNTIME_LOCK_TIMEOUT`` (seconds to wait for
+        the data dir lock), ``API_SERVER_HOST`` and ``API_SERVER_PORT``.
         """
         env = os.environ if env is None else env
 
@@ -65,6 +68,7 @@ class AgentSettings:
             metrics_port=_port(env, "HERMES_RUNTIME_METRICS_PORT", DEFAULT_METRICS_PORT),
             api_host=env.get("API_SERVER_HOST", "").strip() or "0.0.0.0",
             api_port=_port(env, "API_SERVER_PORT", DEFAULT_API_PORT),
+            lock_timeout=_seconds(env, "HERMES_RUNTIME_LOCK_TIMEOUT", DEFAULT_LOCK_TIMEOUT),
         )
 
 
@@ -78,4 +82,17 @@ def _port(env: Mapping[str, str], name: str, default: int) -> int:
         raise RuntimeFailure(f"{name}={raw!r} is not a port number") from None
     if not 0 <= value <= 65535:
         raise RuntimeFailure(f"{name}={value} is outside 0-65535")
+    return value
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise RuntimeFailure(f"{name}={raw!r} is not a number of seconds") from None
+    if not 0 <= value < float("inf"):
+        raise RuntimeFailure(f"{name}={raw} must be a finite number of seconds >= 0")
     return value

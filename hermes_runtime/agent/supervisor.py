@@ -83,6 +83,7 @@ class Supervisor:
         restart_signal: int = signal.SIGUSR1,
         before_stop: Callable[[int], None] | None = None,
         reap_orphans: bool | None = None,
+        pass_fds: Sequence[int] = (),
     ) -> None:
         self._command = list(command)
         self._env_factory = env_factory
@@ -93,6 +94,7 @@ class Supervisor:
         self._restart_exit_codes = set(restart_exit_codes)
         self._restart_signal = restart_signal
         self._before_stop = before_stop
+        self._pass_fds = tuple(pass_fds)  # the data dir lock: the gateway holds it too
         # As PID 1 (the chart runs `hermes-runtime agent run` as the container's command),
         # processes orphaned by the gateway's tools are re-parented to us: reap them.
         self._reap_orphans = os.getpid() == 1 if reap_orphans is None else reap_orphans
@@ -161,7 +163,13 @@ class Supervisor:
     def _spawn(self) -> subprocess.Popen[bytes]:
         env = dict(self._env_factory())
         # A new session: a terminal's Ctrl+C reaches only the supervisor, which forwards it once.
-        child = subprocess.Popen(self._command, env=env, cwd=self._cwd, start_new_session=True)
+        child = subprocess.Popen(
+            self._command,
+            env=env,
+            cwd=self._cwd,
+            start_new_session=True,
+            pass_fds=self._pass_fds,
+        )
         self.child = child
         log_event("agent.gateway.start", pid=child.pid, command=self._command[:6])
         if self._metrics is not None:
