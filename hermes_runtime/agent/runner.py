@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_runtime.agent.datalock import DataDirLock, hold_data_dir_lock, lock_path
+from hermes_runtime.agent.endpoints import Readiness, serve_endpoints
 from hermes_runtime.agent.gateway import gateway_command, gateway_env, mark_planned_stop
 from hermes_runtime.agent.metrics import AgentMetrics
 from hermes_runtime.agent.seed import SeedResult, seed_config, seed_soul
@@ -89,7 +90,8 @@ def prepare(settings: AgentSettings) -> PrepareReport:
 def run_agent(settings: AgentSettings, metrics: AgentMetrics | None = None) -> int:
     """Prepare, then run the gateway in the foreground until SIGTERM/SIGINT; return its status.
 
-    Side jobs run on daemon threads while the gateway runs: ``/metrics``, the plugin watcher
+    First the data dir lock (one gateway per volume). Side jobs run on daemon threads while
+    the gateway runs: ``/metrics``, ``/ready`` and ``/pre-stop``, the plugin watcher
     (graceful gateway restart when a plugin's commit or the spec changes) and the secrets file
     watcher (restart when Vault renders new values, so the gateway sees them in its env).
     """
@@ -109,7 +111,7 @@ def _run_locked(settings: AgentSettings, metrics: AgentMetrics, lock: DataDirLoc
     supervisor = Supervisor(
         gateway_command(),
         lambda: gateway_env(settings),
-        stop_timeout=settings.stop_timeout,
+        stop_timeout=settings.stop_budget,
         metrics=metrics,
         cwd=settings.data_dir,
         before_stop=lambda pid: mark_planned_stop(settings.data_dir, pid),
@@ -118,7 +120,7 @@ def _run_locked(settings: AgentSettings, metrics: AgentMetrics, lock: DataDirLoc
     supervisor.install_signal_handlers()
     stop = threading.Event()
     with (
-        _metrics_server(metrics, settings),
+        _endpoints(metrics, settings, supervisor),
         _side_jobs(settings, supervisor, metrics, report, stop),
     ):
         status = supervisor.run()
@@ -127,12 +129,24 @@ def _run_locked(settings: AgentSettings, metrics: AgentMetrics, lock: DataDirLoc
 
 
 @contextlib.contextmanager
-def _metrics_server(metrics: AgentMetrics, settings: AgentSettings) -> Iterator[None]:
-    if settings.metrics_port == 0:  # 0 disables the endpoint
+def _endpoints(
+    metrics: AgentMetrics, settings: AgentSettings, supervisor: Supervisor
+) -> Iterator[None]:
+    """``/metrics``, ``/ready`` and ``/pre-stop`` on the metrics port (0 disables them)."""
+    if settings.metrics_port == 0:
         yield
         return
+    local = "127.0.0.1" if settings.api_host in ("0.0.0.0", "::", "") else settings.api_host
+    readiness = Readiness(
+        data_dir=settings.data_dir,
+        state_dir=settings.state_dir,
+        health_url=f"http://{local}:{settings.api_port}/health",
+        gateway_running=lambda: supervisor.running,
+        stop_requested=lambda: supervisor.stop_requested,
+        prestop_seconds=settings.prestop_seconds,
+    )
     try:
-        server = metrics.serve(settings.metrics_port, settings.metrics_host)
+        server = serve_endpoints(metrics, readiness, settings.metrics_port, settings.metrics_host)
     except OSError as exc:
         raise RuntimeFailure(
             f"cannot serve metrics on port {settings.metrics_port} "

@@ -105,6 +105,16 @@ class Supervisor:
         self._next_exit_reason: str | None = None
         self.child: subprocess.Popen[bytes] | None = None
 
+    @property
+    def running(self) -> bool:
+        """Whether a gateway child is running (read from other threads: no ``waitpid``)."""
+        child = self.child
+        return child is not None and child.returncode is None
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop_signal is not None
+
     # -- requests (any thread / signal handler) ------------------------------------------------
     def request_restart(self, reason: str) -> None:
         """Ask for a graceful restart of the gateway child (plugins changed, secrets rotated).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 
 import yaml
-from chartkit import FULLNAME, container_names, env_map, render
+from chartkit import FULLNAME, container_names, env_map, render, render_error
 
 LLM = {"llm": {"baseUrl": "http://llm:8000/v1", "model": "m1", "existingSecret": "llm-key"}}
 
@@ -65,13 +65,32 @@ def test_writable_volumes_are_exactly_data_tmp_and_in_memory_secrets() -> None:
     assert volumes["seed"]["configMap"]["name"] == FULLNAME
 
 
-def test_probes_hit_health_on_the_api_port() -> None:
+def test_probes_hit_health_on_the_api_port_and_readiness_the_entrypoint() -> None:
     agent = render({"apiServer": {"port": 9000}}).container("agent")
     ports = {p["name"]: p["containerPort"] for p in agent["ports"]}
     assert ports == {"http": 9000, "metrics": 9090, "lcm-metrics": 9091}
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+    for probe in ("startupProbe", "livenessProbe"):
         assert agent[probe]["httpGet"] == {"path": "/health", "port": "http"}
+    assert agent["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "metrics"}
     assert env_map(agent)["API_SERVER_PORT"] == "9000"
+
+
+def test_the_hand_over_gets_its_timings_from_the_grace_period() -> None:
+    manifest = render({"agent": {"terminationGracePeriodSeconds": 45, "preStopSeconds": 4}})
+    agent = manifest.container("agent")
+    assert manifest.agent_pod["terminationGracePeriodSeconds"] == 45
+    assert agent["lifecycle"]["preStop"] == {"httpGet": {"path": "/pre-stop", "port": "metrics"}}
+    env = env_map(agent)
+    assert env["HERMES_RUNTIME_TERMINATION_GRACE_SECONDS"] == "45"
+    assert env["HERMES_RUNTIME_PRESTOP_SECONDS"] == "4"
+    assert env["HERMES_RUNTIME_LOCK_TIMEOUT"] == "300"
+
+
+def test_a_pre_stop_wait_as_long_as_the_grace_period_is_refused() -> None:
+    result = render_error({"agent": {"terminationGracePeriodSeconds": 5, "preStopSeconds": 5}})
+    assert "agent.preStopSeconds must be shorter than agent.terminationGracePeriodSeconds" in (
+        result
+    )
 
 
 def test_seed_config_sets_the_model_provider_and_lcm_without_secrets() -> None:

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -157,10 +158,14 @@ def test_agent_run_seeds_links_serves_and_stops_cleanly(
         assert agent.metric('hermes_runtime_plugin_linked{plugin="hello"}') == 1
         uptime = agent.metric("hermes_runtime_uptime_seconds")
         assert uptime is not None and uptime > 0
+        ready = json.loads(agent.get("/ready", agent.metrics_port))
+        assert ready == {"ready": True, "checks": {"gateway": "ok", "data": "ok", "lcm": "ok"}}
     finally:
         status = agent.stop()
     log = (tmp_path / "agent.log").read_text()
     assert status == 0, log[-3000:]
+    # The drain gets the grace period (30 s by default, minus our margins), never 0 s.
+    assert "drain timed out after 0.0s" not in log
     assert '"event": "agent.gateway.stopped"' in log
     assert API_KEY not in log  # the secret never reaches the logs
 
@@ -253,3 +258,34 @@ def test_a_new_plugin_commit_restarts_the_gateway_onto_it(
         assert agent.metric_sum("hermes_runtime_gateway_restarts_total") == 1  # counted once
     finally:
         assert agent.stop() == 0
+
+
+def llm_control(port: int, path: str, payload: dict | None = None) -> object:
+    data = None if payload is None else json.dumps(payload).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data)
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def test_sigterm_lets_an_in_flight_turn_finish_within_the_grace_period(
+    layout: dict[str, Path], tmp_path: Path, fake_llm: int
+) -> None:
+    """Hermes' drain time comes from the grace period: a turn whose model call is still running
+    when SIGTERM arrives gets its reply (with Hermes' default of 0 s it was interrupted)."""
+    agent = start_agent(layout, tmp_path, HERMES_RUNTIME_TERMINATION_GRACE_SECONDS="40")
+    replies: list[str] = []
+    try:
+        wait_until(agent.healthy, 120, "the gateway's /health")
+        llm_control(fake_llm, "/_reset", {})
+        llm_control(fake_llm, "/_control", {"mode": "hang", "hang_seconds": 4})
+        client = threading.Thread(target=lambda: replies.append(agent.chat("slow question")))
+        client.start()
+        wait_until(lambda: llm_control(fake_llm, "/_requests"), 60, "the turn's model call")
+    finally:
+        status = agent.stop()
+    client.join(60)
+    log = (tmp_path / "agent.log").read_text()
+    assert status == 0, log[-3000:]
+    assert replies == ["Echo: slow question"]
+    gateway_log = (layout["data"] / "logs" / "gateway.log").read_text()
+    assert "timed_out=False" in gateway_log and "api_at_start=1, api_now=0" in gateway_log

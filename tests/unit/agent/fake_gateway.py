@@ -88,12 +88,15 @@ class Entrypoint:
         return self.log.read_text(errors="replace")
 
     def get(self, path: str, port: int | None = None) -> tuple[int, str]:
+        """``(status, body)`` of a GET on the metrics port (or ``port``)."""
         url = f"http://127.0.0.1:{port or self.metrics_port}{path}"
         try:
             with urllib.request.urlopen(url, timeout=5) as response:
                 return response.status, response.read().decode()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode()
+        except OSError as exc:  # not listening (yet, or any more): status 0
+            return 0, str(exc)
 
     def stop(self, timeout: float = 30) -> int:
         self.proc.send_signal(signal.SIGTERM)
