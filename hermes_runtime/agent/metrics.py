@@ -22,7 +22,9 @@ class AgentMetrics:
     def __post_init__(self) -> None:
         self.gateway_restarts = Counter(
             "hermes_runtime_gateway_restarts",
-            "Gateway restarts by the entrypoint's supervisor, by reason.",
+            "Gateway restarts by the entrypoint's supervisor, by reason: crash-SIGKILL, "
+            "crash-exit-N (a crash restarted in place), plugins-changed, secrets-changed, "
+            "sighup, gateway-requested.",
             ["reason"],
             registry=self.registry,
         )

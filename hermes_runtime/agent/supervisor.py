@@ -16,7 +16,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermes_runtime.agent.metrics import AgentMetrics
@@ -26,12 +26,60 @@ GATEWAY_RESTART_EXIT_CODE = 75  # gateway/restart.py GATEWAY_SERVICE_RESTART_EXI
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
+GATEWAY_FATAL_CONFIG_EXIT_CODE = 78  # gateway/restart.py: a bad config, restarting cannot help
+
+
+@dataclass(frozen=True)
+class CrashPolicy:
+    """How the supervisor answers a gateway that dies on its own: restart it in place.
+
+    Why in place: when the container exits instead, the kubelet's back-off grows with every
+    crash (5 s, 23 s, 31.5 s outages in our kill -9 runs). Here the first restart waits
+    ``first_backoff``, each quick crash after it doubles that up to ``max_backoff``; a gateway
+    that ran ``stable_seconds`` starts over at ``first_backoff``. Only ``max_crashes`` within
+    ``window_seconds`` end the container, and then the kubelet's back-off is the last resort.
+    """
+
+    max_crashes: int = 5
+    window_seconds: float = 60.0
+    first_backoff: float = 0.2
+    max_backoff: float = 5.0
+    stable_seconds: float = 10.0
+
+
 @dataclass(frozen=True)
 class _Outcome:
     kind: str  # exited | restart | stop
-    code: int = 0
+    code: int = 0  # the shell-style status: 128 + N for signal N
     reason: str = ""
     signum: int = signal.SIGTERM
+
+
+def crash_reason(returncode: int) -> str:
+    """The ``reason`` label of a crash restart: ``crash-SIGKILL``, ``crash-exit-1``."""
+    if returncode < 0:
+        try:
+            return f"crash-{signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"crash-signal-{-returncode}"
+    return f"crash-exit-{returncode}"
+
+
+@dataclass
+class CrashHistory:
+    """Recent crash times and the current back-off step; owned by the supervisor loop."""
+
+    policy: CrashPolicy
+    times: list[float] = field(default_factory=list)
+    step: int = 0
+
+    def record(self, now: float, uptime: float) -> float | None:
+        """Note a crash; return the back-off before the restart, or None: give up."""
+        self.times = [t for t in self.times if now - t < self.policy.window_seconds] + [now]
+        if len(self.times) >= self.policy.max_crashes:
+            return None
+        self.step = 0 if uptime >= self.policy.stable_seconds else self.step + 1
+        return min(self.policy.max_backoff, self.policy.first_backoff * 2 ** max(0, self.step - 1))
 
 
 def exit_status(returncode: int) -> int:
@@ -84,6 +132,7 @@ class Supervisor:
         before_stop: Callable[[int], None] | None = None,
         reap_orphans: bool | None = None,
         pass_fds: Sequence[int] = (),
+        crash_policy: CrashPolicy | None = None,
     ) -> None:
         self._command = list(command)
         self._env_factory = env_factory
@@ -95,6 +144,8 @@ class Supervisor:
         self._restart_signal = restart_signal
         self._before_stop = before_stop
         self._pass_fds = tuple(pass_fds)  # the data dir lock: the gateway holds it too
+        self._crashes = CrashHistory(crash_policy or CrashPolicy())
+        self._started_at = 0.0
         # As PID 1 (the chart runs `hermes-runtime agent run` as the container's command),
         # processes orphaned by the gateway's tools are re-parented to us: reap them.
         self._reap_orphans = os.getpid() == 1 if reap_orphans is None else reap_orphans
@@ -145,10 +196,12 @@ class Supervisor:
 
     # -- the loop --------------------------------------------------------------------------------
     def run(self) -> int:
-        """Run the gateway until it exits for good or a stop is requested; return its status.
+        """Run the gateway until a stop is requested or it keeps crashing; return its status.
 
-        A child exit with a restart code (75), or a restart request, starts a new child; any
-        other exit ends the loop with the child's status, so Kubernetes sees real crashes.
+        A child exit with a restart code (75), or a restart request, starts a new child at
+        once; a crash (any other exit but 0 and 78) starts one after the ``CrashPolicy``'s
+        back-off. Exit 0, a fatal-config exit (78) or too many crashes end the loop with the
+        child's status, so Kubernetes sees them.
         """
         while True:
             if self._stop_signal is not None:
@@ -167,8 +220,36 @@ class Supervisor:
                 self._count_restart(self._next_exit_reason or "gateway-requested")
                 self._next_exit_reason = None
                 continue
-            log_event("agent.gateway.exited", status=outcome.code)
-            return outcome.code
+            if not self._restart_after_crash(child):
+                return outcome.code
+
+    def _restart_after_crash(self, child: subprocess.Popen[bytes]) -> bool:
+        """Wait the back-off and return True to restart, or False to end with its status."""
+        returncode = child.returncode
+        status = exit_status(returncode)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signal.SIGKILL)  # tool processes the dead gateway left behind
+        if self._stop_signal is not None or status in (0, GATEWAY_FATAL_CONFIG_EXIT_CODE):
+            log_event("agent.gateway.exited", status=status)
+            return False
+        now = time.monotonic()
+        backoff = self._crashes.record(now, uptime=now - self._started_at)
+        reason = crash_reason(returncode)
+        if backoff is None:
+            log_event(
+                "agent.gateway.gave_up",
+                status=status,
+                reason=reason,
+                crashes=len(self._crashes.times),
+                window_seconds=self._crashes.policy.window_seconds,
+            )
+            return False
+        log_event("agent.gateway.crashed", status=status, reason=reason, restart_in=backoff)
+        self._count_restart(reason)
+        deadline = time.monotonic() + backoff
+        while self._stop_signal is None and time.monotonic() < deadline:
+            time.sleep(min(self._poll_interval, backoff))
+        return True
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         env = dict(self._env_factory())
@@ -181,6 +262,7 @@ class Supervisor:
             pass_fds=self._pass_fds,
         )
         self.child = child
+        self._started_at = time.monotonic()
         log_event("agent.gateway.start", pid=child.pid, command=self._command[:6])
         if self._metrics is not None:
             self._metrics.gateway_starts.inc()

@@ -289,3 +289,27 @@ def test_sigterm_lets_an_in_flight_turn_finish_within_the_grace_period(
     assert replies == ["Echo: slow question"]
     gateway_log = (layout["data"] / "logs" / "gateway.log").read_text()
     assert "timed_out=False" in gateway_log and "api_at_start=1, api_now=0" in gateway_log
+
+
+def test_a_gateway_killed_with_sigkill_is_restarted_in_place(
+    layout: dict[str, Path], tmp_path: Path
+) -> None:
+    """The real gateway, kill -9: the entrypoint (the container) stays, a new gateway serves."""
+    agent = start_agent(layout, tmp_path)
+    try:
+        wait_until(agent.healthy, 120, "the gateway's /health")
+        pid_file = layout["data"] / "gateway.pid"
+        killed = int(json.loads(pid_file.read_text())["pid"])
+        os.kill(killed, signal.SIGKILL)
+        wait_until(
+            lambda: agent.metric("hermes_runtime_gateway_starts_total") == 2,
+            60,
+            "a new gateway after kill -9",
+        )
+        wait_until(agent.healthy, 120, "/health after the restart")
+        assert agent.proc.poll() is None
+        assert int(json.loads(pid_file.read_text())["pid"]) != killed
+        assert agent.metric('hermes_runtime_gateway_restarts_total{reason="crash-SIGKILL"}') == 1
+        assert agent.chat("still there?") == "Echo: still there?"
+    finally:
+        assert agent.stop() == 0

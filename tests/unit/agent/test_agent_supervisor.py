@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from hermes_runtime.agent import AgentMetrics, Supervisor
+from hermes_runtime.agent.supervisor import CrashHistory, CrashPolicy
 
 # A child that records each start, exits with a scripted status per start, and on SIGTERM or
 # SIGUSR1 exits with the code a test asks for (or ignores it).
@@ -36,7 +37,11 @@ while True:
 
 
 def make_supervisor(
-    tmp_path: Path, plan: str, metrics: AgentMetrics | None = None, **env: str
+    tmp_path: Path,
+    plan: str,
+    metrics: AgentMetrics | None = None,
+    crash_policy: CrashPolicy | None = None,
+    **env: str,
 ) -> tuple[Supervisor, Path]:
     script = tmp_path / "child.py"
     script.write_text(CHILD)
@@ -48,6 +53,7 @@ def make_supervisor(
         stop_timeout=2.0,
         metrics=metrics,
         poll_interval=0.02,
+        crash_policy=crash_policy or CrashPolicy(first_backoff=0.01),
     )
     return supervisor, log
 
@@ -70,10 +76,68 @@ def run_in_thread(supervisor: Supervisor) -> tuple[threading.Thread, list[int]]:
     return thread, result
 
 
-def test_a_crash_exit_code_is_propagated(tmp_path: Path) -> None:
-    supervisor, log = make_supervisor(tmp_path, "3")
+def restarts(metrics: AgentMetrics, reason: str) -> float | None:
+    return metrics.registry.get_sample_value(
+        "hermes_runtime_gateway_restarts_total", {"reason": reason}
+    )
+
+
+def test_a_crash_is_restarted_in_place_and_counted_with_its_reason(tmp_path: Path) -> None:
+    metrics = AgentMetrics()
+    supervisor, log = make_supervisor(tmp_path, "3,run", metrics)
+    thread, result = run_in_thread(supervisor)
+    wait_for(lambda: starts(log) == 2)
+    assert restarts(metrics, "crash-exit-3") == 1
+    supervisor.request_stop(signal.SIGTERM)
+    thread.join(10)
+    assert result == [0]
+
+
+def test_a_gateway_killed_with_sigkill_is_restarted_in_place(tmp_path: Path) -> None:
+    metrics = AgentMetrics()
+    supervisor, log = make_supervisor(tmp_path, "run", metrics)
+    thread, result = run_in_thread(supervisor)
+    wait_for(lambda: starts(log) == 1)
+    first = int(log.read_text().split()[0])
+    os.kill(first, signal.SIGKILL)
+    wait_for(lambda: starts(log) == 2)
+    assert int(log.read_text().split()[1]) != first
+    assert restarts(metrics, "crash-SIGKILL") == 1
+    assert metrics.registry.get_sample_value("hermes_runtime_gateway_up") == 1
+    supervisor.request_stop(signal.SIGTERM)
+    thread.join(10)
+    assert result == [0]
+
+
+def test_repeated_crashes_in_the_window_end_with_the_gateway_status(tmp_path: Path) -> None:
+    metrics = AgentMetrics()
+    policy = CrashPolicy(max_crashes=3, first_backoff=0.01)
+    supervisor, log = make_supervisor(tmp_path, "3", metrics, policy)
     assert supervisor.run() == 3
-    assert starts(log) == 1
+    assert starts(log) == 3  # two restarts in place, then the kubelet's turn
+    assert restarts(metrics, "crash-exit-3") == 2
+
+
+def test_a_clean_exit_and_a_fatal_config_exit_are_not_restarted(tmp_path: Path) -> None:
+    for plan, status in (("0", 0), ("78", 78)):
+        (tmp_path / plan).mkdir()
+        supervisor, log = make_supervisor(tmp_path / plan, plan)
+        assert supervisor.run() == status
+        assert starts(log) == 1
+
+
+def test_the_back_off_doubles_for_quick_crashes_is_capped_and_resets_when_stable() -> None:
+    history = CrashHistory(
+        CrashPolicy(max_crashes=100, window_seconds=1000, first_backoff=0.5, max_backoff=3)
+    )
+    quick = [history.record(now=float(i), uptime=1.0) for i in range(5)]
+    assert quick == [0.5, 1.0, 2.0, 3.0, 3.0]
+    assert history.record(now=10.0, uptime=60.0) == 0.5  # it had run stably: start over
+    window = CrashHistory(CrashPolicy(max_crashes=3, window_seconds=10))
+    assert window.record(now=0.0, uptime=1) is not None
+    assert window.record(now=20.0, uptime=1) is not None  # the first fell out of the window
+    assert window.record(now=21.0, uptime=1) is not None  # two within 10 s
+    assert window.record(now=22.0, uptime=1) is None  # the third within 10 s: give up
 
 
 def test_exit_75_means_restart_me(tmp_path: Path) -> None:
