@@ -21,7 +21,7 @@ from hermes_runtime.agent.settings import AgentSettings
 from hermes_runtime.agent.supervisor import Supervisor
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.common.logs import log_event
-from hermes_runtime.plugins import GatewayRestarter, LinkReport, link_plugins, watch
+from hermes_runtime.plugins import LinkReport, link_plugins, watch
 
 
 @dataclass
@@ -115,6 +115,7 @@ def _run_locked(settings: AgentSettings, metrics: AgentMetrics, lock: DataDirLoc
         metrics=metrics,
         cwd=settings.data_dir,
         before_stop=lambda pid: mark_planned_stop(settings.data_dir, pid),
+        drain_dir=settings.data_dir,
         pass_fds=(lock.fd,),
     )
     supervisor.install_signal_handlers()
@@ -194,25 +195,13 @@ def _watch_plugins(
     report: PrepareReport,
     stop: threading.Event,
 ) -> None:
-    """Run the plugins package's watcher with its restarter aimed at the child we supervise.
-
-    ``GatewayRestarter`` quiesces the gateway through Hermes' drain marker, waits for in-flight
-    turns, then sends SIGUSR1: the gateway exits 75 and the supervisor starts a new one, counted
-    under the reason noted here.
-    """
-
-    def child_pid() -> int:
-        child = supervisor.child
-        if child is None or child.poll() is not None:
-            raise RuntimeFailure("the gateway is not running, nothing to restart")
-        return child.pid
-
-    restarter = GatewayRestarter(settings.data_dir, pid=child_pid)
+    """Run the plugins package's watcher; a change restarts the gateway through the
+    supervisor's one restart path (quiesce, SIGUSR1, exit 75, new gateway), counted under
+    ``plugins-changed``."""
 
     def on_change(link_report: LinkReport) -> None:
         metrics.record_link_report(link_report)
-        supervisor.note_restart_reason("plugins-changed")
-        restarter(link_report)
+        supervisor.request_restart("plugins-changed")
 
     watch(
         settings.data_dir,

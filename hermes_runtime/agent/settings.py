@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from hermes_runtime.common.errors import RuntimeFailure
+
+N = TypeVar("N", int, float)
 
 DEFAULT_DATA_DIR = Path("/opt/data")
 DEFAULT_METRICS_PORT = 9090
@@ -98,26 +102,32 @@ class AgentSettings:
 
 
 def _port(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise RuntimeFailure(f"{name}={raw!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise RuntimeFailure(f"{name}={value} is outside 0-65535")
-    return value
+    return _number(env, name, default, int, "a port number", lambda v: 0 <= v <= 65535, "0-65535")
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    return _number(
+        env, name, default, float, "a number of seconds", lambda v: 0 <= v < math.inf, ">= 0"
+    )
+
+
+def _number(
+    env: Mapping[str, str],
+    name: str,
+    default: N,
+    convert: Callable[[str], N],
+    what: str,
+    valid: Callable[[N], bool],
+    allowed: str,
+) -> N:
+    """``env[name]`` as a number, ``default`` when unset or empty; the error names the variable."""
     raw = env.get(name, "").strip()
     if not raw:
         return default
     try:
-        value = float(raw)
+        value = convert(raw)
     except ValueError:
-        raise RuntimeFailure(f"{name}={raw!r} is not a number of seconds") from None
-    if not 0 <= value < float("inf"):
-        raise RuntimeFailure(f"{name}={raw} must be a finite number of seconds >= 0")
+        raise RuntimeFailure(f"{name}={raw!r} is not {what}") from None
+    if not valid(value):
+        raise RuntimeFailure(f"{name}={raw} is outside {allowed}")
     return value

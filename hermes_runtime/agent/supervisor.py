@@ -5,6 +5,8 @@ handlers and its own restart protocol (exit code 75 = "restart me", as systemd's
 ``RestartForceExitStatus``); restarting it cleanly after a plugin or secret change needs a fresh
 interpreter anyway. The supervisor stays small and single-threaded in its loop: signal handlers
 and other threads only set flags that the loop polls, so no lock is ever taken in a handler.
+Orphans of the gateway's tools are reaped by catatonit, PID 1 of the image and of every
+container the chart renders; this process is never PID 1.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermes_runtime.agent.metrics import AgentMetrics
+from hermes_runtime.agent.restart import GATEWAY_RESTART_EXIT_CODE, quiesced
 from hermes_runtime.common.logs import log_event
 
-GATEWAY_RESTART_EXIT_CODE = 75  # gateway/restart.py GATEWAY_SERVICE_RESTART_EXIT_CODE
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -87,34 +89,6 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def reap_orphans(keep: int) -> list[int]:
-    """Reap exited children other than ``keep`` (the gateway, which ``Popen`` waits for).
-
-    ``WNOWAIT`` peeks first, so the gateway's exit status is never stolen from ``Popen``.
-    """
-    reaped: list[int] = []
-    while True:
-        try:
-            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            return reaped
-        if info is None or info.si_pid == keep:
-            return reaped
-        os.waitpid(info.si_pid, 0)
-        reaped.append(info.si_pid)
-
-
-def become_subreaper() -> None:
-    """Have orphaned descendants re-parented to this process (Linux ``PR_SET_CHILD_SUBREAPER``),
-    as they are to PID 1; used to test orphan reaping outside a container."""
-    import ctypes
-
-    pr_set_child_subreaper = 36
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(pr_set_child_subreaper, 1, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
-
-
 class Supervisor:
     """Keeps one gateway child running until a stop signal; see ``run``."""
 
@@ -130,7 +104,8 @@ class Supervisor:
         restart_exit_codes: Sequence[int] = (GATEWAY_RESTART_EXIT_CODE,),
         restart_signal: int = signal.SIGUSR1,
         before_stop: Callable[[int], None] | None = None,
-        reap_orphans: bool | None = None,
+        drain_dir: Path | None = None,
+        max_defer_seconds: float = 120.0,
         pass_fds: Sequence[int] = (),
         crash_policy: CrashPolicy | None = None,
     ) -> None:
@@ -146,14 +121,13 @@ class Supervisor:
         self._pass_fds = tuple(pass_fds)  # the data dir lock: the gateway holds it too
         self._crashes = CrashHistory(crash_policy or CrashPolicy())
         self._started_at = 0.0
-        # As PID 1 (the chart runs `hermes-runtime agent run` as the container's command),
-        # processes orphaned by the gateway's tools are re-parented to us: reap them.
-        self._reap_orphans = os.getpid() == 1 if reap_orphans is None else reap_orphans
+        # Where Hermes' drain marker goes (the data dir); None: restart without quiescing.
+        self._drain_dir = drain_dir
+        self._max_defer_seconds = max_defer_seconds
         self._restart_lock = threading.Lock()
         self._restart_reasons: list[str] = []
         self._stop_signal: int | None = None  # set from signal handlers: plain attribute only
         self._hangup = False
-        self._next_exit_reason: str | None = None
         self.child: subprocess.Popen[bytes] | None = None
 
     @property
@@ -170,16 +144,14 @@ class Supervisor:
     def request_restart(self, reason: str) -> None:
         """Ask for a graceful restart of the gateway child (plugins changed, secrets rotated).
 
-        The child gets ``restart_signal`` (SIGUSR1: Hermes drains its turns and exits 75), is
-        killed after ``stop_timeout`` if it has not exited, and a new child is started.
+        The one restart path (``agent/restart.py``): with a ``drain_dir``, the gateway is
+        ``quiesced`` first (no new turns, in-flight ones finish, at most
+        ``max_defer_seconds``); then it gets ``restart_signal`` (SIGUSR1: Hermes drains and
+        exits 75), is killed after ``stop_timeout`` if it has not exited, and a new child
+        starts. Requests that arrive meanwhile are merged into one restart.
         """
         with self._restart_lock:
             self._restart_reasons.append(reason)
-
-    def note_restart_reason(self, reason: str) -> None:
-        """Name the cause of the gateway's next restart-code exit (someone else asked for it,
-        e.g. the plugin watcher's SIGUSR1), so the restart is counted under that reason."""
-        self._next_exit_reason = reason
 
     def request_stop(self, signum: int = signal.SIGTERM) -> None:
         """Stop: forward ``signum`` to the gateway, wait for it, then return its exit status.
@@ -213,15 +185,36 @@ class Supervisor:
                     self._before_stop(child.pid)
                 return self._terminate(child, outcome.signum)
             if outcome.kind == "restart":
-                self._terminate(child, self._restart_signal)
-                self._count_restart(outcome.reason)
+                stopped = self._restart(child, outcome.reason)
+                if stopped is not None:
+                    return stopped
                 continue
             if outcome.code in self._restart_exit_codes and self._stop_signal is None:
-                self._count_restart(self._next_exit_reason or "gateway-requested")
-                self._next_exit_reason = None
+                self._count_restart("gateway-requested")  # e.g. /restart in a chat
                 continue
             if not self._restart_after_crash(child):
                 return outcome.code
+
+    def _restart(self, child: subprocess.Popen[bytes], reason: str) -> int | None:
+        """Quiesce, then SIGUSR1; None when restarted, or the status if a stop came first."""
+        drain = (
+            quiesced(
+                self._drain_dir,
+                max_defer_seconds=self._max_defer_seconds,
+                poll_seconds=self._poll_interval,
+                abort=lambda: self._stop_signal is not None,
+            )
+            if self._drain_dir is not None
+            else contextlib.nullcontext(True)
+        )
+        with drain:
+            if self._stop_signal is not None:  # SIGTERM while quiescing: stop, not restart
+                if self._before_stop is not None:
+                    self._before_stop(child.pid)
+                return self._terminate(child, self._stop_signal)
+            self._terminate(child, self._restart_signal)
+        self._count_restart(reason)
+        return None
 
     def _restart_after_crash(self, child: subprocess.Popen[bytes]) -> bool:
         """Wait the back-off and return True to restart, or False to end with its status."""
@@ -280,8 +273,6 @@ class Supervisor:
             reason = self._pop_restart_reason()
             if reason is not None:
                 return _Outcome("restart", reason=reason)
-            if self._reap_orphans:
-                reap_orphans(keep=child.pid)
             time.sleep(self._poll_interval)
 
     def _pop_restart_reason(self) -> str | None:

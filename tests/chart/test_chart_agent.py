@@ -5,7 +5,15 @@ from __future__ import annotations
 import base64
 
 import yaml
-from chartkit import FULLNAME, container_names, env_map, render, render_error
+from chartkit import (
+    FULLNAME,
+    all_containers,
+    container_names,
+    env_map,
+    pod_specs,
+    render,
+    render_error,
+)
 
 LLM = {"llm": {"baseUrl": "http://llm:8000/v1", "model": "m1", "existingSecret": "llm-key"}}
 
@@ -39,8 +47,8 @@ def test_existing_claim_replaces_the_chart_pvc() -> None:
 def test_agent_container_follows_the_entrypoint_contract() -> None:
     manifest = render({**LLM, "hermes": {"soul": "Be kind."}})
     agent = manifest.container("agent")
-    assert agent["command"] == ["hermes-runtime"]
-    assert agent["args"] == ["agent", "run"]
+    assert "command" not in agent  # the image's ENTRYPOINT, catatonit, stays PID 1
+    assert agent["args"] == ["hermes-runtime", "agent", "run"]
     env = env_map(agent)
     assert env["HERMES_HOME"] == "/opt/data"
     assert env["HERMES_RUNTIME_PLUGIN_SPEC"] == "/etc/hermes-runtime/plugins.yaml"
@@ -237,8 +245,36 @@ def test_helm_test_pod_checks_health_and_metrics() -> None:
     pod = render().one("Pod")
     assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
     args = pod["spec"]["containers"][0]["args"]
-    assert args == [
+    assert args[:2] == ["python3", "-c"]
+    assert args[3:] == [
         f"http://{FULLNAME}:8642/health",
         f"http://{FULLNAME}:9090/metrics",
     ]
     assert pod["metadata"]["labels"][f"{FULLNAME}-client"] == "true"
+
+
+def test_catatonit_stays_pid_1_in_every_container_of_ours() -> None:
+    """`command:` would replace the image's ENTRYPOINT (catatonit --), leaving a process that
+    does not reap orphans as PID 1; git-sync's image reaps as PID 1 by itself."""
+    values = {
+        **LLM,
+        "vault": {
+            "enabled": True,
+            "address": "https://vault:8200",
+            "role": "hermes",
+            "secrets": [{"path": "secret/data/h", "key": "api", "env": "API_SERVER_KEY"}],
+        },
+        "restore": {"fromSnapshot": "latest"},
+        "backup": {"enabled": True, "mode": "sidecar"},
+        "plugins": [{"name": "weather", "repo": "https://git.example/weather.git"}],
+    }
+    seen = set()
+    for values_set in (values, {**values, "backup": {"enabled": True, "mode": "cronjob"}}):
+        for where, pod in pod_specs(render(values_set)):
+            for container in all_containers(pod):
+                if container["name"].startswith("git-sync"):
+                    continue
+                assert "command" not in container, f"{where} {container['name']} sets command"
+                assert container["args"], f"{where} {container['name']} has no args"
+                seen.add(container["name"])
+    assert {"agent", "vault-render", "restore", "backup", "health"} <= seen

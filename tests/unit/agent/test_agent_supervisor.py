@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 from hermes_runtime.agent import AgentMetrics, Supervisor
+from hermes_runtime.agent.restart import DRAIN_MARKER, STATUS_FILE
 from hermes_runtime.agent.supervisor import CrashHistory, CrashPolicy
 
 # A child that records each start, exits with a scripted status per start, and on SIGTERM or
@@ -152,17 +154,6 @@ def test_exit_75_means_restart_me(tmp_path: Path) -> None:
     assert metrics.registry.get_sample_value("hermes_runtime_gateway_starts_total") == 3
 
 
-def test_a_noted_reason_names_the_next_restart(tmp_path: Path) -> None:
-    metrics = AgentMetrics()
-    supervisor, log = make_supervisor(tmp_path, "75,75,0", metrics)
-    supervisor.note_restart_reason("plugins-changed")
-    assert supervisor.run() == 0
-    assert starts(log) == 3
-    sample = metrics.registry.get_sample_value
-    assert sample("hermes_runtime_gateway_restarts_total", {"reason": "plugins-changed"}) == 1
-    assert sample("hermes_runtime_gateway_restarts_total", {"reason": "gateway-requested"}) == 1
-
-
 def test_request_restart_replaces_the_child_gracefully(tmp_path: Path) -> None:
     metrics = AgentMetrics()
     supervisor, log = make_supervisor(tmp_path, "run", metrics)
@@ -231,51 +222,41 @@ def test_signals_to_the_supervisor_process_are_forwarded(tmp_path: Path) -> None
         assert not Path(f"/proc/{pid}").exists(), f"gateway child {pid} outlived the supervisor"
 
 
-ORPHAN_MAKER = r"""
-import os, subprocess, sys, time
-# An intermediate process starts a short-lived grandchild and exits at once: the grandchild is
-# orphaned, re-parented to the subreaper (the supervisor), and exits soon after.
-code = "import subprocess, sys; p = subprocess.Popen(['sleep', '0.3']); print(p.pid)"
-pid = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
-open(sys.argv[1], "w").write(pid)
-while True:
-    time.sleep(0.05)
-"""
-
-
-def test_orphans_of_the_gateway_are_reaped_when_we_are_their_reaper(tmp_path: Path) -> None:
-    """As PID 1 in a container, exited orphans would otherwise stay zombies forever."""
-    script = tmp_path / "gateway.py"
-    script.write_text(ORPHAN_MAKER)
-    pid_file = tmp_path / "orphan.pid"
-    runner = tmp_path / "runner.py"
-    runner.write_text(
-        "import os, sys\n"
-        "from hermes_runtime.agent.supervisor import Supervisor, become_subreaper\n"
-        "become_subreaper()\n"
-        f"s = Supervisor([sys.executable, {str(script)!r}, {str(pid_file)!r}],"
-        " lambda: dict(os.environ), stop_timeout=5, poll_interval=0.02,"
-        " reap_orphans=sys.argv[1] == 'reap')\n"
-        "s.install_signal_handlers()\n"
-        "sys.exit(s.run())\n"
+def test_a_restart_request_waits_for_in_flight_turns_through_hermes_drain(tmp_path: Path) -> None:
+    """The one restart path: drain marker, wait for idle, SIGUSR1, marker removed, new child."""
+    data = tmp_path / "data"
+    data.mkdir()
+    state = data / STATUS_FILE
+    state.write_text(json.dumps({"gateway_state": "draining", "active_agents": 1}))
+    metrics = AgentMetrics()
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    log = tmp_path / "starts.log"
+    supervisor = Supervisor(
+        [sys.executable, str(script), str(log), "run"],
+        lambda: dict(os.environ),
+        stop_timeout=2.0,
+        metrics=metrics,
+        poll_interval=0.02,
+        drain_dir=data,
     )
-
-    def orphan_state(mode: str) -> str:
-        pid_file.unlink(missing_ok=True)
-        proc = subprocess.Popen([sys.executable, str(runner), mode])
-        try:
-            wait_for(lambda: pid_file.exists() and pid_file.read_text().strip() != "")
-            orphan = int(pid_file.read_text())
-            time.sleep(1.0)  # the orphan (sleep 0.3) has exited by now
-            status = Path(f"/proc/{orphan}/status")
-            if not status.exists():
-                return "gone"
-            state = next(line for line in status.read_text().splitlines() if line[:6] == "State:")
-            return "zombie" if "Z" in state.split()[1] else "alive"
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            # The fake gateway has no SIGTERM handler: its status (128 + 15) is propagated.
-            assert proc.wait(15) == 128 + signal.SIGTERM
-
-    assert orphan_state("keep-zombies") == "zombie"  # the failure mode is real here
-    assert orphan_state("reap") == "gone"
+    thread, result = run_in_thread(supervisor)
+    wait_for(lambda: starts(log) == 1)
+    supervisor.request_restart("plugins-changed")
+    marker = data / DRAIN_MARKER
+    wait_for(marker.exists)
+    time.sleep(0.5)
+    assert starts(log) == 1, "restarted while a turn was in flight"
+    state.write_text(json.dumps({"gateway_state": "draining", "active_agents": 0}))
+    wait_for(lambda: starts(log) == 2)
+    assert not marker.exists(), "the new gateway must not start drained"
+    assert restarts(metrics, "plugins-changed") == 1
+    # A SIGTERM during the wait for idle stops instead of restarting.
+    state.write_text(json.dumps({"gateway_state": "draining", "active_agents": 1}))
+    supervisor.request_restart("secrets-changed")
+    wait_for(marker.exists)
+    supervisor.request_stop(signal.SIGTERM)
+    thread.join(10)
+    assert result == [0]
+    assert starts(log) == 2 and not marker.exists()
+    assert restarts(metrics, "secrets-changed") is None
