@@ -34,9 +34,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent_startup import KEY, free_port, healthy, scratch, wait_healthy  # bench/, next to us
-
-REPO = Path(__file__).resolve().parents[1]
+from agent_startup import (  # bench/, next to us
+    KEY,
+    fake_llm,
+    free_port,
+    healthy,
+    scratch,
+    wait_healthy,
+)
 
 
 def conversation(turn: int) -> list[dict[str, str]]:
@@ -213,21 +218,11 @@ def main() -> None:
     parser.add_argument("--handovers", type=int, default=1, help="hand-overs (default 1)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
-    llm = free_port()
-    fake = subprocess.Popen(
-        [sys.executable, str(REPO / "tests/fakes/openai_server.py"), "--port", str(llm)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        with tempfile.TemporaryDirectory(prefix="bench-agent-faults-") as tmp:
-            root = Path(tmp)
-            result: dict[str, Any] = {"kill9": kill9(root, llm, args.kills)}
-            runs = [handover(root / f"h{i}", llm) for i in range(args.handovers)]
-            result["handover"] = runs
-    finally:
-        fake.terminate()
-        fake.wait(10)
+    with fake_llm() as llm, tempfile.TemporaryDirectory(prefix="bench-agent-faults-") as tmp:
+        root = Path(tmp)
+        result: dict[str, Any] = {"kill9": kill9(root, llm, args.kills)}
+        runs = [handover(root / f"h{i}", llm) for i in range(args.handovers)]
+        result["handover"] = runs
     if args.json:
         print(json.dumps(result))
         return
