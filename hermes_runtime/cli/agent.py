@@ -21,17 +21,18 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         "--data-dir", type=Path, help="HERMES_HOME (default: $HERMES_HOME or /opt/data)"
     )
     parser.add_argument(
-        "--plugin-spec", type=Path, help="plugins.yaml ($HERMES_RUNTIME_PLUGIN_SPEC)"
+        "--spec", type=Path, help="plugin spec, plugins.yaml ($HERMES_RUNTIME_PLUGIN_SPEC)"
     )
     parser.add_argument(
         "--seed-config", type=Path, help="config seed ($HERMES_RUNTIME_SEED_CONFIG)"
     )
     parser.add_argument("--seed-soul", type=Path, help="SOUL.md seed ($HERMES_RUNTIME_SEED_SOUL)")
     parser.add_argument(
-        "--plugin-wait-seconds",
+        "--wait",
         type=float,
         default=0.0,
-        help="wait this long for git-sync's first checkout of each plugin",
+        metavar="SECONDS",
+        help="wait this long for git-sync's first sync of each plugin",
     )
 
 
@@ -39,10 +40,10 @@ def _settings(args: argparse.Namespace) -> AgentSettings:
     """Environment defaults, overridden by whichever options were given."""
     overrides: dict[str, Any] = {
         "data_dir": args.data_dir,
-        "plugin_spec": args.plugin_spec,
+        "plugin_spec": args.spec,
         "seed_config": args.seed_config,
         "seed_soul": args.seed_soul,
-        "plugin_wait_seconds": args.plugin_wait_seconds,
+        "plugin_wait_seconds": args.wait,
         "secrets_env": getattr(args, "secrets_env", None),
         "metrics_port": getattr(args, "metrics_port", None),
         "api_port": getattr(args, "api_port", None),
@@ -86,5 +87,10 @@ def register(subparsers: Any) -> None:
         help="Prometheus port, 0 disables ($HERMES_RUNTIME_METRICS_PORT)",
     )
     run.add_argument("--api-port", type=int, help="Hermes API server port ($API_SERVER_PORT, 8642)")
-    run.add_argument("--stop-timeout", type=float, help="seconds to wait for a graceful stop (25)")
+    run.add_argument(
+        "--stop-timeout",
+        type=float,
+        help="seconds from SIGTERM until the gateway is killed (default: "
+        "$HERMES_RUNTIME_TERMINATION_GRACE_SECONDS - $HERMES_RUNTIME_PRESTOP_SECONDS - 2)",
+    )
     run.set_defaults(handler=handle_run)

@@ -10,8 +10,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from hermes_runtime.agent import GatewayRestarter
 from hermes_runtime.cli._shared import add_group, print_json
-from hermes_runtime.plugins import GatewayRestarter, LinkReport, link_plugins, watch
+from hermes_runtime.plugins import LinkReport, link_plugins, watch
 
 DEFAULT_DATA_DIR = "/opt/data"
 DEFAULT_SPEC = "/etc/hermes-runtime/plugins.yaml"

@@ -19,9 +19,10 @@ from plugins_testlib import (
     write_spec,
 )
 
+from hermes_runtime.agent import GatewayRestarter
+from hermes_runtime.agent.restart import STATUS_FILE, gateway_pid
 from hermes_runtime.common.errors import RuntimeFailure
-from hermes_runtime.plugins import GatewayRestarter, LinkReport, gateway_pid, link_plugins, watch
-from hermes_runtime.plugins.reload import STATUS_FILE
+from hermes_runtime.plugins import LinkReport, link_plugins, watch
 
 
 def gateway_state(data_dir: Path) -> str | None:
