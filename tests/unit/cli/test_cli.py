@@ -7,16 +7,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.cli import run_cli
 
 from hermes_runtime.cli import main
 
 GROUPS = ["plugins", "backup", "lcm", "vault", "agent"]
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "hermes_runtime", *args], capture_output=True, text=True, check=False
-    )
 
 
 def test_top_level_help_lists_every_group() -> None:
