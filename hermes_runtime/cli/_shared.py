@@ -53,6 +53,24 @@ def add_verb(
     return parser
 
 
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The sub-parsers of ``parser`` by name, in ``--help`` order (for docs and tests)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def subcommand_help(parser: argparse.ArgumentParser, name: str) -> str:
+    """The one-line help ``parser --help`` shows for its sub-command ``name``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:
+                if choice.dest == name:
+                    return choice.help or ""
+    return ""
+
+
 def default_data_dir() -> Path:
     """``$HERMES_HOME`` (what Hermes itself uses), else the image's ``/opt/data``."""
     return Path(os.environ.get("HERMES_HOME", "").strip() or DEFAULT_DATA_DIR)

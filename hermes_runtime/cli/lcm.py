@@ -295,14 +295,19 @@ def _emit_hits(
 ) -> None:
     rows = [h.as_dict() for h in hits]
     text = "\n".join(
-        f"{h.id}\t{h.session_id}\t{h.role or h.kind}\t{h.snippet.replace(chr(10), ' ')[:160]}"
-        for h in hits
+        f"{h.id}\t{h.session_id}\t{h.role or h.kind}\t{_one_line(h.snippet)}" for h in hits
     )
     if extra and extra.get("pending_embeddings"):
         text += (
             f"\n({extra['pending_embeddings']} items not embedded yet: vector ranking is partial)"
         )
     _emit(args, {"results": rows, **(extra or {})}, text or "no results")
+
+
+def _one_line(snippet: str, width: int = 160) -> str:
+    """The snippet on one line, with "..." only when it was cut."""
+    flat = snippet.replace("\n", " ")
+    return flat if len(flat) <= width else flat[: width - 3] + "..."
 
 
 def _emit(args: argparse.Namespace, payload: Any, text: str) -> None:

@@ -8,6 +8,10 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
+from hermes_runtime.cli._shared import subcommands
+
+Verb = tuple[str, str, argparse.ArgumentParser]
+
 
 def run_cli(
     *args: str, env: dict[str, str] | None = None, timeout: float = 120
@@ -23,17 +27,7 @@ def run_cli(
     )
 
 
-def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    """The sub-parsers of ``parser`` by name (empty when it has none)."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return dict(action.choices)
-    return {}
-
-
-def verb_parsers(
-    root: argparse.ArgumentParser,
-) -> Iterator[tuple[str, str, argparse.ArgumentParser]]:
+def verb_parsers(root: argparse.ArgumentParser) -> Iterator[Verb]:
     """Every ``(group, verb, parser)`` of the CLI, in the order ``--help`` lists them."""
     for group, group_parser in subcommands(root).items():
         for verb, parser in subcommands(group_parser).items():
