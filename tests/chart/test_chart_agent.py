@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 
 import yaml
-from chartkit import FULLNAME, container_names, env_map, render
+from chart_testlib import FULLNAME, container_names, env_map, render
 
 LLM = {"llm": {"baseUrl": "http://llm:8000/v1", "model": "m1", "existingSecret": "llm-key"}}
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from chartkit import (
+from chart_testlib import (
     CHART,
     EXAMPLE_NAMES,
     EXAMPLES,

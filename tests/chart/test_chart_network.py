@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chartkit import FULLNAME, render
+from chart_testlib import FULLNAME, render
 
 VALUES = {
     "networkPolicy": {"enabled": True},
