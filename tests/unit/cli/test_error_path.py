@@ -181,6 +181,16 @@ CASES = {
         1,
         ("{tmp}/none.db",),
     ),
+    "lcm import a file that is not UTF-8": Case(
+        ("lcm", "import", "--db", "{tmp}/lcm.db", "--session", "s", "{tmp}/binary"),
+        1,
+        ("{tmp}/binary",),
+    ),
+    "lcm import --hermes-state a directory": Case(
+        ("lcm", "import", "--db", "{tmp}/lcm.db", "--hermes-state", "{tmp}/backups"),
+        1,
+        ("--hermes-state", "{tmp}/backups"),
+    ),
     "lcm stats: default db missing": Case(("lcm", "stats"), 1, ("{tmp}/home/lcm.db",)),
     "lcm stats on a directory": Case(("lcm", "stats", "--db", "{tmp}"), 1, ("{tmp}",)),
     "lcm grep --limit 0": Case(("lcm", "grep", "--limit", "0", "x"), 2, ("--limit",)),
@@ -222,6 +232,7 @@ CASES = {
 def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("cli-errors")
     (tmp / "a-file").write_text("not a directory\n")
+    (tmp / "binary").write_bytes(b"\xf9\xff\x00 not text")
     (tmp / "backups").mkdir()
     (tmp / "home").mkdir()
     (tmp / "spec.yaml").write_text("plugins: []\n")
