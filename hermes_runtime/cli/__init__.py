@@ -97,9 +97,20 @@ def _report(message: str, debug: bool) -> None:
     try:
         if debug:
             traceback.print_exc(file=sys.stderr)
-        print(f"error: {message}", file=sys.stderr)
+        print(f"error: {one_line(message)}", file=sys.stderr)
     except BrokenPipeError:
         pass
+
+
+def one_line(message: str) -> str:
+    """A message on one line: what a parser's multi-line report (YAML's caret under the
+    column, a list of problems) says, joined with ``; `` (a space after a ``:``)."""
+    lines = [line.strip() for line in message.splitlines()]
+    kept = [line for line in lines if line and not line.startswith("^")]
+    text = kept[0] if kept else ""
+    for line in kept[1:]:
+        text += (" " if text.endswith(":") else "; ") + line
+    return text.rstrip(":")
 
 
 def _describe_os_error(exc: OSError) -> str:

@@ -191,6 +191,15 @@ CASES = {
         1,
         ("--hermes-state", "{tmp}/backups"),
     ),
+    "plugins link: config.yaml is not YAML (a multi-line parser message)": Case(
+        ("plugins", "link", "--spec", "{tmp}/spec.yaml"),
+        1,
+        ("{tmp}/bad-home/config.yaml",),
+        {"HERMES_HOME": "{tmp}/bad-home"},
+    ),
+    "agent prepare: a SOUL.md seed that is not text": Case(
+        ("agent", "prepare", "--seed-soul", "{tmp}/binary"), 1, ("{tmp}/binary",)
+    ),
     "lcm stats: default db missing": Case(("lcm", "stats"), 1, ("{tmp}/home/lcm.db",)),
     "lcm stats on a directory": Case(("lcm", "stats", "--db", "{tmp}"), 1, ("{tmp}",)),
     "lcm grep --limit 0": Case(("lcm", "grep", "--limit", "0", "x"), 2, ("--limit",)),
@@ -236,6 +245,8 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (tmp / "backups").mkdir()
     (tmp / "home").mkdir()
     (tmp / "spec.yaml").write_text("plugins: []\n")
+    (tmp / "bad-home").mkdir()
+    (tmp / "bad-home" / "config.yaml").write_text("model: [\n")
     return tmp
 
 
@@ -267,6 +278,8 @@ def test_bad_invocation_gets_a_message_and_the_promised_exit_code(
     else:
         assert lines[-1].startswith("error: "), result.stderr
         assert "unexpected" not in lines[-1], result.stderr
+        messages = [line for line in lines if not line.startswith("{")]  # JSON lines are logs
+        assert messages == [lines[-1]], "the failure must be one line"
     for needed in case.names:
         assert needed.replace("{tmp}", str(scratch)) in lines[-1], result.stderr
 
