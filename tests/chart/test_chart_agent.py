@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 
 import yaml
-from chartkit import (
+from chart_testlib import (
     FULLNAME,
     SERVICE_MONITOR_API,
     all_containers,

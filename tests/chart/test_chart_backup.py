@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from chartkit import FULLNAME, container_names, env_map, render
+from chart_testlib import FULLNAME, container_names, env_map, render
 
 S3 = {
     "backup": {

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chartkit import FULLNAME, Manifest, pod_specs, render
+from chart_testlib import FULLNAME, Manifest, pod_specs, render
 
 VALUES = {
     "networkPolicy": {"enabled": True},

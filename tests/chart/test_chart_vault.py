@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chartkit import env_map, render
+from chart_testlib import env_map, render
 from pss import restricted_violations
 
 VAULT = {

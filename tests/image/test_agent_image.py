@@ -16,7 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from image_testlib import REPO, docker, free_port, git_synced_plugin, wait_until
+from image_testlib import REPO, docker
+from support.git_sync import git_synced_plugin
+from support.net import free_port
+from support.wait import wait_until
 
 UID = 10000
 API_KEY = "image-test-key-0123456789abcdef"

@@ -19,8 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from agent_testlib import free_port, git_sync_new_commit, git_synced_plugin, wait_until
 from ruamel.yaml import YAML
+from support.git_sync import git_sync_new_commit, git_synced_plugin
+from support.net import free_port
+from support.wait import wait_until
 
 REPO = Path(__file__).resolve().parents[3]
 FAKE_LLM = REPO / "tests" / "fakes" / "openai_server.py"
