@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from hermes_runtime.agent import GatewayRestarter
 from hermes_runtime.cli._shared import (
     add_data_dir,
     add_group,
@@ -18,7 +19,6 @@ from hermes_runtime.cli._shared import (
     non_negative_float,
     positive_float,
 )
-from hermes_runtime.agent import GatewayRestarter
 from hermes_runtime.plugins import LinkReport, link_plugins, watch
 
 DEFAULT_SPEC = "/etc/hermes-runtime/plugins.yaml"
