@@ -86,6 +86,27 @@ def assemble(store: LcmStore, session_id: str) -> list[dict[str, Any]]:
     return repair(render_items(store.context_items(session_id)))
 
 
+def newest_within(
+    store: LcmStore, session_id: str, budget: int
+) -> tuple[list[dict[str, Any]], int]:
+    """The newest context items that fit ``budget`` tokens, and how many older ones did not.
+
+    Read-only: what a viewer of a stored session gets without compacting it.
+    """
+    items = store.context_items(session_id)
+    kept, used = 0, 0
+    for item in reversed(items):
+        if used + item.tokens > budget:
+            break
+        used += item.tokens
+        kept += 1
+    messages = repair(render_items(items[len(items) - kept :]))
+    while kept and count_tokens(messages) > budget:  # estimates can miss a header's cost
+        kept -= 1
+        messages = repair(render_items(items[len(items) - kept :]))
+    return messages, len(items) - kept
+
+
 def count_tokens(messages: list[dict[str, Any]]) -> int:
     return sum(message_tokens(m) for m in messages)
 

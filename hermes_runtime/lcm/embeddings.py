@@ -216,22 +216,60 @@ def enqueue_missing(store: LcmStore, model: str) -> int:
     return queued
 
 
-def embed_pending(store: LcmStore, embedder: Embedder, batch_size: int = 256) -> int:
-    """Embed one batch from the queue; returns how many items were embedded."""
-    batch = [
+def _queued(store: LcmStore, limit: int) -> list[tuple[int, str, int]]:
+    """(queue id, kind, item id) of the oldest ``limit`` queued items."""
+    return [
         (int(r[0]), str(r[1]), int(r[2]))
         for r in store.conn.execute(
-            "SELECT id, kind, item_id FROM embed_queue ORDER BY id LIMIT ?", (batch_size,)
+            "SELECT id, kind, item_id FROM embed_queue ORDER BY id LIMIT ?", (limit,)
         )
     ]
-    if not batch:
-        return 0
+
+
+def _embedded(
+    store: LcmStore, embedder: Embedder, batch: list[tuple[int, str, int]]
+) -> list[tuple[str, int, str, np.ndarray]]:
+    """(kind, item id, session id, vector) for each queued item that still exists."""
     texts = _texts_for(store, batch)
     vectors = embedder.embed([text for _, text in texts])
-    rows = [
-        (kind, item_id, embedder.model, embedder.dim, session, vectors[i].tobytes())
+    return [
+        (kind, item_id, session, vectors[i])
         for i, ((_, kind, item_id), (session, _text)) in enumerate(zip(batch, texts, strict=True))
         if session
+    ]
+
+
+def embed_queued_in_memory(
+    store: LcmStore, embedder: Embedder, index: VectorIndex, limit: int
+) -> int:
+    """Embed up to ``limit`` queued items into ``index`` only (nothing is written).
+
+    For a search on a read-only database (``lcm search``): the agent's worker
+    stores vectors; an operator's search must not, yet should see recent items.
+    """
+    batch = _queued(store, limit) if limit > 0 else []
+    if not batch:
+        return 0
+    found = _embedded(store, embedder, batch)
+    if found:
+        index.add_unsaved(
+            embedder.model,
+            [kind for kind, _, _, _ in found],
+            [item for _, item, _, _ in found],
+            [session for _, _, session, _ in found],
+            np.stack([vector for _, _, _, vector in found]),
+        )
+    return len(batch)
+
+
+def embed_pending(store: LcmStore, embedder: Embedder, batch_size: int = 256) -> int:
+    """Embed one batch from the queue; returns how many items were embedded."""
+    batch = _queued(store, batch_size)
+    if not batch:
+        return 0
+    rows = [
+        (kind, item_id, embedder.model, embedder.dim, session, vector.tobytes())
+        for kind, item_id, session, vector in _embedded(store, embedder, batch)
     ]
     with store.writing() as conn:
         conn.executemany(
@@ -412,6 +450,25 @@ class VectorIndex:
                 len(rows), dim
             ),
         )
+
+    def add_unsaved(
+        self,
+        model: str,
+        kinds: list[str],
+        items: list[int],
+        sessions: list[str],
+        matrix: np.ndarray,
+    ) -> None:
+        """Add vectors that are not in the table (a read-only search embedding queued items)."""
+        with self._lock:
+            vectors = self._models.setdefault(model, _ModelVectors(int(matrix.shape[1])))
+            codes = self._session_codes
+            vectors.append(
+                np.array([kind == "summary" for kind in kinds], dtype=np.bool_),
+                np.array(items, dtype=np.int64),
+                np.array([codes.setdefault(s, len(codes)) for s in sessions], dtype=np.int32),
+                matrix.astype(np.float32),
+            )
 
     def memory_bytes(self) -> int:
         """Bytes held by the arrays of every model (vectors, ids, kinds, sessions)."""

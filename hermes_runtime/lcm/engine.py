@@ -28,7 +28,6 @@ from hermes_runtime.lcm.embeddings import (
     VectorIndex,
     offline_embedder,
 )
-from hermes_runtime.lcm.records import message_tokens
 from hermes_runtime.lcm.store import LcmStore
 from hermes_runtime.lcm.summarize import OpenAISummarizer, Summarizer
 
@@ -111,8 +110,8 @@ TOOL_NAMES = frozenset(t["name"] for t in TOOL_SCHEMAS)
 MAX_REFIT_PASSES = 4
 
 
-# Version of ``fingerprint`` recorded in a session's host state ("fp"); states
-# written before it existed hold ``legacy_fingerprint`` prints.
+# Version of ``fingerprint`` recorded in a session's host state ("fp"): a state
+# with another scheme holds prints we cannot compare, so it counts as empty.
 FINGERPRINT_SCHEME = 2
 
 
@@ -150,11 +149,6 @@ def _call_identity(call: Any) -> Any:
     return [call.get("id"), function.get("name"), function.get("arguments")]
 
 
-def legacy_fingerprint(message: dict[str, Any]) -> str:
-    """Scheme 1 (the whole dict): only to read host states saved by older releases."""
-    return _digest(message)
-
-
 def aligned_prefix(known: list[str], prints: list[str]) -> int:
     """Length of the longest prefix of ``prints`` found as a contiguous run in ``known``.
 
@@ -168,9 +162,12 @@ def aligned_prefix(known: list[str], prints: list[str]) -> int:
     return 0
 
 
-def known_overlap(
-    saved: dict[str, Any], block: list[int], candidates: list[dict[str, Any]], prints: list[str]
-) -> int:
+def comparable(saved: dict[str, Any]) -> dict[str, Any]:
+    """The saved host state if its prints are of the current scheme, else an empty one."""
+    return saved if saved.get("fp") == FINGERPRINT_SCHEME else {}
+
+
+def known_overlap(saved: dict[str, Any], block: list[int], prints: list[str]) -> int:
     """How many leading ``candidates`` (the host's messages after its last block) are stored.
 
     A host built on our latest context holds our latest block and the raw
@@ -180,8 +177,7 @@ def known_overlap(
     server reloads a session from ``state.db``. Aligning a stale host with
     the tail made every replayed message look new and stored it again.
     """
-    if saved.get("fp", 1) != FINGERPRINT_SCHEME:
-        return aligned_prefix(saved.get("raw", []), [legacy_fingerprint(m) for m in candidates])
+    saved = comparable(saved)
     raw, stale = saved.get("raw", []), saved.get("stale", [])
     if "block" not in saved or block == saved["block"]:
         return aligned_prefix(raw, prints)
@@ -192,8 +188,8 @@ def next_host_state(
     saved: dict[str, Any], block: list[int], prints: list[str], overlap: int
 ) -> dict[str, Any]:
     """What the host holds after this sync, as seen from our latest context."""
-    current = saved.get("fp", 1) == FINGERPRINT_SCHEME
-    if not current or "block" not in saved or block == saved["block"]:
+    saved = comparable(saved)
+    if "block" not in saved or block == saved["block"]:
         return {**saved, "raw": prints, "fp": FINGERPRINT_SCHEME}
     # A stale host: its new messages extend our latest context's raw tail.
     return {**saved, "raw": saved.get("raw", []) + prints[overlap:], "stale": prints}
@@ -294,7 +290,7 @@ class LcmEngine:
         block, candidates = self._split_at_last_block(session_id, host_messages[head:])
         saved = self.store.host_state(session_id)
         prints = [fingerprint(m) for m in candidates]
-        overlap = known_overlap(saved, block, candidates, prints)
+        overlap = known_overlap(saved, block, prints)
         fresh = candidates[overlap:]
         state = next_host_state(saved, block, prints, overlap)
         count = self.ingest(session_id, fresh, host_state=state if state != saved else None)
@@ -327,7 +323,7 @@ class LcmEngine:
         """
         block, raw = self._split_at_last_block(session_id, conversation)
         saved = self.store.host_state(session_id)
-        previous = saved.get("raw", []) if saved.get("fp", 1) == FINGERPRINT_SCHEME else []
+        previous = comparable(saved).get("raw", [])
         state = {
             "raw": [fingerprint(m) for m in raw],
             "block": block,
@@ -473,7 +469,3 @@ def make_embedder(config: LcmConfig) -> Embedder | None:
 
 def make_summarizer(base_url: str, model: str, api_key: str = "") -> Summarizer | None:
     return OpenAISummarizer(base_url, model, api_key) if base_url and model else None
-
-
-def tokens_of(messages: list[dict[str, Any]]) -> int:
-    return sum(message_tokens(m) for m in messages)

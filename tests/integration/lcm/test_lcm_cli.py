@@ -149,7 +149,7 @@ def test_doctor_fix_removes_old_orphans_and_reports_them(tmp_path: Path) -> None
 
 
 def test_search_embeds_a_bounded_batch_and_reports_what_waits(tmp_path: Path) -> None:
-    """An operator's search answers now; the agent's worker embeds the backlog."""
+    """An operator's search answers now, read-only; the agent's worker stores the backlog."""
     db = tmp_path / "lcm.db"
     jsonl = write_jsonl(tmp_path / "chat.jsonl", simple_conversation(20))
     ok("import", "--db", db, "--session", "chat", jsonl)
@@ -160,7 +160,8 @@ def test_search_embeds_a_bounded_batch_and_reports_what_waits(tmp_path: Path) ->
     assert none["pending_embeddings"] == queued and none["results"] == []
     some = ok("search", "--db", db, "--mode", "vector", "--embed-pending", "5", "topic3")
     assert some["pending_embeddings"] == queued - 5 and len(some["results"]) == 5
-    assert ok("stats", "--db", db)["embeddings"] == 5
+    stats = ok("stats", "--db", db)
+    assert stats["embeddings"] == 0 and stats["embed_queue"] == queued  # nothing was written
 
     bad = cli("search", "--db", db, "--embed-pending", "-1", "topic3")
     assert bad.returncode == 2 and "--embed-pending" in bad.stderr and "0 or more" in bad.stderr
