@@ -254,7 +254,8 @@ def _emit_hits(
 ) -> None:
     rows = [h.as_dict() for h in hits]
     text = "\n".join(
-        f"{h.id}\t{h.session_id}\t{h.role or h.kind}\t{h.snippet.replace(chr(10), ' ')[:160]}"
+        f"{h.id}\t{h.session_id}\t{h.role or h.kind}\t"
+        f"{'' if h.count == 1 else f'(x{h.count}) '}{h.snippet.replace(chr(10), ' ')[:160]}"
         for h in hits
     )
     if extra and extra.get("pending_embeddings"):

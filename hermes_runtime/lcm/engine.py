@@ -36,7 +36,8 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
         "name": "lcm_grep",
         "description": (
             "Full-text search of the whole conversation history, including parts folded "
-            "into summaries. Returns message/summary ids to pass to lcm_expand."
+            "into summaries. Returns message/summary ids to pass to lcm_expand; identical "
+            "messages come back once, with their count and ids."
         ),
         "parameters": {
             "type": "object",
@@ -53,7 +54,8 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
         "name": "lcm_search",
         "description": (
             "Semantic + keyword search of past conversation (use when wording may differ). "
-            "Returns ids to pass to lcm_expand."
+            "Returns ids to pass to lcm_expand; identical messages come back once, with "
+            "their count and ids."
         ),
         "parameters": {
             "type": "object",
