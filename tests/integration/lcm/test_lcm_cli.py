@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fakes.fixtures import FakeLLM
-from lcm_conversations import simple_conversation, tool_turn
+from support.lcm_conversations import simple_conversation, tool_turn
 
 
 def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
