@@ -277,7 +277,10 @@ def embed_pending(store: LcmStore, embedder: Embedder, batch_size: int = 256) ->
             "VALUES (?, ?, ?, ?, ?, ?)",
             rows,
         )
-        conn.execute("DELETE FROM embed_queue WHERE id <= ?", (batch[-1][0],))
+        # Exactly the rows embedded: queue ids are reused once the table empties, and a
+        # worker of another process may have emptied it meanwhile; "id <= last" then
+        # deleted items queued since, which were never embedded.
+        conn.executemany("DELETE FROM embed_queue WHERE id = ? AND kind = ? AND item_id = ?", batch)
     return len(batch)
 
 

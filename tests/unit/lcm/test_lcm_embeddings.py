@@ -199,3 +199,30 @@ def test_common_terms_leave_the_or_query_but_the_rarest_stays(engine: LcmEngine)
         engine.store, None, "walrus weather report", None, 3, "fts", fusion=strict
     )
     assert [h.id for h in hits] == [rare.ref]
+
+
+class _Interleaving(StaticModelEmbedder):
+    """While embedding, another worker drains the queue and a new message is stored."""
+
+    def __init__(self, other: LcmStore) -> None:
+        super().__init__()
+        self.other = other
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if self.other is not None:
+            other, self.other = self.other, None  # once
+            embed_all(other, StaticModelEmbedder())  # empties the queue: ids restart at 1
+            other.ingest("s", {"role": "user", "content": "queued while the batch was embedded"})
+        return super().embed(texts)
+
+
+def test_a_concurrent_worker_never_makes_a_queued_item_lost(tmp_path: Path) -> None:
+    """Queue ids are reused once the table empties; deleting "id <= last" lost new items."""
+    first = LcmStore(tmp_path / "lcm.db")
+    second = LcmStore(tmp_path / "lcm.db")
+    first.ingest_many("s", [{"role": "user", "content": f"old {i}"} for i in range(3)])
+    embed_all(first, _Interleaving(second))
+    assert first.counts()["messages"] == 4 and first.counts()["embed_queue"] == 0
+    assert first.counts()["embeddings"] == 4  # the message queued meanwhile too
+    first.close()
+    second.close()
