@@ -32,7 +32,7 @@ import numpy as np
 from hermes_runtime.lcm import CompactionPolicy, LcmConfig, LcmEngine, retrieval
 from hermes_runtime.lcm.assembly import assemble
 from hermes_runtime.lcm.doctor import database_bytes
-from hermes_runtime.lcm.embeddings import Embedder, embed_all, offline_embedder
+from hermes_runtime.lcm.embeddings import Embedder, embed_all, encode_vector, offline_embedder
 from hermes_runtime.lcm.schema import fetch_all
 
 PER_SESSION = 1_000
@@ -134,7 +134,7 @@ def fill_synthetic(engine: LcmEngine, embedder: Embedder) -> int:
             "INSERT OR IGNORE INTO embeddings(kind, item_id, model, dim, session_id, vector) "
             "VALUES (?, ?, ?, ?, ?, ?)",
             (
-                (kind, item, embedder.model, embedder.dim, session, matrix[i].tobytes())
+                (kind, item, embedder.model, embedder.dim, session, encode_vector(matrix[i]))
                 for i, (kind, item, session) in enumerate(queued)
             ),
         )
@@ -194,6 +194,7 @@ def run(
     result["raw_text_bytes_per_1k_messages"] = round(
         result["batched_import"]["raw_text_bytes"] / (total / 1_000)
     )
+    result["database_to_raw_text"] = round(size / result["batched_import"]["raw_text_bytes"], 2)
 
     probe = make_messages(1_000, words, rng)
     samples = []
@@ -296,7 +297,13 @@ def index_only(items: int, dim: int, workdir: Path) -> dict[str, Any]:
                 "INSERT INTO embeddings(kind, item_id, model, dim, session_id, vector) "
                 "VALUES ('message', ?, ?, ?, ?, ?)",
                 (
-                    (start + i + 1, model, dim, f"s{(start + i) // PER_SESSION}", row.tobytes())
+                    (
+                        start + i + 1,
+                        model,
+                        dim,
+                        f"s{(start + i) // PER_SESSION}",
+                        encode_vector(row),
+                    )
                     for i, row in enumerate(matrix)
                 ),
             )
@@ -309,6 +316,7 @@ def index_only(items: int, dim: int, workdir: Path) -> dict[str, Any]:
     index.search(store, model, queries[0], None, 30)
     result["load_s"] = round(time.perf_counter() - started, 2)
     result["index_bytes"] = index.memory_bytes()
+    result["index_mb_at_1m_items"] = round(index.memory_bytes() / items * 1_000_000 / 1e6)
     qi = iter(queries[1:])
     result["search_all_sessions"] = timed(
         lambda: index.search(store, model, next(qi), None, 30), 100
