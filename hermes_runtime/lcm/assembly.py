@@ -12,6 +12,7 @@ import json
 import re
 from typing import Any
 
+from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.lcm.records import ContextItem, Summary, message_tokens
 from hermes_runtime.lcm.store import LcmStore
 
@@ -105,6 +106,24 @@ def newest_within(
         kept -= 1
         messages = repair(render_items(items[len(items) - kept :]))
     return messages, len(items) - kept
+
+
+def context_within(store: LcmStore, session_id: str, budget: int) -> dict[str, Any]:
+    """A session's stored context cut to ``budget`` tokens, newest first; nothing is written.
+
+    Compaction belongs to the agent (and ``import``): a read verb shows what
+    is stored. Items that do not fit are counted in ``omitted_items``.
+    """
+    if not store.has_session(session_id):
+        raise RuntimeFailure(f"--session {session_id}: not in {store.db_path}")
+    messages, omitted = newest_within(store, session_id, budget)
+    return {
+        "session": session_id,
+        "budget": budget,
+        "tokens": count_tokens(messages),
+        "omitted_items": omitted,
+        "messages": messages,
+    }
 
 
 def count_tokens(messages: list[dict[str, Any]]) -> int:

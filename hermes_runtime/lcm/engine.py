@@ -17,7 +17,12 @@ from typing import Any
 
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.lcm import metrics, retrieval
-from hermes_runtime.lcm.assembly import assemble, count_tokens, summary_refs_in
+from hermes_runtime.lcm.assembly import (
+    assemble,
+    context_within,
+    count_tokens,
+    summary_refs_in,
+)
 from hermes_runtime.lcm.compaction import CompactionReport, compact
 from hermes_runtime.lcm.config import LcmConfig
 from hermes_runtime.lcm.doctor import database_bytes
@@ -103,6 +108,48 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
                 "limit": {"type": "integer", "default": 8000},
             },
             "required": ["id"],
+        },
+    },
+    {
+        "name": "lcm_recent",
+        "description": (
+            "The conversations (sessions) active most recently, other than this one: "
+            "size, time span and the last user message. Use to pick up work from another "
+            "session, then lcm_load_session or lcm_grep with scope all."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {"limit": {"type": "integer", "default": 10}},
+        },
+    },
+    {
+        "name": "lcm_load_session",
+        "description": (
+            "Another session's stored context (its summaries and newest messages) within "
+            "a token budget, newest first; ids expand with lcm_expand."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "session_id": {"type": "string"},
+                "budget": {"type": "integer", "default": 4000},
+            },
+            "required": ["session_id"],
+        },
+    },
+    {
+        "name": "lcm_dag",
+        "description": (
+            "The summary DAG: with id (sum_N), that summary's child summaries down to "
+            "max_depth levels; without, the summaries in this session's live context. "
+            "Ids, depths, message spans and sizes only (lcm_expand reads contents)."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "id": {"type": "string"},
+                "max_depth": {"type": "integer", "default": 2},
+            },
         },
     },
 ]
@@ -448,6 +495,17 @@ class LcmEngine:
                 str(args["id"]),
                 int(args.get("offset", 0)),
                 int(args.get("limit", 8000)),
+            )
+        if name == "lcm_recent":
+            found = retrieval.recent_activity(self.store, int(args.get("limit", 10)), session_id)
+            return {"sessions": found}
+        if name == "lcm_load_session":
+            budget = max(100, min(int(args.get("budget", 4000)), 32_000))
+            return context_within(self.store, str(args["session_id"]), budget)
+        if name == "lcm_dag":
+            ref = str(args["id"]) if args.get("id") else None
+            return retrieval.summary_tree(
+                self.store, ref, session_id, int(args.get("max_depth", 2))
             )
         raise RuntimeFailure(f"unknown LCM tool {name!r}")
 

@@ -15,13 +15,22 @@ from typing import Any
 
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.lcm import retrieval
-from hermes_runtime.lcm.assembly import count_tokens, newest_within
+from hermes_runtime.lcm.assembly import context_within
 from hermes_runtime.lcm.config import LcmConfig
 from hermes_runtime.lcm.embeddings import VectorIndex, embed_queued_in_memory
 from hermes_runtime.lcm.engine import LcmEngine, make_embedder
 from hermes_runtime.lcm.importer import import_hermes_state, import_messages, read_jsonl
 from hermes_runtime.lcm.store import LcmStore
 from hermes_runtime.lcm.summarize import Summarizer
+
+__all__ = [
+    "ImportResult",
+    "SearchResult",
+    "context_within",
+    "import_history",
+    "open_readonly",
+    "search_history",
+]
 
 
 def open_readonly(db_path: Path, outputs_dir: Path | None = None) -> LcmStore:
@@ -82,24 +91,6 @@ def import_history(
     finally:
         engine.close()
     return result
-
-
-def context_within(store: LcmStore, session_id: str, budget: int) -> dict[str, Any]:
-    """A session's stored context cut to ``budget`` tokens, newest first; nothing is written.
-
-    Compaction belongs to the agent (and ``import``): a read verb shows what
-    is stored. Items that do not fit are counted in ``omitted_items``.
-    """
-    if not store.has_session(session_id):
-        raise RuntimeFailure(f"--session {session_id}: not in {store.db_path}")
-    messages, omitted = newest_within(store, session_id, budget)
-    return {
-        "session": session_id,
-        "budget": budget,
-        "tokens": count_tokens(messages),
-        "omitted_items": omitted,
-        "messages": messages,
-    }
 
 
 @dataclass

@@ -596,3 +596,98 @@ def _require(value: Any, ref: str) -> Any:
     if value is None:
         raise RuntimeFailure(f"LCM id {ref} does not exist in this database")
     return value
+
+
+RECENT_SCAN_ROWS = 50_000  # newest messages read to find the most recently active sessions
+
+
+def recent_activity(
+    store: LcmStore, limit: int = 10, exclude: str | None = None
+) -> list[dict[str, Any]]:
+    """The sessions active most recently, newest first: size, span and last user words.
+
+    Walks the newest messages backwards (rowid order, no scan of the history)
+    until ``limit`` distinct sessions are found or ``RECENT_SCAN_ROWS`` were read.
+    """
+    limit = max(1, min(limit, 50))
+    found: list[str] = []
+    cursor = store.conn.execute(
+        "SELECT session_id FROM messages ORDER BY id DESC LIMIT ?", (RECENT_SCAN_ROWS,)
+    )
+    for (session_id,) in cursor:
+        if session_id != exclude and session_id not in found:
+            found.append(str(session_id))
+            if len(found) == limit:
+                break
+    return [_session_activity(store, session_id) for session_id in found]
+
+
+def _session_activity(store: LcmStore, session_id: str) -> dict[str, Any]:
+    span = fetch_one(
+        store.conn,
+        "SELECT (SELECT created_at FROM messages WHERE session_id = ?1 ORDER BY seq LIMIT 1), "
+        "(SELECT created_at FROM messages WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1), "
+        "(SELECT next_seq - 1 FROM sessions WHERE id = ?1), "
+        "(SELECT count(*) FROM summaries WHERE session_id = ?1)",
+        (session_id,),
+    )
+    last_user = fetch_one(
+        store.conn,
+        "SELECT id, substr(coalesce(content, content_json), 1, 300) FROM messages "
+        "WHERE session_id = ? AND role = 'user' ORDER BY seq DESC LIMIT 1",
+        (session_id,),
+    )
+    first_at, last_at, messages, summaries = span or (None, None, 0, 0)
+    return {
+        "session_id": session_id,
+        "messages": messages,
+        "summaries": summaries,
+        "first_at": first_at,
+        "last_at": last_at,
+        "last_user_message": (
+            {"id": f"{MESSAGE_PREFIX}{last_user[0]}", "text": last_user[1]} if last_user else None
+        ),
+    }
+
+
+def summary_tree(
+    store: LcmStore, ref: str | None, session_id: str | None, max_depth: int = 2
+) -> dict[str, Any]:
+    """The summary DAG: a summary's children (to ``max_depth`` levels), or a session's roots.
+
+    Without ``ref``: the summaries in the session's live context, each with
+    its children. Ids, depths, spans and sizes only; ``lcm_expand`` reads
+    contents.
+    """
+    max_depth = max(0, min(max_depth, 5))
+    if ref:
+        kind, key = parse_ref(ref)
+        if kind != "summary":
+            raise RuntimeFailure(f"LCM id {ref}: the summary DAG starts at a summary (sum_N)")
+        root = _require(store.summary(int(key)), ref)
+        return _tree_node(store, root, max_depth)
+    if not session_id or not store.has_session(session_id):
+        raise RuntimeFailure(f"LCM session {session_id!r} has no stored messages")
+    items = store.context_items(session_id)
+    roots = [item.summary for item in items if item.summary is not None]
+    return {
+        "session_id": session_id,
+        "context_items": len(items),
+        "raw_messages_in_context": sum(1 for item in items if item.message is not None),
+        "summaries": [_tree_node(store, s, max_depth) for s in roots],
+    }
+
+
+def _tree_node(store: LcmStore, summary: Summary, depth_left: int) -> dict[str, Any]:
+    node: dict[str, Any] = {
+        "id": summary.ref,
+        "depth": summary.depth,
+        "seq_range": [summary.first_seq, summary.last_seq],
+        "message_count": summary.message_count,
+        "tokens": summary.token_count,
+        "sources": store.summary_source_count(summary.id),
+    }
+    if depth_left > 0 and summary.depth > 0:
+        children = [s for s in store.summary_sources(summary.id, 0, 100) if isinstance(s, Summary)]
+        node["children"] = [_tree_node(store, child, depth_left - 1) for child in children]
+    return node
