@@ -25,7 +25,7 @@ from hermes_runtime.lcm.assembly import (
 )
 from hermes_runtime.lcm.compaction import CompactionReport, compact
 from hermes_runtime.lcm.config import LcmConfig
-from hermes_runtime.lcm.doctor import database_bytes
+from hermes_runtime.lcm.doctor import retention
 from hermes_runtime.lcm.embeddings import (
     Embedder,
     EmbeddingWorker,
@@ -408,7 +408,7 @@ class LcmEngine:
         for level in report.levels:
             metrics.SUMMARIES.labels(level=str(level)).inc()
         metrics.COMPACTION_ERRORS.inc(len(report.errors))
-        metrics.DATABASE_BYTES.set(database_bytes(self.store.db_path))
+        retention(self.store)  # size, retention and growth gauges
         if self.worker is not None and report.summaries_created:
             self.worker.wake()
         return report
