@@ -56,7 +56,45 @@ def make_messages(count: int, words: list[str], rng: random.Random) -> list[dict
 def percentiles(samples: list[float]) -> dict[str, float]:
     ordered = sorted(samples)
     p95 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
-    return {"p50_ms": round(statistics.median(ordered) * 1000, 3), "p95_ms": round(p95 * 1000, 3)}
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return {
+        "p50_ms": round(statistics.median(ordered) * 1000, 3),
+        "p95_ms": round(p95 * 1000, 3),
+        "p99_ms": round(p99 * 1000, 3),
+    }
+
+
+def start_up(config: LcmConfig) -> dict[str, float]:
+    """Opening the engine on the filled database (schema check, no scan), then a first grep."""
+    started = time.perf_counter()
+    engine = LcmEngine(config)
+    opened = time.perf_counter() - started
+    retrieval.grep(engine.store, "start", None, 5)
+    first_grep = time.perf_counter() - started - opened
+    engine.close()
+    return {"open_s": round(opened, 3), "first_grep_s": round(first_grep, 3)}
+
+
+def turn_overhead(
+    engine: LcmEngine, words: list[str], rng: random.Random, turns: int = 200
+) -> dict[str, float]:
+    """What a turn costs LCM on Hermes' reply path: syncing the host's transcript.
+
+    Hermes' ``post_llm_call`` hook hands the whole live context plus the new
+    user and assistant messages; only the two new ones are stored.
+    """
+    session = "turns"
+    host = [{"role": "system", "content": "You are a test agent."}]
+    samples = []
+    for _ in range(turns):
+        host = host + make_messages(2, words, rng)
+        started = time.perf_counter()
+        engine.sync_bounded(session, host, 2.0)
+        samples.append(time.perf_counter() - started)
+        if len(host) > 60:  # the host compacts: it then holds our fitted context
+            fitted, _ = engine.fitted_context(session, 3_000, host[:1])
+            host = fitted
+    return percentiles(samples)
 
 
 def timed(fn: Callable[[], Any], runs: int) -> dict[str, float]:
@@ -213,8 +251,10 @@ def run(
     result.update(search_figures(engine, embedder if embeddings else None, queries))
 
     result["compaction_bookkeeping_per_10k_tokens_ms"] = compaction_cost(engine, words, rng)
+    result["turn_overhead"] = turn_overhead(engine, words, rng)
     result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     engine.close()
+    result["start_up"] = start_up(engine.config)
     return result
 
 
@@ -257,6 +297,7 @@ def searches_only(workdir: Path, embedder_name: str) -> dict[str, Any]:
     result.update(search_figures(engine, offline_embedder(embedder_name), queries))
     result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     engine.close()
+    result["start_up"] = start_up(engine.config)
     return result
 
 

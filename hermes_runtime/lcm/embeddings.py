@@ -19,6 +19,7 @@ import ctypes
 import glob
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -231,12 +232,29 @@ def _embedded(
 ) -> list[tuple[str, int, str, np.ndarray]]:
     """(kind, item id, session id, vector) for each queued item that still exists."""
     texts = _texts_for(store, batch)
-    vectors = embedder.embed([text for _, text in texts])
+    vectors = _embed_in_chunks(embedder, [text for _, text in texts])
     return [
         (kind, item_id, session, vectors[i])
         for i, ((_, kind, item_id), (session, _text)) in enumerate(zip(batch, texts, strict=True))
         if session
     ]
+
+
+# Texts per embedder call. The static model's Rust code keeps the GIL for a
+# whole call (64 texts: 50-140 ms on a loaded 2-core machine), which froze the
+# gateway's event loop; 16 a call, with a yield between, keeps each hold short
+# (bench/lcm_loop_lag.py).
+EMBED_CHUNK = 16
+
+
+def _embed_in_chunks(embedder: Embedder, texts: list[str]) -> np.ndarray:
+    parts = []
+    for start in range(0, len(texts), EMBED_CHUNK):
+        parts.append(embedder.embed(texts[start : start + EMBED_CHUNK]))
+        time.sleep(0)  # let the event loop's thread take the GIL
+    if not parts:
+        return np.zeros((0, embedder.dim), dtype=np.float32)
+    return np.concatenate(parts)
 
 
 def embed_queued_in_memory(

@@ -464,3 +464,21 @@ def register(ctx: Any) -> None:
     engine = LcmContextEngine()
     ctx.register_context_engine(engine)
     ctx.register_hook("post_llm_call", engine._shared.store_turn)
+    warm_static_embedder()
+
+
+def warm_static_embedder() -> None:
+    """Load the static embedding model now, at gateway start, before any request.
+
+    Its Rust loader keeps the GIL for the whole load (1-4 s here), which froze
+    the gateway's event loop when the first embedding happened mid-traffic
+    (bench/lcm_loop_lag.py). Only for ``lcm.embeddings: static``; e5's engine
+    runs through ctypes, which releases the GIL. Never fatal.
+    """
+    try:
+        if read_lcm_section(hermes_home()).get("embeddings") == "static":
+            from hermes_runtime.lcm.embeddings import StaticModelEmbedder
+
+            StaticModelEmbedder().embed(["warm-up"])
+    except Exception as exc:  # the agent must start; embedding loads later instead
+        logger.warning("LCM: could not preload the static embedder: %s", exc)
