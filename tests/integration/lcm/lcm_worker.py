@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import apsw
+from backup_reader import take_backup  # beside this script (its folder is on sys.path)
 
 from hermes_runtime.cli import main as cli_main
 from hermes_runtime.lcm import LcmConfig, LcmEngine
@@ -82,13 +83,9 @@ def backup_role(db: Path, out_dir: Path, count: int) -> dict[str, Any]:
             tables = {r[0] for r in source.execute("SELECT name FROM sqlite_schema")}
             if "messages" not in tables:
                 continue
-            target = out_dir / f"backup-{len(report['checks'])}.db"
-            copy = apsw.Connection(str(target))
-            with copy.backup("main", source, "main") as step:
-                step.step(-1)
-            report["checks"].append(copy.execute("PRAGMA quick_check").fetchall()[0][0])
-            report["counts"].append(copy.execute("SELECT count(*) FROM messages").fetchall()[0][0])
-            copy.close()
+            check, messages = take_backup(source, out_dir / f"backup-{len(report['checks'])}.db")
+            report["checks"].append(check)
+            report["counts"].append(messages)
         except apsw.Error as exc:
             report["errors"].append(f"{type(exc).__name__}: {exc}")
         finally:

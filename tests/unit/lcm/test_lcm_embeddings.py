@@ -248,9 +248,13 @@ def _random_vectors(store: LcmStore, count: int, dim: int, vector_format: str) -
     return matrix
 
 
-def exact_top(matrix: np.ndarray, query: np.ndarray, k: int, rows: np.ndarray) -> list[int]:
-    scores = matrix[rows] @ query
-    return [int(rows[i]) + 1 for i in np.argsort(-scores)[:k]]
+def near_query(
+    matrix: np.ndarray, rng: np.random.Generator, noise: float
+) -> tuple[np.ndarray, list[int]]:
+    """A query near a random stored vector, and the ids of its exact 10 nearest (float32)."""
+    query = matrix[rng.integers(len(matrix))] + rng.standard_normal(matrix.shape[1]) * noise
+    query = (query / np.linalg.norm(query)).astype(np.float32)
+    return query, [int(i) + 1 for i in np.argsort(-(matrix @ query))[:10]]
 
 
 def test_int8_vectors_rank_like_float32_and_old_float32_rows_still_load(tmp_path: Path) -> None:
@@ -262,9 +266,7 @@ def test_int8_vectors_rank_like_float32_and_old_float32_rows_still_load(tmp_path
     rng = np.random.default_rng(9)
     overlap = []
     for _ in range(20):
-        query = matrix[rng.integers(3_000)] + rng.standard_normal(96).astype(np.float32) * 0.1
-        query /= np.linalg.norm(query)
-        wanted = exact_top(matrix, query, 10, np.arange(3_000))
+        query, wanted = near_query(matrix, rng, 0.1)
         for store in (new, old):
             got = [i for _, i, _ in VectorIndex().search(store, "synthetic", query, None, 10)]
             overlap.append(len(set(got) & set(wanted)) / 10)
@@ -277,13 +279,11 @@ def test_coarse_pass_then_exact_rescoring_finds_the_nearest(tmp_path: Path) -> N
     """Past ``exact_rows`` a sign-code pass picks candidates, rescored exactly from int8."""
     store = LcmStore(tmp_path / "lcm.db")
     matrix = _random_vectors(store, 6_000, 128, "int8")
-    coarse = VectorIndex(exact_rows=0, coarse_min=0)  # 5% of the rows: 300
+    coarse = VectorIndex(exact_rows=0, coarse_min=0)  # 10% of the rows: 600
     rng = np.random.default_rng(3)
     overlap = []
     for _ in range(20):
-        query = matrix[rng.integers(6_000)] + rng.standard_normal(128).astype(np.float32) * 0.2
-        query /= np.linalg.norm(query)
-        wanted = exact_top(matrix, query, 10, np.arange(6_000))
+        query, wanted = near_query(matrix, rng, 0.2)
         got = [i for _, i, _ in coarse.search(store, "synthetic", query, None, 10)]
         overlap.append(len(set(got) & set(wanted)) / 10)
         in_s2 = np.arange(2, 6_000, 4)  # rows of session s2

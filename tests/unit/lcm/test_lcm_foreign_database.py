@@ -67,6 +67,15 @@ def fingerprint(path: Path) -> tuple[str, str]:
     return digest, mode
 
 
+def lcm_database(path: Path) -> Path:
+    """A small LCM database, checkpointed: everything in the main file."""
+    store = LcmStore(path)
+    store.ingest("s1", {"role": "user", "content": "hello world"})
+    store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.close()
+    return path
+
+
 def run_cli(argv: list[str]) -> int:
     try:
         return main(argv)
@@ -120,10 +129,7 @@ def test_read_verbs_create_nothing_and_refuse_a_missing_or_empty_file(
 def test_read_verbs_refuse_a_newer_schema_and_leave_it_alone(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    db = tmp_path / "lcm.db"
-    store = LcmStore(db)
-    store.ingest("s1", {"role": "user", "content": "hello"})
-    store.close()
+    db = lcm_database(tmp_path / "lcm.db")
     conn = apsw.Connection(str(db))
     conn.execute("PRAGMA user_version = 99")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -139,11 +145,7 @@ def test_read_verbs_refuse_a_newer_schema_and_leave_it_alone(
 def test_read_verbs_write_nothing_to_an_lcm_database(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    db = tmp_path / "lcm.db"
-    store = LcmStore(db)
-    store.ingest("s1", {"role": "user", "content": "hello world"})
-    store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    store.close()
+    db = lcm_database(tmp_path / "lcm.db")
     before = fingerprint(db)
     for verb in READ_VERBS:
         code = run_cli(["lcm", verb[0], "--db", str(db), "--json", *verb[1:]])
