@@ -292,3 +292,23 @@ def test_coarse_pass_then_exact_rescoring_finds_the_nearest(tmp_path: Path) -> N
         assert len(scoped) == 10
     assert sum(overlap) / len(overlap) >= 0.9, overlap
     store.close()
+
+
+class _Recording(StaticModelEmbedder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[int] = []
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        self.calls.append(len(texts))
+        return super().embed(texts)
+
+
+def test_the_worker_embeds_a_few_texts_a_call(store: LcmStore) -> None:
+    """The static model keeps the GIL for a whole call: short calls keep the event loop free."""
+    from hermes_runtime.lcm.embeddings import EMBED_CHUNK
+
+    store.ingest_many("s", [{"role": "user", "content": f"text {i}"} for i in range(100)])
+    recording = _Recording()
+    assert embed_all(store, recording, batch_size=64) == 100
+    assert max(recording.calls) == EMBED_CHUNK <= 16 and sum(recording.calls) == 100
