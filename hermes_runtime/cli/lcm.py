@@ -98,8 +98,9 @@ def _llm_options(p: argparse.ArgumentParser) -> None:
 def _import_parser(verbs: Any) -> None:
     p = verbs.add_parser("import", help="ingest a JSONL file (or Hermes' state.db) and compact")
     _common(p)
-    p.add_argument("--session", help="session id for a JSONL file")
-    p.add_argument("--hermes-state", type=Path, help="import every session of this state.db")
+    p.add_argument("--session", help="session id for a JSONL file (required with FILE)")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--hermes-state", type=Path, help="import every session of this state.db")
     p.add_argument(
         "--prefix", default="", help="with --hermes-state: prepend this to each session id"
     )
@@ -110,8 +111,8 @@ def _import_parser(verbs: Any) -> None:
     )
     p.add_argument("--budget", type=int, default=32_000, help="compact each session to this")
     _llm_options(p)
-    p.add_argument("file", nargs="?", type=Path, help="OpenAI-format messages, one per line")
-    p.set_defaults(handler=_import)
+    source.add_argument("file", nargs="?", type=Path, help="OpenAI-format messages, one per line")
+    p.set_defaults(handler=_import, usage_error=p.error)
 
 
 def _config(args: argparse.Namespace) -> Any:
@@ -145,6 +146,8 @@ def _reading(args: argparse.Namespace) -> Iterator[Any]:
 def _import(args: argparse.Namespace) -> int:
     from hermes_runtime.lcm import import_history
 
+    if args.file is not None and not args.session:
+        args.usage_error("--session is required with FILE")  # exit 2, like argparse's own
     result = import_history(
         _config(args),
         args.budget,

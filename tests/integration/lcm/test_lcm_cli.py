@@ -88,7 +88,13 @@ def test_usage_errors_and_missing_database(tmp_path: Path) -> None:
     assert cli("grep", "--db", tmp_path / "none.db", "x").returncode == 1
     assert "none.db" in cli("grep", "--db", tmp_path / "none.db", "x").stderr
     assert cli("context", "--db", tmp_path / "x.db").returncode == 2
-    assert cli("import", "--db", tmp_path / "x.db").returncode == 1
+    assert cli("import", "--db", tmp_path / "x.db").returncode == 2  # neither FILE nor state
+    jsonl = write_jsonl(tmp_path / "c.jsonl", [{"role": "user", "content": "hi"}])
+    no_session = cli("import", "--db", tmp_path / "x.db", jsonl)
+    assert no_session.returncode == 2 and "--session" in no_session.stderr
+    both = cli("import", "--db", tmp_path / "x.db", "--hermes-state", jsonl, jsonl)
+    assert both.returncode == 2 and "not allowed with" in both.stderr
+    assert not (tmp_path / "x.db").exists()
 
 
 def test_import_from_hermes_state_db(tmp_path: Path) -> None:
