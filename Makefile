@@ -9,8 +9,8 @@ TOOLS_BIN := $(CURDIR)/.cache/tools/bin
 # Heavy builds (tools, images, the Kubernetes binaries) live outside the checkout, so a fresh
 # clone on the same machine (CI) reuses them: .cache is a symlink to CACHE_HOME.
 CACHE_HOME ?= $(HOME)/.cache/hermes-runtime
-# Every image the e2e suite and the demo use (git-sync cannot be built here: docs/cluster.md).
-E2E_IMAGES := agent git-server seaweedfs openbao fake-llm pause
+# Every image the e2e suite and the demo use (git-sync: the stand-in, docs/plugins.md).
+E2E_IMAGES := agent git-sync git-server seaweedfs openbao fake-llm pause
 KUBECONFIG_LOCAL := $(CURDIR)/.cache/k8s/kubeconfig
 export PATH := $(BIN):$(TOOLS_BIN):$(PATH)
 PYTEST := $(BIN)/pytest

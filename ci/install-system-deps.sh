@@ -28,7 +28,7 @@ fi
 if ((${#missing[@]})); then
   echo "install-system-deps: installing ${missing[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
-  sudo_if_needed apt-get update -qq
-  sudo_if_needed apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  sudo_if_needed apt-get -o DPkg::Lock::Timeout=600 update -qq
+  sudo_if_needed apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 command -v python3.11 >/dev/null || { echo "install-system-deps: python3.11 is required" >&2; exit 1; }
