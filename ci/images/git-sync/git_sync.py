@@ -618,6 +618,7 @@ def run_loop(config: Config, git: Git, state: State) -> int:
     failures = 0
     while True:
         started = time.monotonic()
+        first = syncer.sync_count == 0  # upstream counts the first sync as a change
         try:
             changed, sha = syncer.sync()
         except (SyncError, OSError) as exc:
@@ -634,7 +635,7 @@ def run_loop(config: Config, git: Git, state: State) -> int:
             log("error syncing repo, will retry", error=str(exc), failCount=failures)
         else:
             state.record(
-                "success" if changed or syncer.sync_count == 1 else "noop",
+                "success" if changed or first else "noop",
                 time.monotonic() - started,
             )
             try:

@@ -227,6 +227,13 @@ def test_readiness_answers_503_until_the_first_sync_then_200_and_metrics(
     status, metrics = http_status(base + "/metrics")
     assert status == 200
     assert 'git_sync_count_total{status="success"} 1' in metrics, metrics
+    # Later syncs of the same commit are no-ops, not successes.
+    wait_for(
+        lambda: 'git_sync_count_total{status="noop"} 0' not in http_status(base + "/metrics")[1],
+        30,
+        "a no-op sync",
+    )
+    assert 'git_sync_count_total{status="success"} 1' in http_status(base + "/metrics")[1]
     assert 'git_sync_count_total{status="error"} 0' not in metrics, metrics
     assert "git_fetch_count_total" in metrics
 
