@@ -9,14 +9,14 @@ TOOLS_BIN := $(CURDIR)/.cache/tools/bin
 # Heavy builds (tools, images, the Kubernetes binaries) live outside the checkout, so a fresh
 # clone on the same machine (CI) reuses them: .cache is a symlink to CACHE_HOME.
 CACHE_HOME ?= $(HOME)/.cache/hermes-runtime
-# Every image the e2e suite and the demo use (git-sync cannot be built here: docs/cluster.md).
-E2E_IMAGES := agent git-server seaweedfs openbao fake-llm pause
+# Every image the e2e suite and the demo use (git-sync: the stand-in, docs/plugins.md).
+E2E_IMAGES := agent git-sync git-server seaweedfs openbao fake-llm pause
 KUBECONFIG_LOCAL := $(CURDIR)/.cache/k8s/kubeconfig
 export PATH := $(BIN):$(TOOLS_BIN):$(PATH)
 PYTEST := $(BIN)/pytest
 PYTEST_ARGS ?=
 
-.PHONY: help venv tools images unit integration chart image e2e test lint demo cluster cluster-down clean
+.PHONY: help system-deps venv tools images unit integration chart image e2e test lint demo cluster cluster-down clean
 
 help:
 	@echo "make demo   - the main job: cluster, images, helm install, a conversation, a backup"
@@ -37,6 +37,11 @@ $(STAMP): pyproject.toml | .cache
 
 venv: $(STAMP)
 
+# Debian packages the tests and the demo need (git, redis-server, ...): installed here, so
+# `make test` and `make demo` work on a fresh machine exactly as the README says.
+system-deps:
+	ci/install-system-deps.sh
+
 tools: venv
 	ci/install-tools.sh $(CURDIR)/.cache/tools
 
@@ -46,7 +51,7 @@ images: venv
 unit: venv
 	$(PYTEST) tests/unit $(PYTEST_ARGS)
 
-integration: venv tools
+integration: system-deps venv tools
 	$(PYTEST) tests/integration $(PYTEST_ARGS)
 
 chart: venv tools
@@ -66,7 +71,7 @@ e2e: venv tools
 	@if [ -z "$${KUBECONFIG:-}" ]; then ci/build-images.sh $(E2E_IMAGES) && ci/cluster-up.sh; fi
 	KUBECONFIG="$${KUBECONFIG:-$(KUBECONFIG_LOCAL)}" $(PYTEST) tests/e2e $(PYTEST_ARGS)
 
-test: venv tools
+test: system-deps venv tools
 	$(PYTEST) tests/unit tests/integration tests/chart tests/image $(PYTEST_ARGS)
 	$(MAKE) e2e
 
@@ -75,7 +80,7 @@ lint: venv
 	$(BIN)/ruff format --check hermes_runtime tests bench
 	$(BIN)/mypy
 
-demo: venv tools
+demo: system-deps venv tools
 	ci/demo.sh
 
 clean:
