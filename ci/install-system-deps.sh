@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Debian packages the tests need; idempotent and quiet when everything is there.
 set -euo pipefail
-PACKAGES=(git make redis-server)
+PACKAGES=(git make redis-server prometheus)
 missing=()
 for pkg in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +19,12 @@ from hermes_runtime.backup import (
     list_snapshots,
     open_target,
     prune_snapshots,
+    record_backup_outcome,
     restore_snapshot,
     verify_snapshot,
     write_backup_metrics,
 )
 from hermes_runtime.cli._shared import add_group, print_json
-from hermes_runtime.common.errors import RuntimeFailure
 
 
 def _target_args(parser: argparse.ArgumentParser) -> None:
@@ -53,6 +54,12 @@ def register(subparsers: Any) -> None:
     )
     create.add_argument("--work-dir", type=Path, help="scratch space for database snapshots")
     create.add_argument("--metrics-file", type=Path, help="write Prometheus text-format figures")
+    create.add_argument(
+        "--status-file",
+        type=Path,
+        help="record the outcome (also a failure) as JSON for the agent's /metrics, e.g. "
+        "DATA_DIR/.hermes-runtime/backup-status.json",
+    )
     create.add_argument("--json", action="store_true")
     create.set_defaults(handler=_create)
 
@@ -100,6 +107,7 @@ def register(subparsers: Any) -> None:
 
 
 def _create(args: argparse.Namespace) -> int:
+    started_at = time.time()
     try:
         summary = create_backup(
             args.data_dir,
@@ -108,12 +116,22 @@ def _create(args: argparse.Namespace) -> int:
             default_excludes=not args.no_default_excludes,
             work_dir=args.work_dir,
         )
-    except RuntimeFailure:
+    except Exception as exc:
         if args.metrics_file:
             write_backup_metrics(args.metrics_file, None)
+        if args.status_file:
+            record_backup_outcome(
+                args.status_file,
+                started_at=started_at,
+                summary=None,
+                error=str(exc) or type(exc).__name__,
+                target=args.target,
+            )
         raise
     if args.metrics_file:
         write_backup_metrics(args.metrics_file, summary)
+    if args.status_file:
+        record_backup_outcome(args.status_file, started_at=started_at, summary=summary)
     if args.json:
         print_json(dataclasses.asdict(summary))
     else:
