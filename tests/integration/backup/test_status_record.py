@@ -7,6 +7,7 @@ import urllib.request
 from pathlib import Path
 
 from backup_testkit import BackupTarget, create_json, run_cli
+from prometheus_client import start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 
 from hermes_runtime.agent import AgentMetrics
@@ -29,7 +30,9 @@ def test_outcomes_reach_the_agent_metrics_and_the_record_is_not_backed_up(
     target: BackupTarget, data_dir: Path, tmp_path: Path
 ) -> None:
     status = data_dir / STATUS
-    server = AgentMetrics(backup_status_file=status).serve(0, host="127.0.0.1")
+    # prometheus_client's own server on the agent's registry: what /metrics serves.
+    metrics = AgentMetrics(backup_status_file=status)
+    server, _thread = start_http_server(0, addr="127.0.0.1", registry=metrics.registry)
     port = server.server_port
     try:
         assert _scrape(port) == {}
