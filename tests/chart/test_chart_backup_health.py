@@ -47,7 +47,7 @@ def test_cronjob_snapshots_to_an_ephemeral_volume_sized_like_the_data_volume() -
     assert claim["storageClassName"] == "fast"
     container = pod["containers"][0]
     assert {"name": "backup-scratch", "mountPath": "/scratch"} in container["volumeMounts"]
-    script = container["command"][2]
+    script = container["args"][2]  # the image entrypoint (catatonit) stays PID 1
     assert env_map(container)["BACKUP_WORK_DIR"] == "/scratch"
     assert '--work-dir "$BACKUP_WORK_DIR"' in script
     assert '--status-file "$HERMES_HOME/.hermes-runtime/backup-status.json"' in script
