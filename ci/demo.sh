@@ -339,7 +339,7 @@ Next steps (export KUBECONFIG=$KUBECONFIG; helm and kubectl are in $ROOT/.cache/
              on an EMPTY data volume (runbook: docs/backup.md)
 
   Metrics:
-    kubectl -n $NS port-forward svc/$FULLNAME 9090:9090 &
+    kubectl -n $NS port-forward svc/$FULLNAME-metrics 9090:9090 &
     curl -s http://127.0.0.1:9090/metrics
 
   Uninstall: helm -n $NS uninstall $RELEASE backends   (keeps the data PVC: helm.sh/resource-policy)

@@ -33,6 +33,9 @@ RELEASE = "hermes"
 NAMESPACE = "agents"
 FULLNAME = f"{RELEASE}-hermes-agent"
 
+# The API a ServiceMonitor needs; helm template only knows it when told (--api-versions).
+SERVICE_MONITOR_API = "monitoring.coreos.com/v1/ServiceMonitor"
+
 POD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob", "Pod")
 
 
@@ -69,9 +72,12 @@ def template(
     *,
     examples: Sequence[str] = (),
     kube_version: str = NEWEST_KUBE,
+    api_versions: Sequence[str] = (),
 ) -> HelmResult:
     args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE]
     args += ["--kube-version", kube_version]
+    for api in api_versions:
+        args += ["--api-versions", api]
     for name in examples:
         args += ["-f", str(EXAMPLES / f"{name}.yaml")]
     with tempfile.TemporaryDirectory(prefix="chart-values-") as scratch:
@@ -84,9 +90,13 @@ def template(
 
 
 @cache
-def _render_cached(key: str, examples: tuple[str, ...], kube_version: str) -> tuple[dict, ...]:
+def _render_cached(
+    key: str, examples: tuple[str, ...], kube_version: str, api_versions: tuple[str, ...] = ()
+) -> tuple[dict, ...]:
     overrides = json.loads(key)
-    result = template(overrides, examples=examples, kube_version=kube_version)
+    result = template(
+        overrides, examples=examples, kube_version=kube_version, api_versions=api_versions
+    )
     if result.returncode != 0:
         raise AssertionError(f"helm template failed:\n{result.stderr}")
     return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
@@ -132,16 +142,23 @@ def render(
     *,
     examples: Sequence[str] = (),
     kube_version: str = NEWEST_KUBE,
+    api_versions: Sequence[str] = (),
 ) -> Manifest:
     key = json.dumps(overrides or {}, sort_keys=True)
-    return Manifest(_render_cached(key, tuple(examples), kube_version))
+    return Manifest(_render_cached(key, tuple(examples), kube_version, tuple(api_versions)))
 
 
 def render_error(
-    overrides: Mapping[str, Any] | None = None, *, kube_version: str = NEWEST_KUBE
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    kube_version: str = NEWEST_KUBE,
+    examples: Sequence[str] = (),
+    api_versions: Sequence[str] = (),
 ) -> str:
     """Render values that must be refused; return helm's error text."""
-    result = template(overrides, kube_version=kube_version)
+    result = template(
+        overrides, examples=examples, kube_version=kube_version, api_versions=api_versions
+    )
     assert result.returncode != 0, f"helm accepted values it must refuse: {overrides}"
     return result.stderr
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 
 import yaml
-from chartkit import FULLNAME, container_names, env_map, render
+from chartkit import FULLNAME, SERVICE_MONITOR_API, container_names, env_map, render
 
 LLM = {"llm": {"baseUrl": "http://llm:8000/v1", "model": "m1", "existingSecret": "llm-key"}}
 
@@ -154,11 +154,12 @@ def test_service_account_token_not_mounted_by_default() -> None:
 
 def test_service_exposes_api_and_metrics_to_the_agent_pod() -> None:
     manifest = render()
-    service = manifest.one("Service")
-    ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
-    assert ports == {"http": 8642, "metrics": 9090, "lcm-metrics": 9091}
     pod_labels = manifest.deployment["spec"]["template"]["metadata"]["labels"]
-    assert service["spec"]["selector"].items() <= pod_labels.items()
+    ports = {}
+    for service in manifest.all("Service"):
+        ports |= {p["name"]: p["port"] for p in service["spec"]["ports"]}
+        assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert ports == {"http": 8642, "metrics": 9090, "lcm-metrics": 9091}
 
 
 def test_lcm_metrics_port_follows_lcm_and_metrics() -> None:
@@ -171,7 +172,8 @@ def test_lcm_metrics_port_follows_lcm_and_metrics() -> None:
         agent = manifest.container("agent")
         assert "HERMES_RUNTIME_LCM_METRICS_PORT" not in env_map(agent)
         assert "lcm-metrics" not in {p["name"] for p in agent["ports"]}
-        assert "lcm-metrics" not in {p["name"] for p in manifest.one("Service")["spec"]["ports"]}
+        service_ports = {p["name"] for s in manifest.all("Service") for p in s["spec"]["ports"]}
+        assert "lcm-metrics" not in service_ports
 
 
 def test_service_monitor_and_pdb_are_opt_in() -> None:
@@ -181,11 +183,18 @@ def test_service_monitor_and_pdb_are_opt_in() -> None:
         {
             "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
             "podDisruptionBudget": {"enabled": True},
-        }
+        },
+        api_versions=[SERVICE_MONITOR_API],
     )
     monitor = manifest.one("ServiceMonitor")
     assert monitor["metadata"]["labels"]["release"] == "prom"
     assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["metrics", "lcm-metrics"]
+    metrics_service = manifest.one("Service", f"{FULLNAME}-metrics")
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= metrics_service["metadata"]["labels"].items()
+    assert not selector.items() <= manifest.one("Service", FULLNAME)["metadata"]["labels"].items()
+    # Scraped series keep job="<fullname>", the job the backup PrometheusRule matches.
+    assert metrics_service["metadata"]["labels"][monitor["spec"]["jobLabel"]] == FULLNAME
     assert manifest.one("PodDisruptionBudget")["spec"]["maxUnavailable"] == 0
 
 
@@ -193,12 +202,14 @@ def test_extra_env_volumes_and_containers() -> None:
     sidecar = {"name": "shell", "image": "busybox", "securityContext": {}}
     manifest = render(
         {
-            "extraEnv": [{"name": "TEAM", "value": "blue"}],
-            "env": [{"name": "ONLY_AGENT", "value": "1"}],
-            "envFrom": [{"configMapRef": {"name": "more"}}],
-            "extraVolumes": [{"name": "extra", "emptyDir": {}}],
-            "extraVolumeMounts": [{"name": "extra", "mountPath": "/extra"}],
-            "extraContainers": [sidecar],
+            "allPods": {"extraEnv": [{"name": "TEAM", "value": "blue"}]},
+            "agent": {
+                "env": [{"name": "ONLY_AGENT", "value": "1"}],
+                "envFrom": [{"configMapRef": {"name": "more"}}],
+                "extraVolumes": [{"name": "extra", "emptyDir": {}}],
+                "extraVolumeMounts": [{"name": "extra", "mountPath": "/extra"}],
+                "extraContainers": [sidecar],
+            },
             "plugins": [{"name": "weather", "repo": "https://git.example.com/w.git"}],
         }
     )
@@ -220,6 +231,160 @@ def test_helm_test_pod_checks_health_and_metrics() -> None:
     args = pod["spec"]["containers"][0]["args"]
     assert args == [
         f"http://{FULLNAME}:8642/health",
-        f"http://{FULLNAME}:9090/metrics",
+        f"http://{FULLNAME}-metrics:9090/metrics",
     ]
     assert pod["metadata"]["labels"][f"{FULLNAME}-client"] == "true"
+
+
+def _secret_checksum(values: dict) -> str | None:
+    annotations = render(values).deployment["spec"]["template"]["metadata"]["annotations"]
+    return annotations.get("checksum/secret")
+
+
+def test_checksum_secret_restarts_the_pod_when_the_chart_made_secret_changes() -> None:
+    first = _secret_checksum({"apiServer": {"key": "a" * 20}})
+    assert first and first == _secret_checksum({"apiServer": {"key": "a" * 20}})
+    assert first != _secret_checksum({"apiServer": {"key": "b" * 20}})
+    # No chart-made Secret, no annotation: the user's Secret is theirs to roll.
+    assert _secret_checksum({"apiServer": {"existingSecret": "mine"}}) is None
+
+
+def _pods(manifest) -> dict[str, dict]:
+    """Pod template (metadata + spec) of the agent, the backup job and the helm test."""
+    cron = manifest.one("CronJob")["spec"]["jobTemplate"]["spec"]["template"]
+    return {
+        "agent": manifest.deployment["spec"]["template"],
+        "backup": cron,
+        "test": manifest.one("Pod"),
+    }
+
+
+def test_agent_settings_shape_only_the_agent_pod() -> None:
+    spread = {
+        "maxSkew": 1,
+        "topologyKey": "topology.kubernetes.io/zone",
+        "whenUnsatisfiable": "ScheduleAnyway",
+    }
+    alias = {"ip": "10.0.0.9", "hostnames": ["llm.internal"]}
+    manifest = render(
+        {
+            "agent": {
+                "podLabels": {"team": "blue"},
+                "podAnnotations": {"owner": "ops"},
+                "nodeSelector": {"pool": "agents"},
+                "priorityClassName": "high",
+                "topologySpreadConstraints": [spread],
+                "hostAliases": [alias],
+            }
+        }
+    )
+    pods = _pods(manifest)
+    agent = pods["agent"]
+    assert agent["metadata"]["labels"]["team"] == "blue"
+    assert agent["metadata"]["annotations"]["owner"] == "ops"
+    assert agent["spec"]["nodeSelector"] == {"pool": "agents"}
+    assert agent["spec"]["priorityClassName"] == "high"
+    assert agent["spec"]["topologySpreadConstraints"] == [spread]
+    assert agent["spec"]["hostAliases"] == [alias]
+    for name in ("backup", "test"):
+        assert "team" not in pods[name]["metadata"]["labels"], name
+        for key in (
+            "nodeSelector",
+            "priorityClassName",
+            "topologySpreadConstraints",
+            "hostAliases",
+        ):
+            assert key not in pods[name]["spec"], (name, key)
+
+
+def test_all_pods_settings_reach_every_pod() -> None:
+    toleration = {"key": "dedicated", "operator": "Exists"}
+    manifest = render(
+        {
+            "allPods": {
+                "podLabels": {"cost-center": "42"},
+                "podAnnotations": {"audit": "yes"},
+                "tolerations": [toleration],
+                "podSecurityContext": {
+                    "runAsNonRoot": True,
+                    "runAsUser": 2000,
+                    "fsGroup": 2000,
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+            },
+            "agent": {"tolerations": [{"key": "agents", "operator": "Exists"}]},
+        }
+    )
+    for name, pod in _pods(manifest).items():
+        assert pod["metadata"]["labels"]["cost-center"] == "42", name
+        assert pod["metadata"]["annotations"]["audit"] == "yes", name
+        assert toleration in pod["spec"]["tolerations"], name
+        assert pod["spec"]["securityContext"]["runAsUser"] == 2000, name
+    # The backup job runs on the agent's node, so it tolerates what the agent tolerates.
+    backup = _pods(manifest)["backup"]["spec"]["tolerations"]
+    assert {"key": "agents", "operator": "Exists"} in backup
+
+
+def test_each_helper_container_has_its_own_resources() -> None:
+    small = {"requests": {"cpu": "5m", "memory": "16Mi"}, "limits": {"memory": "32Mi"}}
+    manifest = render(
+        {
+            "vault": {
+                "enabled": True,
+                "address": "https://vault:8200",
+                "role": "r",
+                "secrets": [{"path": "p", "key": "k", "env": "X"}],
+                "resources": small,
+                "refresher": {"enabled": True},
+            },
+            "restore": {
+                "fromSnapshot": "latest",
+                "resources": {**small, "limits": {"memory": "64Mi"}},
+            },
+            "gitSync": {
+                "resources": {**small, "limits": {"memory": "48Mi"}},
+                "startupProbe": {"periodSeconds": 3, "failureThreshold": 7},
+            },
+            "plugins": [{"name": "weather", "repo": "https://git.example.com/w.git"}],
+            "tests": {"resources": {**small, "limits": {"memory": "24Mi"}}},
+        }
+    )
+    assert manifest.container("vault-render")["resources"] == small
+    assert manifest.container("vault-refresher")["resources"] == small
+    assert manifest.container("restore")["resources"]["limits"]["memory"] == "64Mi"
+    git_sync = manifest.container("git-sync-weather")
+    assert git_sync["resources"]["limits"]["memory"] == "48Mi"
+    assert git_sync["startupProbe"]["periodSeconds"] == 3
+    assert git_sync["startupProbe"]["failureThreshold"] == 7
+    assert manifest.one("Pod")["spec"]["containers"][0]["resources"]["limits"]["memory"] == "24Mi"
+
+
+def _uids(manifest) -> list[object]:
+    found = []
+    for pod in _pods(manifest).values():
+        found += [
+            pod["spec"]["securityContext"].get(k) for k in ("runAsUser", "runAsGroup", "fsGroup")
+        ]
+        for c in pod["spec"].get("initContainers", []) + pod["spec"]["containers"]:
+            found += [c["securityContext"].get(k) for k in ("runAsUser", "runAsGroup")]
+    return [uid for uid in found if uid is not None]
+
+
+def test_openshift_gets_uids_from_the_platform() -> None:
+    plugin = {"plugins": [{"name": "weather", "repo": "https://git.example.com/w.git"}]}
+    assert 65533 in _uids(render(plugin)) and 10000 in _uids(render(plugin))
+    # auto: only where the cluster serves OpenShift's security API.
+    assert _uids(render(plugin, api_versions=["security.openshift.io/v1"])) == []
+    forced = {
+        **plugin,
+        "global": {"compatibility": {"openshift": {"adaptSecurityContext": "force"}}},
+    }
+    assert _uids(render(forced)) == []
+    off = {
+        **plugin,
+        "global": {"compatibility": {"openshift": {"adaptSecurityContext": "disabled"}}},
+    }
+    assert 10000 in _uids(render(off, api_versions=["security.openshift.io/v1"]))
+    # Still restricted without UIDs: non-root stays required.
+    for pod in _pods(render(forced)).values():
+        assert pod["spec"]["securityContext"]["runAsNonRoot"] is True

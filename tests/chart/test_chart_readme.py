@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -44,18 +45,57 @@ def test_every_value_has_a_row() -> None:
         assert any(leaf == row or leaf.startswith(row + ".") for row in rows), leaf
 
 
+def _schema(tmp_path: Path) -> Path:
+    """A schema for the small values files below: count, section.name (via a $ref)."""
+    schema = tmp_path / "values.schema.json"
+    schema.write_text(
+        json.dumps(
+            {
+                "$defs": {"named": {"type": "object", "properties": {"name": {"type": "string"}}}},
+                "properties": {"count": {"type": "integer"}, "section": {"$ref": "#/$defs/named"}},
+            }
+        )
+    )
+    return schema
+
+
 def test_generator_rewrites_a_stale_table(tmp_path: Path) -> None:
     values = tmp_path / "values.yaml"
     values.write_text("# -- How many.\ncount: 3\nsection:\n  # -- A name.\n  name: x\n")
     readme = tmp_path / "README.md"
     readme.write_text("# Title\n\n" + MARKERS + "after\n")
-    assert _generate("--values", str(values), "--readme", str(readme), "--check").returncode == 1
-    assert _generate("--values", str(values), "--readme", str(readme)).returncode == 0
+    files = ["--values", str(values), "--readme", str(readme), "--schema", str(_schema(tmp_path))]
+    assert _generate(*files, "--check").returncode == 1
+    assert _generate(*files).returncode == 0
     text = readme.read_text()
     assert "| `count` | int | `3` | How many. |" in text
     assert '| `section.name` | string | `"x"` | A name. |' in text
     assert text.startswith("# Title\n") and text.endswith("after\n")
-    assert _generate("--values", str(values), "--readme", str(readme), "--check").returncode == 0
+    assert _generate(*files, "--check").returncode == 0
+    schema = json.loads((tmp_path / "values.schema.json").read_text())
+    assert schema["properties"]["count"]["description"] == "How many."
+    # Under a $ref the description is the referring node's own: the shared definition stays.
+    assert schema["properties"]["section"]["properties"]["name"]["description"] == "A name."
+    assert "description" not in schema["$defs"]["named"]["properties"]["name"]
+
+
+def test_generator_refuses_a_value_the_schema_does_not_know(tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text("# -- How many.\ncount: 3\n# -- Not in the schema.\nstray: 1\n")
+    readme = tmp_path / "README.md"
+    readme.write_text(MARKERS)
+    schema = _schema(tmp_path)
+    before = schema.read_text()
+    result = _generate("--values", str(values), "--readme", str(readme), "--schema", str(schema))
+    assert result.returncode == 1
+    assert "stray" in result.stderr and str(schema) in result.stderr
+    assert schema.read_text() == before and readme.read_text() == MARKERS
+
+
+def test_schema_describes_every_documented_value() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["properties"]["lcm"]["properties"]["targetPercent"]["description"]
+    assert schema["properties"]["agent"]["properties"]["resources"]["description"]
 
 
 def test_generator_refuses_an_undocumented_value(tmp_path: Path) -> None:

@@ -40,7 +40,7 @@ CONVERSATION_VALUES: dict[str, Any] = {
         "extraConfig": {"externalize_chars": 4000},
     },
     # A crash of the gateway (signal) then prints a Python traceback in the pod log.
-    "env": [{"name": "PYTHONFAULTHANDLER", "value": "1"}],
+    "agent": {"env": [{"name": "PYTHONFAULTHANDLER", "value": "1"}]},
 }
 
 # Runs inside the agent container (python3 is there): POST each turn, print the replies.
@@ -130,11 +130,14 @@ FETCH_URL = (
 
 
 def service_port_url(cluster: kube.Cluster, namespace: str, port_name: str, path: str) -> str:
-    (service,) = cluster.core.list_namespaced_service(
-        namespace, label_selector=AGENT_SELECTOR
+    """URL of a named port on the release's Services (metrics have a ClusterIP Service)."""
+    services = cluster.core.list_namespaced_service(
+        namespace, label_selector=f"app.kubernetes.io/instance={RELEASE}"
     ).items
-    (port,) = [p.port for p in service.spec.ports if p.name == port_name]
-    return f"http://{service.metadata.name}:{port}{path}"
+    ((name, port),) = [
+        (s.metadata.name, p.port) for s in services for p in s.spec.ports if p.name == port_name
+    ]
+    return f"http://{name}:{port}{path}"
 
 
 def metric_total(exposition: str, name: str) -> float:

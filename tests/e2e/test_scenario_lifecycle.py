@@ -37,9 +37,12 @@ DATA_CLAIM = f"{RELEASE}-hermes-agent-data"
 V1: dict[str, Any] = {"hermes": {"soul": "You are the lifecycle agent, soul v1.\n"}}
 V2: dict[str, Any] = {
     "hermes": {"soul": "You are the lifecycle agent, soul v2.\n"},
-    "env": [{"name": "LIFECYCLE_RELEASE", "value": "v2"}],
     "agent": {
-        "resources": {"requests": {"cpu": "60m", "memory": "300Mi"}, "limits": {"memory": "1536Mi"}}
+        "env": [{"name": "LIFECYCLE_RELEASE", "value": "v2"}],
+        "resources": {
+            "requests": {"cpu": "60m", "memory": "300Mi"},
+            "limits": {"memory": "1536Mi"},
+        },
     },
 }
 

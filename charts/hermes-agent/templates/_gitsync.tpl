@@ -81,16 +81,14 @@ Pass (dict "root" $ "plugin" $p "index" $i "mode" "native"|"init"|"sidecar").
     httpGet:
       path: /
       port: {{ $port }}
-    periodSeconds: 2
-    failureThreshold: 150
+    {{- toYaml $g.startupProbe | nindent 4 }}
   {{- end }}
   {{- if ne .mode "init" }}
   livenessProbe:
     httpGet:
       path: /
       port: {{ $port }}
-    periodSeconds: 30
-    failureThreshold: 10
+    {{- toYaml $g.livenessProbe | nindent 4 }}
   {{- end }}
   securityContext:
     {{- include "hermes-agent.containerSecurityContext" (dict "root" $root "override" (dict "runAsUser" 65533 "runAsGroup" 65533)) | nindent 4 }}

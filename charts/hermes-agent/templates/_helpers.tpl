@@ -47,6 +47,10 @@ annotations:
 {{- end }}
 {{- end -}}
 
+{{- define "hermes-agent.metricsServiceName" -}}
+{{- printf "%s-metrics" (include "hermes-agent.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "hermes-agent.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "hermes-agent.fullname" .) .Values.serviceAccount.name -}}
@@ -55,10 +59,15 @@ annotations:
 {{- end -}}
 {{- end -}}
 
-{{/* image reference from {registry,repository,tag,digest}; pass (dict "image" $img "default" $tag). */}}
+{{/*
+Image reference from {registry,repository,tag,digest}; pass (dict "image" $img "default" $tag "global" $.Values.global).
+global.imageRegistry wins over the image's own registry, as in Bitnami's common.images.image.
+*/}}
 {{- define "hermes-agent.imageRef" -}}
+{{- $registry := .image.registry -}}
+{{- with .global }}{{ with .imageRegistry }}{{ $registry = . }}{{ end }}{{ end -}}
 {{- $repo := .image.repository -}}
-{{- if .image.registry -}}{{- $repo = printf "%s/%s" .image.registry .image.repository -}}{{- end -}}
+{{- if $registry -}}{{- $repo = printf "%s/%s" (trimSuffix "/" $registry) .image.repository -}}{{- end -}}
 {{- if .image.digest -}}
 {{- printf "%s@%s" $repo .image.digest -}}
 {{- else -}}
@@ -66,12 +75,41 @@ annotations:
 {{- end -}}
 {{- end -}}
 
+{{/* Pull secrets of every pod: global.imagePullSecrets then imagePullSecrets, names or {name} items, without repeats. */}}
+{{- define "hermes-agent.imagePullSecrets" -}}
+{{- $names := list -}}
+{{- $global := list -}}
+{{- with .Values.global }}{{ $global = default (list) .imagePullSecrets }}{{ end -}}
+{{- range concat $global (default (list) .Values.imagePullSecrets) -}}
+{{- if kindIs "map" . }}{{ $names = append $names .name }}{{ else }}{{ $names = append $names . }}{{ end -}}
+{{- end -}}
+{{- with $names | uniq }}
+imagePullSecrets:
+  {{- range . }}
+  - name: {{ . }}
+  {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* storageClassName line for a PVC: its own class, else global.storageClass / global.defaultStorageClass; "-" means "" (no class). */}}
+{{- define "hermes-agent.storageClass" -}}
+{{- $class := .class -}}
+{{- if not $class -}}
+{{- with .root.Values.global }}{{ $class = default .defaultStorageClass .storageClass }}{{ end -}}
+{{- end -}}
+{{- if eq (toString $class) "-" }}
+storageClassName: ""
+{{- else if $class }}
+storageClassName: {{ $class | quote }}
+{{- end }}
+{{- end -}}
+
 {{- define "hermes-agent.agentImage" -}}
-{{- include "hermes-agent.imageRef" (dict "image" .Values.image "default" .Chart.AppVersion) -}}
+{{- include "hermes-agent.imageRef" (dict "image" .Values.image "default" .Chart.AppVersion "global" .Values.global) -}}
 {{- end -}}
 
 {{- define "hermes-agent.gitSyncImage" -}}
-{{- include "hermes-agent.imageRef" (dict "image" .Values.gitSync.image "default" "v4.7.0") -}}
+{{- include "hermes-agent.imageRef" (dict "image" .Values.gitSync.image "default" "v4.7.0" "global" .Values.global) -}}
 {{- end -}}
 
 {{- define "hermes-agent.dataClaimName" -}}
@@ -130,7 +168,81 @@ file:///backup
 
 {{/* Security context of a container: the shared restricted one, with optional overrides. */}}
 {{- define "hermes-agent.containerSecurityContext" -}}
-{{- $ctx := deepCopy .root.Values.containerSecurityContext -}}
+{{- $ctx := deepCopy .root.Values.allPods.containerSecurityContext -}}
 {{- with .override }}{{- $ctx = mergeOverwrite $ctx (deepCopy .) -}}{{- end }}
+{{- if include "hermes-agent.platformUids" .root }}{{- $ctx = omit $ctx "runAsUser" "runAsGroup" "seLinuxOptions" -}}{{- end }}
+{{- toYaml $ctx -}}
+{{- end -}}
+
+{{/*
+TCP ports of a list of URLs (explicit port, else by scheme; git@host: is SSH) plus extra
+ports, sorted and unique, as a JSON array. Pass (dict "urls" $list "extra" $ints).
+*/}}
+{{- define "hermes-agent.egressPorts" -}}
+{{- $ports := list -}}
+{{- range .urls -}}
+{{- if hasPrefix "git@" . -}}
+{{- $ports = append $ports 22 -}}
+{{- else -}}
+{{- $u := urlParse . -}}
+{{- $hostport := splitList ":" $u.host -}}
+{{- if gt (len $hostport) 1 -}}
+{{- $ports = append $ports (last $hostport | int) -}}
+{{- else if eq $u.scheme "http" -}}
+{{- $ports = append $ports 80 -}}
+{{- else if eq $u.scheme "git" -}}
+{{- $ports = append $ports 9418 -}}
+{{- else if eq $u.scheme "ssh" -}}
+{{- $ports = append $ports 22 -}}
+{{- else if eq $u.scheme "https" -}}
+{{- $ports = append $ports 443 -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range .extra }}{{ $ports = append $ports (int .) }}{{ end -}}
+{{- $ports | uniq | sortAlpha | toJson -}}
+{{- end -}}
+
+{{/* Egress rules: DNS anywhere, then the given TCP ports to networkPolicy.egressTo (or anywhere), then extraEgress. */}}
+{{- define "hermes-agent.egressRules" -}}
+{{- $np := .root.Values.networkPolicy -}}
+- ports:
+    - port: 53
+      protocol: UDP
+    - port: 53
+      protocol: TCP
+{{- if .ports }}
+- ports:
+    {{- range .ports }}
+    - port: {{ int . }}
+      protocol: TCP
+    {{- end }}
+  {{- with $np.egressTo }}
+  to:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}
+{{- with $np.extraEgress }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+"true" when UIDs are left to the platform (OpenShift's SCC assigns them from the namespace's
+range): global.compatibility.openshift.adaptSecurityContext force, or auto on a cluster that
+serves security.openshift.io/v1. Same key and meaning as Bitnami's common chart.
+*/}}
+{{- define "hermes-agent.platformUids" -}}
+{{- $mode := "auto" -}}
+{{- with .Values.global }}{{ with .compatibility }}{{ with .openshift }}{{ $mode = default "auto" .adaptSecurityContext }}{{ end }}{{ end }}{{ end -}}
+{{- if or (eq $mode "force") (and (eq $mode "auto") (.Capabilities.APIVersions.Has "security.openshift.io/v1")) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* Pod security context of every pod, without UIDs when the platform assigns them. */}}
+{{- define "hermes-agent.podSecurityContext" -}}
+{{- $ctx := deepCopy .Values.allPods.podSecurityContext -}}
+{{- if include "hermes-agent.platformUids" . }}{{- $ctx = omit $ctx "runAsUser" "runAsGroup" "fsGroup" "seLinuxOptions" -}}{{- end }}
 {{- toYaml $ctx -}}
 {{- end -}}

@@ -13,14 +13,9 @@ so security settings and volumes are defined once (the pattern of Grafana's _pod
 serviceAccountName: {{ include "hermes-agent.serviceAccountName" . }}
 automountServiceAccountToken: {{ .Values.serviceAccount.automountServiceAccountToken }}
 securityContext:
-  {{- toYaml .Values.podSecurityContext | nindent 2 }}
-{{- with .Values.imagePullSecrets }}
-imagePullSecrets:
-  {{- range . }}
-  - name: {{ . }}
-  {{- end }}
-{{- end }}
-{{- with .Values.tolerations }}
+  {{- include "hermes-agent.podSecurityContext" . | nindent 2 }}
+{{- include "hermes-agent.imagePullSecrets" . }}
+{{- with concat .Values.allPods.tolerations .Values.agent.tolerations }}
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
@@ -36,7 +31,7 @@ tolerations:
 - name: HERMES_RUNTIME_SECRETS_ENV
   value: {{ include "hermes-agent.paths.secretsEnv" . }}
 {{- end }}
-{{- with .Values.extraEnv }}
+{{- with .Values.allPods.extraEnv }}
 {{ toYaml . }}
 {{- end }}
 {{- end -}}
@@ -171,11 +166,7 @@ tolerations:
   securityContext:
     {{- include "hermes-agent.containerSecurityContext" (dict "root" $root) | nindent 4 }}
   resources:
-    requests:
-      cpu: 10m
-      memory: 64Mi
-    limits:
-      memory: 128Mi
+    {{- toYaml $v.resources | nindent 4 }}
   volumeMounts:
     - name: tmp
       mountPath: /tmp
@@ -233,7 +224,7 @@ command:
   securityContext:
     {{- include "hermes-agent.containerSecurityContext" (dict "root" .) | nindent 4 }}
   resources:
-    {{- toYaml .Values.backup.resources | nindent 4 }}
+    {{- toYaml .Values.restore.resources | nindent 4 }}
   volumeMounts:
     {{- include "hermes-agent.dataMounts" . | nindent 4 }}
     {{- if eq .Values.backup.target.type "pvc" }}
