@@ -43,7 +43,7 @@ def repository(name: str) -> str:
 
 
 def ref(name: str) -> str:
-    """Full reference of one of the project's images, e.g. localhost:5001/hermes-runtime/agent:0.1.0."""
+    """Full reference, e.g. localhost:5001/hermes-runtime/agent:0.1.0."""
     return f"{REGISTRY}/{repository(name)}:{tag_of(name)}"
 
 

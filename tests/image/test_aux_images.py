@@ -94,7 +94,13 @@ def test_busybox_probe_has_the_applets_the_e2e_suite_uses(aux_images: dict[str, 
     """tests/e2e probes Services with busybox's sh, wget and nc, as nobody, read-only."""
     image = aux_images["busybox"]
     out = docker(
-        "run", "--rm", "--read-only", "--cap-drop", "ALL", image, "-c",
+        "run",
+        "--rm",
+        "--read-only",
+        "--cap-drop",
+        "ALL",
+        image,
+        "-c",
         "id -u; ls /bin/wget /bin/nc /bin/sleep /bin/nslookup",
     ).stdout.split()
     assert out == ["65534", "/bin/nc", "/bin/nslookup", "/bin/sleep", "/bin/wget"], out

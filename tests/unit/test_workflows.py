@@ -33,11 +33,12 @@ def test_actionlint_accepts_every_workflow() -> None:
 
 def test_actionlint_rejects_a_broken_workflow(tmp_path: Path) -> None:
     broken = tmp_path / "broken.yaml"
-    broken.write_text("on: push\njobs:\n  a:\n    runs-on: ubuntu-24.04\n    needs: [missing]\n"
-                      "    steps:\n      - run: echo ${{ github.nope }}\n")
+    broken.write_text(
+        "on: push\njobs:\n  a:\n    runs-on: ubuntu-24.04\n    needs: [missing]\n"
+        "    steps:\n      - run: echo ${{ github.nope }}\n"
+    )
     result = subprocess.run(
         [str(ACTIONLINT), "-no-color", str(broken)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 1, result.stdout
     assert "missing" in result.stdout
-
