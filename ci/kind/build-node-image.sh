@@ -85,8 +85,10 @@ build_images() {
   scratch_image kube-controller-manager "$k/kube-controller-manager:$K8S_VERSION" "$K8S_BIN/kube-controller-manager"
   scratch_image kube-scheduler "$k/kube-scheduler:$K8S_VERSION" "$K8S_BIN/kube-scheduler"
   scratch_image etcd "$k/etcd:$ETCD_IMAGE_TAG" "$KIND_BIN/etcd" "$KIND_BIN/etcdctl"
+  # Upstream's image runs as 65532 with a file capability (cap_net_bind_service) on /coredns;
+  # this one runs as root instead, and kubeadm's Deployment drops every capability but that one.
   python3 "$ROOT/ci/k8s/mkimage.py" --tag "$k/coredns/coredns:$COREDNS_VERSION" --out "$IMAGES/coredns.tar" \
-    --file "$K8S_BIN/coredns:/coredns" --entrypoint '["/coredns"]' --user 65532
+    --file "$K8S_BIN/coredns:/coredns" --entrypoint '["/coredns"]' --user 0
   python3 "$ROOT/ci/k8s/mkimage.py" --tag "$k/pause:$PAUSE_VERSION" --out "$IMAGES/pause.tar" \
     --file /usr/bin/catatonit:/pause --entrypoint '["/pause","-P"]' --user 65535
   python3 "$ROOT/ci/k8s/mkimage.py" --tag "docker.io/hermes-runtime/local-path-provisioner:$LOCAL_PATH_VERSION" \
@@ -119,9 +121,10 @@ inputs_hash() { # everything the node image is made of
 }
 
 assemble_node() { # TAG
-  local tag="$1" id tar
-  id=$(podman run -d --entrypoint=sleep --security-opt seccomp=unconfined "hermes-runtime/kind-base:$KIND_VERSION" infinity)
-  trap 'podman rm -f -v "$id" >/dev/null 2>&1 || true' RETURN
+  local tag="$1" tar
+  BUILD_CONTAINER=$(podman run -d --entrypoint=sleep --security-opt seccomp=unconfined \
+    "hermes-runtime/kind-base:$KIND_VERSION" infinity)
+  local id="$BUILD_CONTAINER"
   for b in kubelet kubeadm kubectl; do podman cp "$K8S_BIN/$b" "$id:/usr/bin/$b"; done
   podman exec "$id" mkdir -p /kind/manifests
   podman cp "$HERE/manifests/default-cni.yaml" "$id:/kind/manifests/default-cni.yaml"
@@ -133,11 +136,17 @@ assemble_node() { # TAG
     podman exec -i "$id" ctr --namespace=k8s.io images import --label=io.cri-containerd.pinned=pinned \
       --all-platforms --no-unpack --digests - <"$tar" >/dev/null
   done
-  podman exec "$id" ctr --namespace=k8s.io images list -q >&2
+  podman exec "$id" ctr --namespace=k8s.io images list -q | grep -v '^sha256:\|^import-' >&2
   podman exec "$id" pkill containerd || true
   sleep 1
   podman commit -q --change 'ENTRYPOINT [ "/usr/local/bin/entrypoint", "/sbin/init" ]' "$id" "$tag" >/dev/null
+  podman rm -f -v "$id" >/dev/null
+  BUILD_CONTAINER=""
 }
+
+BUILD_CONTAINER=""
+remove_build_container() { [[ -z "$BUILD_CONTAINER" ]] || podman rm -f -v "$BUILD_CONTAINER" >/dev/null 2>&1 || true; }
+trap remove_build_container EXIT
 
 main() {
   "$HERE/install-podman.sh"

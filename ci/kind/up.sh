@@ -19,8 +19,10 @@ install_kind() {
   GOFLAGS=-buildvcs=false GOBIN="$KIND_BIN" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kind@$KIND_VERSION"
 }
 
-cluster_image() { # the node image the running cluster was created from (empty: no cluster)
-  podman inspect -f '{{.ImageName}}' "$CLUSTER_NAME-control-plane" 2>/dev/null || true
+running_image() { # the node image of the running cluster (empty: none runs)
+  [[ "$(podman inspect -f '{{.State.Running}}' "$CLUSTER_NAME-control-plane" 2>/dev/null)" == true ]] &&
+    podman inspect -f '{{.ImageName}}' "$CLUSTER_NAME-control-plane"
+  return 0
 }
 
 wire_registry() { # every node pulls localhost:5001/... from the registry container
@@ -41,11 +43,12 @@ main() {
   "$HERE/registry.sh" up
   image="$("$HERE/build-node-image.sh")"
   mkdir -p "$(dirname "$KUBECONFIG_PATH")"
-  if [[ "$(cluster_image)" == "$image" ]]; then
-    podman start "$CLUSTER_NAME-control-plane" >/dev/null
+  if [[ "$(running_image)" == "$image" ]]; then
     kind export kubeconfig --name "$CLUSTER_NAME" --kubeconfig "$KUBECONFIG_PATH" >/dev/null 2>&1
   else
-    [[ -n "$(cluster_image)" ]] && kind delete cluster --name "$CLUSTER_NAME" >/dev/null 2>&1
+    # A stopped node (its processes were ended) or an older image: start from scratch, as kind
+    # does not promise that a node survives its container being killed.
+    kind delete cluster --name "$CLUSTER_NAME" >/dev/null 2>&1 || true
     log "creating cluster $CLUSTER_NAME from $image"
     kind create cluster --name "$CLUSTER_NAME" --config "$ROOT/ci/kind-config.yaml" --image "$image" \
       --kubeconfig "$KUBECONFIG_PATH" --wait 180s
