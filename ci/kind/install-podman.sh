@@ -9,7 +9,7 @@
 # Idempotent.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-PACKAGES=(podman runc containernetworking-plugins iptables catatonit debootstrap jq)
+PACKAGES=(podman runc containernetworking-plugins iptables catatonit busybox-static debootstrap jq ca-certificates)
 missing=()
 for pkg in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -27,4 +27,6 @@ if [[ "$(cat "$conf" 2>/dev/null)" != "$want" ]]; then
   printf '%s\n' "$want" >"$conf.tmp" && mv "$conf.tmp" "$conf"
 fi
 mkdir -p /lib/modules
+command -v go >/dev/null || [[ -x /usr/local/go/bin/go ]] || {
+  echo "install-podman: Go (>= 1.24) is required to build kind and Kubernetes; /usr/local/go/bin/go not found" >&2; exit 1; }
 ENGINE=podman "$ROOT/ci/build-base-image.sh"
