@@ -130,6 +130,7 @@ USER 10000:10000
 WORKDIR /opt/data
 EXPOSE 8642 9090
 # catatonit is PID 1: it forwards signals to the entrypoint and reaps the zombies that tool
-# subprocesses leave behind. The chart overrides CMD for the backup/vault/restore commands.
+# subprocesses leave behind (the entrypoint has no reaper of its own). The chart sets only
+# args (this CMD), never command, for every container of this image, so it stays PID 1.
 ENTRYPOINT ["/usr/bin/catatonit", "--"]
 CMD ["hermes-runtime", "agent", "run"]

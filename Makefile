@@ -18,15 +18,15 @@ export PATH := $(BIN):$(TOOLS_BIN):$(PATH)
 PYTEST := $(BIN)/pytest
 PYTEST_ARGS ?=
 
-.PHONY: help venv tools images image image-push image-tests unit integration chart e2e test lint demo bench cluster cluster-down clean
+.PHONY: help venv tools images image image-push image-tests unit integration chart e2e test lint demo cluster cluster-down clean
 
 help:
 	@echo "make demo   - the main job: cluster, images, helm install, a conversation, a backup"
 	@echo "make test   - every test tier (installs what it needs)"
 	@echo "make lint   - ruff + mypy"
-	@echo "make unit | integration | chart | image-tests | e2e | bench"
+	@echo "make unit | integration | chart | image-tests | e2e   (benchmarks: docs/benchmarks.md)"
 	@echo "make image | image-push REGISTRY=...   - the agent image, tagged with the chart appVersion"
-	@echo "make cluster | cluster-down   - the local Kubernetes cluster (docs/cluster.md)"
+	@echo "make cluster | cluster-down   - the kind cluster and local registry (docs/cluster.md)"
 
 .cache:
 	mkdir -p $(CACHE_HOME)
@@ -93,9 +93,6 @@ lint: venv
 
 demo: venv tools
 	ci/demo.sh
-
-bench: venv
-	@echo "see docs/benchmarks.md for each benchmark's command"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

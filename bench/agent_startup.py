@@ -10,6 +10,7 @@ capabilities dropped, UID 10000). Prints one line per measurement (median and ma
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -19,6 +20,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -134,26 +136,31 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--image", help="also measure inside this image (needs Docker)")
     args = parser.parse_args()
-    llm_port = free_port()
-    llm = subprocess.Popen(
-        [sys.executable, str(REPO / "tests/fakes/openai_server.py"), "--port", str(llm_port)],
+    with fake_llm() as llm_port, tempfile.TemporaryDirectory() as tmp:
+        host = [run_host(Path(tmp) / f"host{i}", llm_port) for i in range(args.runs)]
+        report("host (hermes-runtime agent run)", host)
+        if args.image:
+            image = [
+                run_image(Path(tmp) / f"image{i}", llm_port, args.image) for i in range(args.runs)
+            ]
+            report(f"image ({args.image}, restricted)", image)
+    return 0
+
+
+@contextlib.contextmanager
+def fake_llm() -> Iterator[int]:
+    """The fake OpenAI server (tests/fakes/openai_server.py) on a free port, for the run."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "tests/fakes/openai_server.py"), "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            host = [run_host(Path(tmp) / f"host{i}", llm_port) for i in range(args.runs)]
-            report("host (hermes-runtime agent run)", host)
-            if args.image:
-                image = [
-                    run_image(Path(tmp) / f"image{i}", llm_port, args.image)
-                    for i in range(args.runs)
-                ]
-                report(f"image ({args.image}, restricted)", image)
+        yield port
     finally:
-        llm.terminate()
-        llm.wait(10)
-    return 0
+        proc.terminate()
+        proc.wait(10)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from hermes_runtime.plugins import GatewayRestarter, LinkReport, link_plugins, watch
+from hermes_runtime.agent import GatewayRestarter
+from hermes_runtime.plugins import LinkReport, link_plugins, watch
 
 API_KEY = "bench-key-0123456789abcdef0123456789"
 GIT_ENV = {

@@ -46,6 +46,9 @@ def gateway_env(settings: AgentSettings, base: Mapping[str, str] | None = None) 
             "API_SERVER_HOST": settings.api_host,
             "API_SERVER_PORT": str(settings.api_port),
             "HERMES_GATEWAY_EXTERNAL_SUPERVISOR": "1",
+            # agent.restart_drain_timeout (an explicit value in config.yaml still wins):
+            # Hermes' default 0 interrupted every in-flight turn on SIGTERM.
+            "HERMES_RESTART_DRAIN_TIMEOUT": f"{settings.drain_timeout:g}",
             "PYTHONUNBUFFERED": "1",
         }
     )

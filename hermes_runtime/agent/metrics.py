@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from hermes_runtime.plugins import LinkReport
 
@@ -23,7 +22,9 @@ class AgentMetrics:
     def __post_init__(self) -> None:
         self.gateway_restarts = Counter(
             "hermes_runtime_gateway_restarts",
-            "Gateway restarts by the entrypoint's supervisor, by reason.",
+            "Gateway restarts by the entrypoint's supervisor, by reason: crash-SIGKILL, "
+            "crash-exit-N (a crash restarted in place), plugins-changed, secrets-changed, "
+            "sighup, gateway-requested.",
             ["reason"],
             registry=self.registry,
         )
@@ -61,8 +62,3 @@ class AgentMetrics:
         for result in report.results:
             self.plugin_linked.labels(plugin=result.name).set(1 if result.error is None else 0)
         self.plugin_link_runs.labels(outcome="ok" if report.ok else "failed").inc()
-
-    def serve(self, port: int, host: str = "0.0.0.0") -> Any:
-        """Serve ``/metrics`` on a daemon thread; returns the server (``.shutdown()`` stops it)."""
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
-        return server

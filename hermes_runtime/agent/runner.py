@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hermes_runtime.agent.datalock import DataDirLock, hold_data_dir_lock, lock_path
+from hermes_runtime.agent.endpoints import Readiness, serve_endpoints
 from hermes_runtime.agent.gateway import gateway_command, gateway_env, mark_planned_stop
 from hermes_runtime.agent.metrics import AgentMetrics
 from hermes_runtime.agent.seed import SeedResult, seed_config, seed_soul
@@ -19,7 +21,7 @@ from hermes_runtime.agent.settings import AgentSettings
 from hermes_runtime.agent.supervisor import Supervisor
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.common.logs import log_event
-from hermes_runtime.plugins import GatewayRestarter, LinkReport, link_plugins, watch
+from hermes_runtime.plugins import LinkReport, link_plugins, watch
 
 
 @dataclass
@@ -88,11 +90,20 @@ def prepare(settings: AgentSettings) -> PrepareReport:
 def run_agent(settings: AgentSettings, metrics: AgentMetrics | None = None) -> int:
     """Prepare, then run the gateway in the foreground until SIGTERM/SIGINT; return its status.
 
-    Side jobs run on daemon threads while the gateway runs: ``/metrics``, the plugin watcher
+    First the data dir lock (one gateway per volume). Side jobs run on daemon threads while
+    the gateway runs: ``/metrics``, ``/ready`` and ``/pre-stop``, the plugin watcher
     (graceful gateway restart when a plugin's commit or the spec changes) and the secrets file
     watcher (restart when Vault renders new values, so the gateway sees them in its env).
     """
     metrics = metrics or AgentMetrics()
+    ensure_data_dir(settings)
+    # One gateway per data volume: wait for the one before us (a pod being replaced) to exit
+    # before touching config.yaml, the plugin links or the databases.
+    with hold_data_dir_lock(lock_path(settings.state_dir), settings.lock_timeout) as lock:
+        return _run_locked(settings, metrics, lock)
+
+
+def _run_locked(settings: AgentSettings, metrics: AgentMetrics, lock: DataDirLock) -> int:
     report = prepare(settings)
     if report.plugins is not None:
         metrics.record_link_report(report.plugins)
@@ -100,15 +111,17 @@ def run_agent(settings: AgentSettings, metrics: AgentMetrics | None = None) -> i
     supervisor = Supervisor(
         gateway_command(),
         lambda: gateway_env(settings),
-        stop_timeout=settings.stop_timeout,
+        stop_timeout=settings.stop_budget,
         metrics=metrics,
         cwd=settings.data_dir,
         before_stop=lambda pid: mark_planned_stop(settings.data_dir, pid),
+        drain_dir=settings.data_dir,
+        pass_fds=(lock.fd,),
     )
     supervisor.install_signal_handlers()
     stop = threading.Event()
     with (
-        _metrics_server(metrics, settings),
+        _endpoints(metrics, settings, supervisor),
         _side_jobs(settings, supervisor, metrics, report, stop),
     ):
         status = supervisor.run()
@@ -117,12 +130,24 @@ def run_agent(settings: AgentSettings, metrics: AgentMetrics | None = None) -> i
 
 
 @contextlib.contextmanager
-def _metrics_server(metrics: AgentMetrics, settings: AgentSettings) -> Iterator[None]:
-    if settings.metrics_port == 0:  # 0 disables the endpoint
+def _endpoints(
+    metrics: AgentMetrics, settings: AgentSettings, supervisor: Supervisor
+) -> Iterator[None]:
+    """``/metrics``, ``/ready`` and ``/pre-stop`` on the metrics port (0 disables them)."""
+    if settings.metrics_port == 0:
         yield
         return
+    local = "127.0.0.1" if settings.api_host in ("0.0.0.0", "::", "") else settings.api_host
+    readiness = Readiness(
+        data_dir=settings.data_dir,
+        state_dir=settings.state_dir,
+        health_url=f"http://{local}:{settings.api_port}/health",
+        gateway_running=lambda: supervisor.running,
+        stop_requested=lambda: supervisor.stop_requested,
+        prestop_seconds=settings.prestop_seconds,
+    )
     try:
-        server = metrics.serve(settings.metrics_port, settings.metrics_host)
+        server = serve_endpoints(metrics, readiness, settings.metrics_port, settings.metrics_host)
     except OSError as exc:
         raise RuntimeFailure(
             f"cannot serve metrics on port {settings.metrics_port} "
@@ -170,25 +195,13 @@ def _watch_plugins(
     report: PrepareReport,
     stop: threading.Event,
 ) -> None:
-    """Run the plugins package's watcher with its restarter aimed at the child we supervise.
-
-    ``GatewayRestarter`` quiesces the gateway through Hermes' drain marker, waits for in-flight
-    turns, then sends SIGUSR1: the gateway exits 75 and the supervisor starts a new one, counted
-    under the reason noted here.
-    """
-
-    def child_pid() -> int:
-        child = supervisor.child
-        if child is None or child.poll() is not None:
-            raise RuntimeFailure("the gateway is not running, nothing to restart")
-        return child.pid
-
-    restarter = GatewayRestarter(settings.data_dir, pid=child_pid)
+    """Run the plugins package's watcher; a change restarts the gateway through the
+    supervisor's one restart path (quiesce, SIGUSR1, exit 75, new gateway), counted under
+    ``plugins-changed``."""
 
     def on_change(link_report: LinkReport) -> None:
         metrics.record_link_report(link_report)
-        supervisor.note_restart_reason("plugins-changed")
-        restarter(link_report)
+        supervisor.request_restart("plugins-changed")
 
     watch(
         settings.data_dir,

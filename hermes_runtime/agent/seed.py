@@ -141,6 +141,8 @@ def _read_optional(path: Path) -> str | None:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
+    except UnicodeDecodeError as exc:
+        raise RuntimeFailure(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def seed_config(seed_path: Path | None, target: Path, state_dir: Path) -> SeedResult:

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from hermes_runtime.common.errors import RuntimeFailure
+
+N = TypeVar("N", int, float)
 
 DEFAULT_DATA_DIR = Path("/opt/data")
 DEFAULT_METRICS_PORT = 9090
 DEFAULT_API_PORT = 8642
-DEFAULT_STOP_TIMEOUT = 25.0  # below Kubernetes' default 30 s grace period
+DEFAULT_GRACE_SECONDS = 30.0  # Kubernetes' default terminationGracePeriodSeconds
+EXIT_MARGIN_SECONDS = 2.0  # after killing the gateway: our own exit, before the kubelet's SIGKILL
+DRAIN_MARGIN_SECONDS = 3.0  # after Hermes' drain: its shutdown (adapters, state files)
+DEFAULT_LOCK_TIMEOUT = 300.0  # longer than any sane grace period of the pod before us
 
 
 @dataclass(frozen=True)
@@ -28,14 +35,31 @@ class AgentSettings:
     metrics_host: str = "0.0.0.0"
     api_host: str = "0.0.0.0"
     api_port: int = DEFAULT_API_PORT
-    stop_timeout: float = DEFAULT_STOP_TIMEOUT
+    grace_seconds: float = DEFAULT_GRACE_SECONDS
+    prestop_seconds: float = 0.0
+    stop_timeout: float | None = None  # None: derived from the grace period (``stop_budget``)
     plugin_wait_seconds: float = 0.0
     watch_interval: float = 5.0
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT
 
     @property
     def state_dir(self) -> Path:
         """Where the entrypoint keeps its own records (last seeds applied)."""
         return self.data_dir / ".hermes-runtime"
+
+    @property
+    def stop_budget(self) -> float:
+        """Seconds from SIGTERM until we kill the gateway: what is left of the pod's grace
+        period after the preStop wait, minus the time we need to exit ourselves."""
+        if self.stop_timeout is not None:
+            return self.stop_timeout
+        return max(1.0, self.grace_seconds - self.prestop_seconds - EXIT_MARGIN_SECONDS)
+
+    @property
+    def drain_timeout(self) -> float:
+        """Hermes' ``agent.restart_drain_timeout``: in-flight turns get this long to finish
+        after SIGTERM. Never 0 (Hermes' default, which interrupts every running turn at once)."""
+        return max(1.0, self.stop_budget - DRAIN_MARGIN_SECONDS)
 
     @property
     def home_dir(self) -> Path:
@@ -48,7 +72,11 @@ class AgentSettings:
 
         ``HERMES_HOME``, ``HERMES_RUNTIME_PLUGIN_SPEC``, ``HERMES_RUNTIME_SEED_CONFIG``,
         ``HERMES_RUNTIME_SEED_SOUL``, ``HERMES_RUNTIME_SECRETS_ENV``,
-        ``HERMES_RUNTIME_METRICS_PORT``, ``API_SERVER_HOST`` and ``API_SERVER_PORT``.
+        ``HERMES_RUNTIME_METRICS_PORT``, ``HERMES_RUNTIME_LOCK_TIMEOUT`` (seconds to wait for
+        the data dir lock), ``HERMES_RUNTIME_TERMINATION_GRACE_SECONDS`` and
+        ``HERMES_RUNTIME_PRESTOP_SECONDS`` (the pod's ``terminationGracePeriodSeconds`` and
+        preStop wait, from which the drain time follows), ``API_SERVER_HOST`` and
+        ``API_SERVER_PORT``.
         """
         env = os.environ if env is None else env
 
@@ -65,17 +93,41 @@ class AgentSettings:
             metrics_port=_port(env, "HERMES_RUNTIME_METRICS_PORT", DEFAULT_METRICS_PORT),
             api_host=env.get("API_SERVER_HOST", "").strip() or "0.0.0.0",
             api_port=_port(env, "API_SERVER_PORT", DEFAULT_API_PORT),
+            lock_timeout=_seconds(env, "HERMES_RUNTIME_LOCK_TIMEOUT", DEFAULT_LOCK_TIMEOUT),
+            grace_seconds=_seconds(
+                env, "HERMES_RUNTIME_TERMINATION_GRACE_SECONDS", DEFAULT_GRACE_SECONDS
+            ),
+            prestop_seconds=_seconds(env, "HERMES_RUNTIME_PRESTOP_SECONDS", 0.0),
         )
 
 
 def _port(env: Mapping[str, str], name: str, default: int) -> int:
+    return _number(env, name, default, int, "a port number", lambda v: 0 <= v <= 65535, "0-65535")
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    return _number(
+        env, name, default, float, "a number of seconds", lambda v: 0 <= v < math.inf, ">= 0"
+    )
+
+
+def _number(
+    env: Mapping[str, str],
+    name: str,
+    default: N,
+    convert: Callable[[str], N],
+    what: str,
+    valid: Callable[[N], bool],
+    allowed: str,
+) -> N:
+    """``env[name]`` as a number, ``default`` when unset or empty; the error names the variable."""
     raw = env.get(name, "").strip()
     if not raw:
         return default
     try:
-        value = int(raw)
+        value = convert(raw)
     except ValueError:
-        raise RuntimeFailure(f"{name}={raw!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise RuntimeFailure(f"{name}={value} is outside 0-65535")
+        raise RuntimeFailure(f"{name}={raw!r} is not {what}") from None
+    if not valid(value):
+        raise RuntimeFailure(f"{name}={raw} is outside {allowed}")
     return value

@@ -5,6 +5,8 @@ handlers and its own restart protocol (exit code 75 = "restart me", as systemd's
 ``RestartForceExitStatus``); restarting it cleanly after a plugin or secret change needs a fresh
 interpreter anyway. The supervisor stays small and single-threaded in its loop: signal handlers
 and other threads only set flags that the loop polls, so no lock is ever taken in a handler.
+Orphans of the gateway's tools are reaped by catatonit, PID 1 of the image and of every
+container the chart renders; this process is never PID 1.
 """
 
 from __future__ import annotations
@@ -16,55 +18,75 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermes_runtime.agent.metrics import AgentMetrics
+from hermes_runtime.agent.restart import GATEWAY_RESTART_EXIT_CODE, quiesced
 from hermes_runtime.common.logs import log_event
 
-GATEWAY_RESTART_EXIT_CODE = 75  # gateway/restart.py GATEWAY_SERVICE_RESTART_EXIT_CODE
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+GATEWAY_FATAL_CONFIG_EXIT_CODE = 78  # gateway/restart.py: a bad config, restarting cannot help
+
+
+@dataclass(frozen=True)
+class CrashPolicy:
+    """How the supervisor answers a gateway that dies on its own: restart it in place.
+
+    Why in place: when the container exits instead, the kubelet's back-off grows with every
+    crash (5 s, 23 s, 31.5 s outages in our kill -9 runs). Here the first restart waits
+    ``first_backoff``, each quick crash after it doubles that up to ``max_backoff``; a gateway
+    that ran ``stable_seconds`` starts over at ``first_backoff``. Only ``max_crashes`` within
+    ``window_seconds`` end the container, and then the kubelet's back-off is the last resort.
+    """
+
+    max_crashes: int = 5
+    window_seconds: float = 60.0
+    first_backoff: float = 0.2
+    max_backoff: float = 5.0
+    stable_seconds: float = 10.0
 
 
 @dataclass(frozen=True)
 class _Outcome:
     kind: str  # exited | restart | stop
-    code: int = 0
+    code: int = 0  # the shell-style status: 128 + N for signal N
     reason: str = ""
     signum: int = signal.SIGTERM
+
+
+def crash_reason(returncode: int) -> str:
+    """The ``reason`` label of a crash restart: ``crash-SIGKILL``, ``crash-exit-1``."""
+    if returncode < 0:
+        try:
+            return f"crash-{signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"crash-signal-{-returncode}"
+    return f"crash-exit-{returncode}"
+
+
+@dataclass
+class CrashHistory:
+    """Recent crash times and the current back-off step; owned by the supervisor loop."""
+
+    policy: CrashPolicy
+    times: list[float] = field(default_factory=list)
+    step: int = 0
+
+    def record(self, now: float, uptime: float) -> float | None:
+        """Note a crash; return the back-off before the restart, or None: give up."""
+        self.times = [t for t in self.times if now - t < self.policy.window_seconds] + [now]
+        if len(self.times) >= self.policy.max_crashes:
+            return None
+        self.step = 0 if uptime >= self.policy.stable_seconds else self.step + 1
+        return min(self.policy.max_backoff, self.policy.first_backoff * 2 ** max(0, self.step - 1))
 
 
 def exit_status(returncode: int) -> int:
     """A shell-style exit status: a child killed by signal N becomes 128 + N."""
     return 128 - returncode if returncode < 0 else returncode
-
-
-def reap_orphans(keep: int) -> list[int]:
-    """Reap exited children other than ``keep`` (the gateway, which ``Popen`` waits for).
-
-    ``WNOWAIT`` peeks first, so the gateway's exit status is never stolen from ``Popen``.
-    """
-    reaped: list[int] = []
-    while True:
-        try:
-            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            return reaped
-        if info is None or info.si_pid == keep:
-            return reaped
-        os.waitpid(info.si_pid, 0)
-        reaped.append(info.si_pid)
-
-
-def become_subreaper() -> None:
-    """Have orphaned descendants re-parented to this process (Linux ``PR_SET_CHILD_SUBREAPER``),
-    as they are to PID 1; used to test orphan reaping outside a container."""
-    import ctypes
-
-    pr_set_child_subreaper = 36
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(pr_set_child_subreaper, 1, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
 
 
 class Supervisor:
@@ -82,7 +104,10 @@ class Supervisor:
         restart_exit_codes: Sequence[int] = (GATEWAY_RESTART_EXIT_CODE,),
         restart_signal: int = signal.SIGUSR1,
         before_stop: Callable[[int], None] | None = None,
-        reap_orphans: bool | None = None,
+        drain_dir: Path | None = None,
+        max_defer_seconds: float = 120.0,
+        pass_fds: Sequence[int] = (),
+        crash_policy: CrashPolicy | None = None,
     ) -> None:
         self._command = list(command)
         self._env_factory = env_factory
@@ -93,30 +118,40 @@ class Supervisor:
         self._restart_exit_codes = set(restart_exit_codes)
         self._restart_signal = restart_signal
         self._before_stop = before_stop
-        # As PID 1 (the chart runs `hermes-runtime agent run` as the container's command),
-        # processes orphaned by the gateway's tools are re-parented to us: reap them.
-        self._reap_orphans = os.getpid() == 1 if reap_orphans is None else reap_orphans
+        self._pass_fds = tuple(pass_fds)  # the data dir lock: the gateway holds it too
+        self._crashes = CrashHistory(crash_policy or CrashPolicy())
+        self._started_at = 0.0
+        # Where Hermes' drain marker goes (the data dir); None: restart without quiescing.
+        self._drain_dir = drain_dir
+        self._max_defer_seconds = max_defer_seconds
         self._restart_lock = threading.Lock()
         self._restart_reasons: list[str] = []
         self._stop_signal: int | None = None  # set from signal handlers: plain attribute only
         self._hangup = False
-        self._next_exit_reason: str | None = None
         self.child: subprocess.Popen[bytes] | None = None
+
+    @property
+    def running(self) -> bool:
+        """Whether a gateway child is running (read from other threads: no ``waitpid``)."""
+        child = self.child
+        return child is not None and child.returncode is None
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop_signal is not None
 
     # -- requests (any thread / signal handler) ------------------------------------------------
     def request_restart(self, reason: str) -> None:
         """Ask for a graceful restart of the gateway child (plugins changed, secrets rotated).
 
-        The child gets ``restart_signal`` (SIGUSR1: Hermes drains its turns and exits 75), is
-        killed after ``stop_timeout`` if it has not exited, and a new child is started.
+        The one restart path (``agent/restart.py``): with a ``drain_dir``, the gateway is
+        ``quiesced`` first (no new turns, in-flight ones finish, at most
+        ``max_defer_seconds``); then it gets ``restart_signal`` (SIGUSR1: Hermes drains and
+        exits 75), is killed after ``stop_timeout`` if it has not exited, and a new child
+        starts. Requests that arrive meanwhile are merged into one restart.
         """
         with self._restart_lock:
             self._restart_reasons.append(reason)
-
-    def note_restart_reason(self, reason: str) -> None:
-        """Name the cause of the gateway's next restart-code exit (someone else asked for it,
-        e.g. the plugin watcher's SIGUSR1), so the restart is counted under that reason."""
-        self._next_exit_reason = reason
 
     def request_stop(self, signum: int = signal.SIGTERM) -> None:
         """Stop: forward ``signum`` to the gateway, wait for it, then return its exit status.
@@ -133,10 +168,12 @@ class Supervisor:
 
     # -- the loop --------------------------------------------------------------------------------
     def run(self) -> int:
-        """Run the gateway until it exits for good or a stop is requested; return its status.
+        """Run the gateway until a stop is requested or it keeps crashing; return its status.
 
-        A child exit with a restart code (75), or a restart request, starts a new child; any
-        other exit ends the loop with the child's status, so Kubernetes sees real crashes.
+        A child exit with a restart code (75), or a restart request, starts a new child at
+        once; a crash (any other exit but 0 and 78) starts one after the ``CrashPolicy``'s
+        back-off. Exit 0, a fatal-config exit (78) or too many crashes end the loop with the
+        child's status, so Kubernetes sees them.
         """
         while True:
             if self._stop_signal is not None:
@@ -148,21 +185,77 @@ class Supervisor:
                     self._before_stop(child.pid)
                 return self._terminate(child, outcome.signum)
             if outcome.kind == "restart":
-                self._terminate(child, self._restart_signal)
-                self._count_restart(outcome.reason)
+                stopped = self._restart(child, outcome.reason)
+                if stopped is not None:
+                    return stopped
                 continue
             if outcome.code in self._restart_exit_codes and self._stop_signal is None:
-                self._count_restart(self._next_exit_reason or "gateway-requested")
-                self._next_exit_reason = None
+                self._count_restart("gateway-requested")  # e.g. /restart in a chat
                 continue
-            log_event("agent.gateway.exited", status=outcome.code)
-            return outcome.code
+            if not self._restart_after_crash(child):
+                return outcome.code
+
+    def _restart(self, child: subprocess.Popen[bytes], reason: str) -> int | None:
+        """Quiesce, then SIGUSR1; None when restarted, or the status if a stop came first."""
+        drain = (
+            quiesced(
+                self._drain_dir,
+                max_defer_seconds=self._max_defer_seconds,
+                poll_seconds=self._poll_interval,
+                abort=lambda: self._stop_signal is not None,
+            )
+            if self._drain_dir is not None
+            else contextlib.nullcontext(True)
+        )
+        with drain:
+            if self._stop_signal is not None:  # SIGTERM while quiescing: stop, not restart
+                if self._before_stop is not None:
+                    self._before_stop(child.pid)
+                return self._terminate(child, self._stop_signal)
+            self._terminate(child, self._restart_signal)
+        self._count_restart(reason)
+        return None
+
+    def _restart_after_crash(self, child: subprocess.Popen[bytes]) -> bool:
+        """Wait the back-off and return True to restart, or False to end with its status."""
+        returncode = child.returncode
+        status = exit_status(returncode)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signal.SIGKILL)  # tool processes the dead gateway left behind
+        if self._stop_signal is not None or status in (0, GATEWAY_FATAL_CONFIG_EXIT_CODE):
+            log_event("agent.gateway.exited", status=status)
+            return False
+        now = time.monotonic()
+        backoff = self._crashes.record(now, uptime=now - self._started_at)
+        reason = crash_reason(returncode)
+        if backoff is None:
+            log_event(
+                "agent.gateway.gave_up",
+                status=status,
+                reason=reason,
+                crashes=len(self._crashes.times),
+                window_seconds=self._crashes.policy.window_seconds,
+            )
+            return False
+        log_event("agent.gateway.crashed", status=status, reason=reason, restart_in=backoff)
+        self._count_restart(reason)
+        deadline = time.monotonic() + backoff
+        while self._stop_signal is None and time.monotonic() < deadline:
+            time.sleep(min(self._poll_interval, backoff))
+        return True
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         env = dict(self._env_factory())
         # A new session: a terminal's Ctrl+C reaches only the supervisor, which forwards it once.
-        child = subprocess.Popen(self._command, env=env, cwd=self._cwd, start_new_session=True)
+        child = subprocess.Popen(
+            self._command,
+            env=env,
+            cwd=self._cwd,
+            start_new_session=True,
+            pass_fds=self._pass_fds,
+        )
         self.child = child
+        self._started_at = time.monotonic()
         log_event("agent.gateway.start", pid=child.pid, command=self._command[:6])
         if self._metrics is not None:
             self._metrics.gateway_starts.inc()
@@ -180,8 +273,6 @@ class Supervisor:
             reason = self._pop_restart_reason()
             if reason is not None:
                 return _Outcome("restart", reason=reason)
-            if self._reap_orphans:
-                reap_orphans(keep=child.pid)
             time.sleep(self._poll_interval)
 
     def _pop_restart_reason(self) -> str | None:

@@ -28,7 +28,7 @@ from hermes_runtime.backup.manifest import Manifest
 from hermes_runtime.backup.selection import STAGING_PREFIX
 from hermes_runtime.backup.target import Target
 from hermes_runtime.common.atomic import fsync_dir
-from hermes_runtime.common.errors import RuntimeFailure
+from hermes_runtime.common.errors import RuntimeFailure, name_list
 from hermes_runtime.common.logs import Reporter, reporter
 
 IGNORED_IN_DATA_DIR = ("lost+found",)
@@ -78,7 +78,7 @@ def restore_snapshot(
         return RestoreReport(None, str(data_dir), False, "data dir already holds data")
     if existing and not force:
         raise RuntimeFailure(
-            f"--data-dir {data_dir} is not empty ({', '.join(existing[:5])}...); "
+            f"--data-dir {data_dir} is not empty ({name_list(existing)}); "
             "pass --force to replace its content, or --if-empty to skip"
         )
     snapshot_id = resolve_snapshot(target, snapshot)

@@ -1,24 +1,39 @@
 """``hermes-runtime <group> <verb>``: parse arguments, call a capability, map errors to exit codes.
 
-Exit codes: 0 success, 1 operational failure (``RuntimeFailure``), 2 usage
-error (argparse's own convention, an unknown command included).
-Each group lives in its own module with a ``register(subparsers)`` function;
-handlers take the parsed namespace and return an exit code.
+Exit codes: 0 success, 1 operational failure, 2 usage error (argparse's own
+convention, an unknown command included). This is the CLI's one error path:
+
+- a usage error is found by argparse (types, choices, mutually exclusive
+  groups) or raised as ``UsageError`` by a handler: ``usage:`` plus
+  ``prog: error: ...``, exit 2;
+- an expected failure is a ``RuntimeFailure`` (or an ``OSError``, which names
+  its file): one line ``error: ...`` on stderr, exit 1;
+- anything else is a bug: one ``error: unexpected ...`` line, exit 1;
+- a reader that closes stdout early (``| head``) ends the command quietly.
+
+No traceback reaches the terminal unless ``--debug`` or ``HERMES_RUNTIME_DEBUG=1``
+asks for it. Each group lives in its own module with a ``register(subparsers)``
+function; handlers take the parsed namespace and return an exit code.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 
 from hermes_runtime import __version__
 from hermes_runtime.cli import agent, backup, lcm, plugins, vault
+from hermes_runtime.cli._shared import UsageError
 from hermes_runtime.common.errors import RuntimeFailure
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+DEBUG_ENV = "HERMES_RUNTIME_DEBUG"
 
 GROUPS = (plugins, backup, lcm, vault, agent)
 
@@ -27,8 +42,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hermes-runtime",
         description="Operate long-lived Hermes agents: plugins, backups, lossless context.",
+        epilog="Exit codes: 0 success, 1 operational failure, 2 usage error.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help=f"show the traceback of a failure (also {DEBUG_ENV}=1)",
+    )
     groups = parser.add_subparsers(dest="group", metavar="<group>", required=True)
     for module in GROUPS:
         module.register(groups)
@@ -37,16 +58,78 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    handler = getattr(args, "handler", None)
-    if handler is None:
-        parser.parse_args([args.group, "--help"])
-        return EXIT_USAGE
     try:
-        return int(handler(args))
-    except RuntimeFailure as exc:
-        print(f"hermes-runtime {args.group}: error: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
+        args = parser.parse_args(argv)
+    except BrokenPipeError:  # --help into a closed pipe
+        return _quiet_after_closed_stdout()
+    debug = bool(args.debug) or os.environ.get(DEBUG_ENV, "").strip().lower() in (
+        "1",
+        "true",
+        "yes",
+    )
+    try:
+        code = int(args.handler(args))
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        return _quiet_after_closed_stdout()
+    except UsageError as exc:
+        args.verb_parser.error(str(exc))  # exits 2
+        raise  # unreachable
     except KeyboardInterrupt:
-        print("hermes-runtime: interrupted", file=sys.stderr)
-        return 130
+        _report("interrupted", debug)
+        return EXIT_INTERRUPTED
+    except RuntimeFailure as exc:
+        _report(str(exc), debug)
+    except OSError as exc:
+        _report(_describe_os_error(exc), debug)
+    except Exception as exc:
+        _report(
+            f"unexpected {type(exc).__name__}: {exc} (a bug: rerun with --debug and report "
+            "the traceback)",
+            debug,
+        )
+    return EXIT_FAILURE
+
+
+def _report(message: str, debug: bool) -> None:
+    """The failure as one ``error:`` line; the traceback above it only when debugging."""
+    try:
+        if debug:
+            traceback.print_exc(file=sys.stderr)
+        print(f"error: {one_line(message)}", file=sys.stderr)
+    except BrokenPipeError:
+        pass
+
+
+def one_line(message: str) -> str:
+    """A message on one line: what a parser's multi-line report (YAML's caret under the
+    column, a list of problems) says, joined with ``; `` (a space after a ``:``)."""
+    lines = [line.strip() for line in message.splitlines()]
+    kept = [line for line in lines if line and not line.startswith("^")]
+    text = kept[0] if kept else ""
+    for line in kept[1:]:
+        text += (" " if text.endswith(":") else "; ") + line
+    return text.rstrip(":")
+
+
+def _describe_os_error(exc: OSError) -> str:
+    """``path: reason`` (both paths for a rename), the way coreutils name a file."""
+    reason = exc.strerror or str(exc)
+    if exc.filename is None:
+        return reason
+    if exc.filename2 is not None:
+        return f"{exc.filename} -> {exc.filename2}: {reason}"
+    return f"{exc.filename}: {reason}"
+
+
+def _quiet_after_closed_stdout() -> int:
+    """The reader left (``| head``): point stdout at /dev/null so the exit flush is silent.
+
+    Exit 0, like ``rg`` or ``ls``: what was asked has been done, only the rest
+    of the listing was not wanted.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_OK

@@ -1,11 +1,32 @@
-"""Helpers for group modules: a group parser whose verb is required."""
+"""What every group module shares: verbs with the common options, argument types, defaults.
+
+Usage errors belong to argparse (exit 2), so value checks live here as
+argument *types*: a bad ``--keep-last 0`` is refused before any work starts,
+with argparse's ``usage:`` line and the option's name. Defaults that come
+from the environment are resolved here too, so ``--data-dir`` means the same
+thing (``$HERMES_HOME``) in every group.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+
+from hermes_runtime.common.errors import RuntimeFailure
+
+DEFAULT_DATA_DIR = Path("/opt/data")
+DATA_DIR_HELP = "Hermes data dir (default: $HERMES_HOME, else /opt/data)"
+Handler = Callable[[argparse.Namespace], int]
+
+
+class UsageError(Exception):
+    """A combination of arguments argparse cannot check by itself; the CLI exits 2."""
 
 
 def add_group(subparsers: Any, name: str, help_text: str) -> Any:
@@ -14,11 +35,133 @@ def add_group(subparsers: Any, name: str, help_text: str) -> Any:
     return group.add_subparsers(dest="verb", metavar="<verb>", required=True)
 
 
+def add_verb(
+    verbs: Any, name: str, help_text: str, handler: Handler, description: str | None = None
+) -> argparse.ArgumentParser:
+    """A verb with the options every verb has: ``--json`` and ``--debug``."""
+    parser: argparse.ArgumentParser = verbs.add_parser(
+        name, help=help_text, description=description or help_text
+    )
+    parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,  # keep a top-level --debug
+        help="show the traceback of a failure (also HERMES_RUNTIME_DEBUG=1)",
+    )
+    parser.set_defaults(handler=handler, verb_parser=parser)
+    return parser
+
+
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The sub-parsers of ``parser`` by name, in ``--help`` order (for docs and tests)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def subcommand_help(parser: argparse.ArgumentParser, name: str) -> str:
+    """The one-line help ``parser --help`` shows for its sub-command ``name``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:
+                if choice.dest == name:
+                    return choice.help or ""
+    return ""
+
+
+def default_data_dir() -> Path:
+    """``$HERMES_HOME`` (what Hermes itself uses), else the image's ``/opt/data``."""
+    return Path(os.environ.get("HERMES_HOME", "").strip() or DEFAULT_DATA_DIR)
+
+
+def add_data_dir(parser: argparse.ArgumentParser, help_text: str = DATA_DIR_HELP) -> None:
+    parser.add_argument("--data-dir", type=Path, default=default_data_dir(), help=help_text)
+
+
 def print_json(payload: Any) -> None:
     json.dump(payload, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")
 
 
-def not_implemented(args: argparse.Namespace) -> int:
-    print(f"hermes-runtime {args.group} {args.verb}: not implemented yet", file=sys.stderr)
-    return 1
+def _number(text: str, kind: Callable[[str], float]) -> float:
+    try:
+        value = kind(text)
+    except ValueError:
+        noun = "a whole number" if kind is int else "a number"
+        raise argparse.ArgumentTypeError(f"expected {noun}, got {text!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):  # nan, inf
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = int(_number(text, int))
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = int(_number(text, int))
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = _number(text, float)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = _number(text, float)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+def port(text: str) -> int:
+    value = int(_number(text, int))
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number 0-65535, got {value}")
+    return value
+
+
+def http_url_problem(text: str) -> str | None:
+    """Why ``text`` is not an absolute http(s) URL with a host, or None when it is one."""
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018  (raises ValueError on a bad port)
+    except ValueError as exc:
+        return f"not a URL ({exc})"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "expected an http:// or https:// URL with a host, e.g. https://host:8200"
+    return None
+
+
+def http_url(text: str) -> str:
+    """An argparse type: the URL of a server (Vault, S3, an LLM), scheme included."""
+    problem = http_url_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"{text!r}: {problem}")
+    return text.rstrip("/")
+
+
+def env_url(*names: str) -> str | None:
+    """The first of the environment variables ``names`` that is set, checked as a URL.
+
+    A default from the environment is not a usage error when it is wrong, so
+    this raises ``RuntimeFailure`` (exit 1) naming the variable.
+    """
+    for name in names:
+        value = os.environ.get(name, "").strip()
+        if value:
+            problem = http_url_problem(value)
+            if problem is not None:
+                raise RuntimeFailure(f"{name}={value!r}: {problem}")
+            return value.rstrip("/")
+    return None

@@ -13,25 +13,32 @@ from pathlib import Path
 from typing import Any
 
 from hermes_runtime.agent import AgentSettings, prepare, run_agent
-from hermes_runtime.cli._shared import add_group, print_json
+from hermes_runtime.cli._shared import (
+    DATA_DIR_HELP,
+    add_group,
+    add_verb,
+    non_negative_float,
+    port,
+    print_json,
+)
+from hermes_runtime.common.errors import RuntimeFailure
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", type=Path, help=DATA_DIR_HELP)
     parser.add_argument(
-        "--data-dir", type=Path, help="HERMES_HOME (default: $HERMES_HOME or /opt/data)"
-    )
-    parser.add_argument(
-        "--plugin-spec", type=Path, help="plugins.yaml ($HERMES_RUNTIME_PLUGIN_SPEC)"
+        "--spec", type=Path, help="plugin spec, plugins.yaml ($HERMES_RUNTIME_PLUGIN_SPEC)"
     )
     parser.add_argument(
         "--seed-config", type=Path, help="config seed ($HERMES_RUNTIME_SEED_CONFIG)"
     )
     parser.add_argument("--seed-soul", type=Path, help="SOUL.md seed ($HERMES_RUNTIME_SEED_SOUL)")
     parser.add_argument(
-        "--plugin-wait-seconds",
-        type=float,
+        "--wait",
+        type=non_negative_float,
         default=0.0,
-        help="wait this long for git-sync's first checkout of each plugin",
+        metavar="SECONDS",
+        help="wait this long for git-sync's first sync of each plugin",
     )
 
 
@@ -39,10 +46,10 @@ def _settings(args: argparse.Namespace) -> AgentSettings:
     """Environment defaults, overridden by whichever options were given."""
     overrides: dict[str, Any] = {
         "data_dir": args.data_dir,
-        "plugin_spec": args.plugin_spec,
+        "plugin_spec": args.spec,
         "seed_config": args.seed_config,
         "seed_soul": args.seed_soul,
-        "plugin_wait_seconds": args.plugin_wait_seconds,
+        "plugin_wait_seconds": args.wait,
         "secrets_env": getattr(args, "secrets_env", None),
         "metrics_port": getattr(args, "metrics_port", None),
         "api_port": getattr(args, "api_port", None),
@@ -52,7 +59,22 @@ def _settings(args: argparse.Namespace) -> AgentSettings:
     return dataclasses.replace(AgentSettings.from_env(), **given)
 
 
+def _check_given_files(args: argparse.Namespace) -> None:
+    """A seed or spec named on the command line must exist.
+
+    The image's environment names seeds that the chart may not mount, so a
+    missing file from the environment means "no seed"; one typed by an
+    operator is a mistake to report.
+    """
+    for option in ("--plugin-spec", "--seed-config", "--seed-soul"):
+        path = getattr(args, option[2:].replace("-", "_"), None)
+        if path is not None and not path.is_file():
+            problem = "no such file" if not path.exists() else "not a file"
+            raise RuntimeFailure(f"{option} {path}: {problem}")
+
+
 def handle_prepare(args: argparse.Namespace) -> int:
+    _check_given_files(args)
     report = prepare(_settings(args))
     if args.json:
         print_json(report.as_dict())
@@ -60,21 +82,28 @@ def handle_prepare(args: argparse.Namespace) -> int:
 
 
 def handle_run(args: argparse.Namespace) -> int:
+    _check_given_files(args)
     return run_agent(_settings(args))
 
 
 def register(subparsers: Any) -> None:
     verbs = add_group(subparsers, "agent", "The agent image's entrypoint: seed, link, run Hermes.")
-    prep = verbs.add_parser(
-        "prepare", help="seed config.yaml/SOUL.md (keeping user edits) and link plugins"
+    prep = add_verb(
+        verbs,
+        "prepare",
+        "seed config.yaml/SOUL.md (keeping user edits) and link plugins",
+        handle_prepare,
     )
     _add_common(prep)
-    prep.add_argument("--json", action="store_true", help="print the report as JSON")
     prep.add_argument("--strict", action="store_true", help="exit 1 when a plugin fails to link")
-    prep.set_defaults(handler=handle_prepare)
 
-    run = verbs.add_parser(
-        "run", help="prepare, then run the Hermes gateway (API server) in the foreground"
+    run = add_verb(
+        verbs,
+        "run",
+        "prepare, then run the Hermes gateway (API server) in the foreground",
+        handle_run,
+        description="Prepare, then run the Hermes gateway in the foreground until SIGTERM. "
+        "Its output is the gateway's and JSON log lines; --json is accepted for uniformity.",
     )
     _add_common(run)
     run.add_argument(
@@ -82,9 +111,16 @@ def register(subparsers: Any) -> None:
     )
     run.add_argument(
         "--metrics-port",
-        type=int,
-        help="Prometheus port, 0 disables ($HERMES_RUNTIME_METRICS_PORT)",
+        type=port,
+        help="Prometheus port, 0 disables ($HERMES_RUNTIME_METRICS_PORT, 9090)",
     )
-    run.add_argument("--api-port", type=int, help="Hermes API server port ($API_SERVER_PORT, 8642)")
-    run.add_argument("--stop-timeout", type=float, help="seconds to wait for a graceful stop (25)")
-    run.set_defaults(handler=handle_run)
+    run.add_argument(
+        "--api-port", type=port, help="Hermes API server port ($API_SERVER_PORT, 8642)"
+    )
+    run.add_argument(
+        "--stop-timeout",
+        type=non_negative_float,
+        metavar="SECONDS",
+        help="seconds from SIGTERM until the gateway is killed (default: "
+        "$HERMES_RUNTIME_TERMINATION_GRACE_SECONDS - $HERMES_RUNTIME_PRESTOP_SECONDS - 2)",
+    )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,20 +21,49 @@ from hermes_runtime.backup import (
     verify_snapshot,
     write_backup_metrics,
 )
-from hermes_runtime.cli._shared import add_group, print_json
+from hermes_runtime.cli._shared import (
+    add_data_dir,
+    add_group,
+    add_verb,
+    env_url,
+    http_url,
+    non_negative_float,
+    non_negative_int,
+    positive_int,
+    print_json,
+)
 from hermes_runtime.common.errors import RuntimeFailure
 
 
 def _target_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", required=True, help="file:///backup or s3://bucket/prefix")
     parser.add_argument(
-        "--s3-endpoint", help="S3 endpoint URL (default: AWS_ENDPOINT_URL, else AWS itself)"
+        "--target",
+        required=True,
+        metavar="URL",
+        help="where snapshots live: file:///backup or s3://bucket/prefix",
+    )
+    parser.add_argument(
+        "--s3-endpoint",
+        type=http_url,
+        metavar="URL",
+        help="S3 endpoint, e.g. http://minio:9000 "
+        "(default: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, else AWS itself)",
+    )
+
+
+def _snapshot_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--snapshot",
+        default="latest",
+        metavar="ID|latest",
+        help="which snapshot (default: the latest complete one)",
     )
 
 
 def _target(args: argparse.Namespace) -> Any:
+    endpoint = args.s3_endpoint or env_url("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
     secret = os.environ.get(ENCRYPTION_KEY_ENV) or None  # from the env only: never in argv
-    return open_target(args.target, args.s3_endpoint, secret)
+    return open_target(args.target, endpoint, secret)
 
 
 def register(subparsers: Any) -> None:
@@ -44,59 +72,81 @@ def register(subparsers: Any) -> None:
         "backup",
         "Online SQLite-safe snapshots of the data dir: create, list, verify, restore, prune.",
     )
-    create = verbs.add_parser("create", help="take a snapshot of the data dir")
-    create.add_argument("--data-dir", type=Path, required=True)
+    create = add_verb(verbs, "create", "take a snapshot of the data dir", _create)
+    add_data_dir(create, "the data dir to back up (default: $HERMES_HOME, else /opt/data)")
     _target_args(create)
-    create.add_argument("--exclude", action="append", default=[], metavar="GLOB")
+    create.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="leave out paths matching GLOB (relative to the data dir); repeatable",
+    )
     create.add_argument(
         "--no-default-excludes", action="store_true", help="back up caches and secrets too"
     )
-    create.add_argument("--work-dir", type=Path, help="scratch space for database snapshots")
-    create.add_argument("--metrics-file", type=Path, help="write Prometheus text-format figures")
-    create.add_argument("--json", action="store_true")
-    create.set_defaults(handler=_create)
+    create.add_argument(
+        "--work-dir", type=Path, help="scratch space for database snapshots (default: a temp dir)"
+    )
+    create.add_argument(
+        "--metrics-file", type=Path, help="write Prometheus text-format figures to this file"
+    )
 
-    listing = verbs.add_parser("list", help="list complete snapshots")
+    listing = add_verb(verbs, "list", "list complete snapshots", _list)
     _target_args(listing)
-    listing.add_argument("--json", action="store_true")
-    listing.set_defaults(handler=_list)
 
-    verify = verbs.add_parser("verify", help="download a snapshot and check every byte")
+    verify = add_verb(verbs, "verify", "download a snapshot and check every byte", _verify)
     _target_args(verify)
-    verify.add_argument("--snapshot", default="latest", metavar="ID|latest")
+    _snapshot_arg(verify)
     verify.add_argument(
         "--no-mark",
         action="store_true",
         help="do not record verified/<id>.json in the target (e.g. a read-only target)",
     )
-    verify.add_argument("--json", action="store_true")
-    verify.set_defaults(handler=_verify)
 
-    restore = verbs.add_parser("restore", help="rebuild the data dir from a snapshot")
+    restore = add_verb(verbs, "restore", "rebuild the data dir from a snapshot", _restore)
     _target_args(restore)
-    restore.add_argument("--snapshot", default="latest", metavar="ID|latest")
-    restore.add_argument("--data-dir", type=Path, required=True)
-    restore.add_argument("--force", action="store_true", help="replace a non-empty data dir")
-    restore.add_argument(
+    _snapshot_arg(restore)
+    add_data_dir(restore, "the data dir to rebuild (default: $HERMES_HOME, else /opt/data)")
+    when = restore.add_mutually_exclusive_group()
+    when.add_argument("--force", action="store_true", help="replace a non-empty data dir")
+    when.add_argument(
         "--if-empty", action="store_true", help="do nothing (exit 0) if the data dir holds data"
     )
-    restore.add_argument("--json", action="store_true")
-    restore.set_defaults(handler=_restore)
 
-    prune = verbs.add_parser("prune", help="delete old snapshots and unreferenced blobs")
+    prune = add_verb(verbs, "prune", "delete old snapshots and unreferenced blobs", _prune)
     _target_args(prune)
-    prune.add_argument("--keep-last", type=int, required=True, metavar="N")
-    prune.add_argument("--keep-daily", type=int, default=0, metavar="N")
-    prune.add_argument("--keep-weekly", type=int, default=0, metavar="N")
+    prune.add_argument(
+        "--keep-last",
+        type=positive_int,
+        required=True,
+        metavar="N",
+        help="keep the N newest snapshots (1 or more)",
+    )
+    prune.add_argument(
+        "--keep-daily",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="also keep the newest snapshot of each of the last N days",
+    )
+    prune.add_argument(
+        "--keep-weekly",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="also keep the newest snapshot of each of the last N weeks",
+    )
     prune.add_argument(
         "--grace-seconds",
-        type=float,
+        type=non_negative_float,
         default=6 * 3600,
+        metavar="SECONDS",
         help="never delete unreferenced blobs younger than this (a backup may be uploading)",
     )
-    prune.add_argument("--dry-run", action="store_true")
-    prune.add_argument("--json", action="store_true")
-    prune.set_defaults(handler=_prune)
+    prune.add_argument(
+        "--dry-run", action="store_true", help="report what would be deleted, delete nothing"
+    )
 
 
 def _create(args: argparse.Namespace) -> int:
@@ -149,12 +199,8 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _restore(args: argparse.Namespace) -> int:
-    if args.force and args.if_empty:
-        print(
-            "hermes-runtime backup restore: --force and --if-empty exclude each other",
-            file=sys.stderr,
-        )
-        return 2
+    if args.data_dir.exists() and not args.data_dir.is_dir():
+        raise RuntimeFailure(f"--data-dir {args.data_dir}: not a directory")
     if args.if_empty and data_dir_has_data(args.data_dir):
         # A restarted pod: do not even contact the target (it may be down).
         report = RestoreReport(None, str(args.data_dir), False, "data dir already holds data")

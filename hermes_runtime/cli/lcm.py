@@ -8,7 +8,17 @@ import os
 from pathlib import Path
 from typing import Any
 
-from hermes_runtime.cli._shared import add_group, print_json
+from hermes_runtime.cli._shared import (
+    UsageError,
+    add_group,
+    add_verb,
+    default_data_dir,
+    http_url,
+    non_negative_float,
+    non_negative_int,
+    positive_int,
+    print_json,
+)
 from hermes_runtime.common.errors import RuntimeFailure
 
 
@@ -19,44 +29,46 @@ def register(subparsers: Any) -> None:
         "Lossless Context Management: import history, assemble context, search, expand.",
     )
     _import_parser(verbs)
-    p = verbs.add_parser("context", help="assemble a session's context under a token budget")
+    p = add_verb(verbs, "context", "assemble a session's context under a token budget", _context)
     _common(p)
-    p.add_argument("--session", required=True)
-    p.add_argument("--budget", type=int, required=True, help="tokens")
+    p.add_argument("--session", required=True, help="the session's id")
+    p.add_argument("--budget", type=positive_int, required=True, help="tokens")
     _llm_options(p)
-    p.set_defaults(handler=_context)
-    p = verbs.add_parser("grep", help="full-text (or regex) search")
+    p = add_verb(verbs, "grep", "full-text (or regex) search", _grep)
     _common(p)
     p.add_argument("--session", help="one session (default: all sessions)")
     p.add_argument("--regex", action="store_true", help="QUERY is a Python regular expression")
-    p.add_argument("--limit", type=int, default=20)
-    p.add_argument("query")
-    p.set_defaults(handler=_grep)
-    p = verbs.add_parser("search", help="hybrid full-text + vector search")
+    p.add_argument("--limit", type=positive_int, default=20, help="at most this many results")
+    p.add_argument("query", help="words to find (FTS5 syntax), or a regex with --regex")
+    p = add_verb(verbs, "search", "hybrid full-text + vector search", _search)
     _common(p)
     p.add_argument("--session", help="one session (default: all sessions)")
-    p.add_argument("--limit", type=int, default=10)
-    p.add_argument("--mode", choices=["hybrid", "fts", "vector"], default="hybrid")
+    p.add_argument("--limit", type=positive_int, default=10, help="at most this many results")
+    p.add_argument(
+        "--mode",
+        choices=["hybrid", "fts", "vector"],
+        default="hybrid",
+        help="ranking: full-text, vector, or both (default)",
+    )
     p.add_argument(
         "--embed-pending",
-        type=_non_negative,
+        type=non_negative_int,
         default=256,
         metavar="N",
         help="first embed at most N items still queued (the agent's background worker embeds "
         "the rest; 0: search only what is embedded)",
     )
-    p.add_argument("query")
-    p.set_defaults(handler=_search)
-    p = verbs.add_parser("expand", help="a summary's sources, a message or an output in full")
+    p.add_argument("query", help="what to look for, in plain words")
+    p = add_verb(verbs, "expand", "a summary's sources, a message or an output in full", _expand)
     _common(p)
-    p.add_argument("--offset", type=int, default=0)
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument(
+        "--offset", type=non_negative_int, default=0, help="skip this many items (paging)"
+    )
+    p.add_argument("--limit", type=positive_int, default=50, help="at most this many items")
     p.add_argument("id", help="sum_N, msg_N or out_HEX")
-    p.set_defaults(handler=_expand)
-    p = verbs.add_parser("stats", help="counts and sizes")
+    p = add_verb(verbs, "stats", "counts and sizes", _stats)
     _common(p)
-    p.set_defaults(handler=_stats)
-    p = verbs.add_parser("doctor", help="integrity, FTS consistency, orphan outputs")
+    p = add_verb(verbs, "doctor", "integrity, FTS consistency, orphan outputs", _doctor)
     _common(p)
     p.add_argument(
         "--full", action="store_true", help="also integrity_check and FTS5 integrity-check (slow)"
@@ -69,32 +81,43 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--grace-seconds",
-        type=float,
+        type=non_negative_float,
         default=3600.0,
+        metavar="SECONDS",
         help="with --fix: keep orphans younger than this (a write may be about to commit)",
     )
-    p.set_defaults(handler=_doctor)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", required=True, type=Path, help="LCM database (e.g. /opt/data/lcm.db)")
+    p.add_argument(
+        "--db",
+        type=Path,
+        default=default_data_dir() / "lcm.db",
+        help="LCM database (default: $HERMES_HOME/lcm.db, else /opt/data/lcm.db)",
+    )
     p.add_argument("--outputs", type=Path, help="externalized outputs dir (default: beside --db)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def _llm_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--llm-base-url", help="OpenAI-compatible endpoint for summaries")
-    p.add_argument("--llm-model", default="default")
     p.add_argument(
-        "--llm-api-key-env", default="OPENAI_API_KEY", help="env var holding the API key"
+        "--llm-base-url",
+        type=http_url,
+        metavar="URL",
+        help="OpenAI-compatible endpoint for summaries (default: summaries without an LLM)",
+    )
+    p.add_argument("--llm-model", default="default", help="model name sent to the endpoint")
+    p.add_argument(
+        "--llm-api-key-env",
+        default="OPENAI_API_KEY",
+        metavar="NAME",
+        help="env var holding the API key (default: OPENAI_API_KEY)",
     )
 
 
 def _import_parser(verbs: Any) -> None:
-    p = verbs.add_parser("import", help="ingest a JSONL file (or Hermes' state.db) and compact")
+    p = add_verb(verbs, "import", "ingest a JSONL file (or Hermes' state.db) and compact", _import)
     _common(p)
-    p.add_argument("--session", help="session id for a JSONL file")
-    p.add_argument("--hermes-state", type=Path, help="import every session of this state.db")
+    p.add_argument("--session", help="session id for a JSONL file (required with FILE)")
     p.add_argument(
         "--prefix", default="", help="with --hermes-state: prepend this to each session id"
     )
@@ -103,10 +126,13 @@ def _import_parser(verbs: Any) -> None:
         type=float,
         help="with --hermes-state: only messages written before this time (epoch seconds)",
     )
-    p.add_argument("--budget", type=int, default=32_000, help="compact each session to this")
+    p.add_argument(
+        "--budget", type=positive_int, default=32_000, help="compact each session to this"
+    )
     _llm_options(p)
-    p.add_argument("file", nargs="?", type=Path, help="OpenAI-format messages, one per line")
-    p.set_defaults(handler=_import)
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--hermes-state", type=Path, help="import every session of this state.db")
+    source.add_argument("file", nargs="?", type=Path, help="OpenAI-format messages, one per line")
 
 
 def _engine(args: argparse.Namespace, must_exist: bool = True) -> Any:
@@ -127,10 +153,16 @@ def _engine(args: argparse.Namespace, must_exist: bool = True) -> Any:
 def _import(args: argparse.Namespace) -> int:
     from hermes_runtime.lcm.importer import import_hermes_state, import_messages, read_jsonl
 
-    if bool(args.file) == bool(args.hermes_state):
-        raise RuntimeFailure("lcm import: give either FILE (with --session) or --hermes-state")
     if args.file and not args.session:
-        raise RuntimeFailure("lcm import: --session is required with FILE")
+        raise UsageError("--session is required with FILE")
+    if args.hermes_state and args.session:
+        raise UsageError("--session goes with FILE; --hermes-state keeps each session's id")
+    if args.file and (args.prefix or args.before is not None):
+        raise UsageError("--prefix and --before go with --hermes-state")
+    source = args.file or args.hermes_state
+    if not source.is_file():
+        named = f"--hermes-state {source}" if args.hermes_state else str(source)
+        raise RuntimeFailure(f"{named}: {'not a file' if source.exists() else 'no such file'}")
     messages = read_jsonl(args.file) if args.file else []
     engine = _engine(args, must_exist=False)
     try:
@@ -189,16 +221,6 @@ def _grep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
-
-
 def _search(args: argparse.Namespace) -> int:
     from hermes_runtime.lcm import retrieval
     from hermes_runtime.lcm.embeddings import embed_pending
@@ -246,8 +268,6 @@ def _stats(args: argparse.Namespace) -> int:
 def _doctor(args: argparse.Namespace) -> int:
     from hermes_runtime.lcm.doctor import doctor, rebuild_fts, remove_orphan_outputs
 
-    if args.grace_seconds < 0:
-        raise RuntimeFailure(f"--grace-seconds {args.grace_seconds}: must be 0 or more")
     engine = _engine(args)
     try:
         if args.rebuild_fts:
@@ -279,14 +299,19 @@ def _emit_hits(
 ) -> None:
     rows = [h.as_dict() for h in hits]
     text = "\n".join(
-        f"{h.id}\t{h.session_id}\t{h.role or h.kind}\t{h.snippet.replace(chr(10), ' ')[:160]}"
-        for h in hits
+        f"{h.id}\t{h.session_id}\t{h.role or h.kind}\t{_one_line(h.snippet)}" for h in hits
     )
     if extra and extra.get("pending_embeddings"):
         text += (
             f"\n({extra['pending_embeddings']} items not embedded yet: vector ranking is partial)"
         )
     _emit(args, {"results": rows, **(extra or {})}, text or "no results")
+
+
+def _one_line(snippet: str, width: int = 160) -> str:
+    """The snippet on one line, with "..." only when it was cut."""
+    flat = snippet.replace("\n", " ")
+    return flat if len(flat) <= width else flat[: width - 3] + "..."
 
 
 def _emit(args: argparse.Namespace, payload: Any, text: str) -> None:

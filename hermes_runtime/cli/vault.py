@@ -8,17 +8,28 @@ from the command line.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import signal
 import threading
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from hermes_runtime.cli._shared import add_group
+from hermes_runtime.cli._shared import (
+    UsageError,
+    add_group,
+    add_verb,
+    env_url,
+    http_url,
+    positive_float,
+    print_json,
+)
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.vault import (
     AUTH_METHODS,
     DEFAULT_JWT_FILE,
+    TOKEN_ENV,
     SecretSpec,
     VaultSettings,
     exec_with_secrets,
@@ -35,28 +46,30 @@ def secret_spec_arg(text: str) -> SecretSpec:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(
-            f"--refresh {text!r}: expected a positive number of seconds"
-        )
-    return value
-
-
 def add_connection_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--addr", required=True, help="Vault/OpenBao URL, e.g. https://vault.example:8200"
+        "--addr",
+        type=http_url,
+        metavar="URL",
+        help="Vault/OpenBao URL, e.g. https://vault.example:8200 (default: $VAULT_ADDR)",
     )
-    parser.add_argument("--auth", required=True, choices=AUTH_METHODS, help="login method")
+    token_given = bool(os.environ.get(TOKEN_ENV, "").strip())
+    parser.add_argument(
+        "--auth",
+        choices=AUTH_METHODS,
+        default="token" if token_given else None,
+        required=not token_given,
+        help=f"login method; token reads ${TOKEN_ENV} (default: token when ${TOKEN_ENV} is set)",
+    )
     parser.add_argument("--role", help="Vault role (kubernetes auth)")
     parser.add_argument("--auth-path", help="auth mount path (default: the method's name)")
     parser.add_argument("--audience", help="audience the ServiceAccount token must carry")
+    ca_cert = os.environ.get("VAULT_CACERT", "").strip()
     parser.add_argument(
-        "--ca-cert", type=Path, help="PEM CA bundle to verify Vault's TLS certificate"
+        "--ca-cert",
+        type=Path,
+        default=Path(ca_cert) if ca_cert else None,
+        help="PEM CA bundle to verify Vault's TLS certificate (default: $VAULT_CACERT)",
     )
     parser.add_argument(
         "--jwt-file",
@@ -67,7 +80,11 @@ def add_connection_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--role-id-file", type=Path, help="file holding the AppRole role id")
     parser.add_argument("--secret-id-file", type=Path, help="file holding the AppRole secret id")
     parser.add_argument(
-        "--timeout", type=float, default=10.0, help="seconds per Vault request (default 10)"
+        "--timeout",
+        type=positive_float,
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds per Vault request (default 10)",
     )
     parser.add_argument(
         "--secret",
@@ -80,14 +97,17 @@ def add_connection_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def settings_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> VaultSettings:
+def settings_from_args(args: argparse.Namespace) -> VaultSettings:
     """Check option combinations (usage errors exit 2) and build the settings."""
     if args.auth == "kubernetes" and not args.role:
-        parser.error("--auth kubernetes needs --role")
+        raise UsageError("--auth kubernetes needs --role")
     if args.auth == "approle" and (args.role_id_file is None or args.secret_id_file is None):
-        parser.error("--auth approle needs --role-id-file and --secret-id-file")
+        raise UsageError("--auth approle needs --role-id-file and --secret-id-file")
+    addr = args.addr or env_url("VAULT_ADDR")
+    if addr is None:
+        raise UsageError("--addr is required (or set VAULT_ADDR)")
     return VaultSettings(
-        addr=args.addr.rstrip("/"),
+        addr=addr,
         auth=args.auth,
         role=args.role,
         auth_path=args.auth_path,
@@ -113,21 +133,26 @@ def stop_on_signals() -> threading.Event:
 
 
 def handle_render(args: argparse.Namespace) -> int:
-    settings = settings_from_args(args.parser, args)
-    if args.refresh is None:
-        render_once(settings, args.secrets, args.out)
-    else:
+    settings = settings_from_args(args)
+    if args.refresh is not None:
         run_refresh(settings, args.secrets, args.out, args.refresh, stop_on_signals())
+        return 0
+    result = render_once(settings, args.secrets, args.out)
+    if args.json:
+        print_json(dataclasses.asdict(result))
+    else:
+        state = "written" if result.written else "unchanged"
+        print(f"{result.out}: {result.count} variable(s), {state}")
     return 0
 
 
 def handle_exec(args: argparse.Namespace) -> int:
-    settings = settings_from_args(args.parser, args)
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
-        args.parser.error("a command is required after '--'")
+        raise UsageError("a command is required after '--'")
+    settings = settings_from_args(args)
     exec_with_secrets(settings, args.secrets, command)
     return 1  # unreachable: exec_with_secrets replaces the process or raises
 
@@ -136,9 +161,11 @@ def register(subparsers: Any) -> None:
     verbs = add_group(
         subparsers, "vault", "Secrets from Vault/OpenBao into an env file or a child process."
     )
-    render = verbs.add_parser(
+    render = add_verb(
+        verbs,
         "render",
-        help="write secrets to an env file (0600, atomic)",
+        "write secrets to an env file (0600, atomic)",
+        handle_render,
         description="Write secrets to an env file (mode 0600, temp file + rename). "
         "With --refresh, keep running and re-render when a value changes.",
     )
@@ -146,19 +173,20 @@ def register(subparsers: Any) -> None:
     render.add_argument("--out", type=Path, required=True, help="env file, on an in-memory volume")
     render.add_argument(
         "--refresh",
-        type=positive_seconds,
+        type=positive_float,
         metavar="SECONDS",
-        help="keep running, re-check every SECONDS",
+        help="keep running, re-check every SECONDS (logs each render as a JSON line)",
     )
-    render.set_defaults(handler=handle_render, parser=render)
 
-    execute = verbs.add_parser(
+    execute = add_verb(
+        verbs,
         "exec",
-        help="run a command with the secrets in its environment",
-        description="Run CMD with the secrets added to its environment (VAULT_TOKEN removed).",
+        "run a command with the secrets in its environment",
+        handle_exec,
+        description="Run CMD with the secrets added to its environment (VAULT_TOKEN removed). "
+        "On success the output is CMD's own; --json is accepted for uniformity.",
     )
     add_connection_args(execute)
     execute.add_argument(
         "command", nargs=argparse.REMAINDER, metavar="-- CMD", help="command to run"
     )
-    execute.set_defaults(handler=handle_exec, parser=execute)

@@ -11,3 +11,10 @@ class RuntimeFailure(Exception):
     The message must name the field, file or URL at fault, because it is what
     an operator reads at 3 a.m.
     """
+
+
+def name_list(names: list[str], limit: int = 5) -> str:
+    """``a, b, c`` for a message; only when names were left out: ``a, b, ... (12 in all)``."""
+    if len(names) <= limit:
+        return ", ".join(names)
+    return f"{', '.join(names[:limit])}, ... ({len(names)} in all)"

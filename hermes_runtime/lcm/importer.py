@@ -35,7 +35,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Parse and validate every line before anything is stored."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise RuntimeFailure(f"cannot read {path}: {exc}") from exc
     messages = []
     for number, line in enumerate(lines, start=1):

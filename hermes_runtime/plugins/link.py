@@ -20,7 +20,6 @@ from typing import Any
 
 from hermes_runtime.common.atomic import fsync_dir
 from hermes_runtime.common.errors import RuntimeFailure
-from hermes_runtime.common.logs import log_event
 from hermes_runtime.plugins.config import apply_enabled, load_config
 from hermes_runtime.plugins.layout import (
     Layout,
@@ -120,17 +119,13 @@ def _converge(
     for entry in entries:
         result = _link_one(layout, entry, deadline)
         report.results.append(result)
-        _log_result(result)
     spec_names = {e.name for e in entries if e.valid_name}
     for name in sorted(set(owned_before) - spec_names):
         result = _remove_link(layout, name)
         report.results.append(result)
-        _log_result(result)
     managed = spec_names | set(owned_before)
     desired = _desired_enabled(report, managed)
     report.config_changed = apply_enabled(config_path, config_document, managed, desired)
-    if report.config_changed:
-        log_event("plugins.config_updated", path=str(config_path))
     return report
 
 
@@ -231,8 +226,3 @@ def _exclusive_lock(layout: Layout) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
-
-
-def _log_result(result: PluginResult) -> None:
-    fields = {k: v for k, v in asdict(result).items() if v is not None and k != "name"}
-    log_event(f"plugins.{result.status}", plugin=result.name, **fields)

@@ -5,7 +5,7 @@ secrets, and read the env file back (the agent entrypoint uses
 :func:`read_env_file` to load ``HERMES_RUNTIME_SECRETS_ENV``).
 """
 
-from hermes_runtime.vault.auth import AUTH_METHODS, DEFAULT_JWT_FILE, VaultSettings
+from hermes_runtime.vault.auth import AUTH_METHODS, DEFAULT_JWT_FILE, TOKEN_ENV, VaultSettings
 from hermes_runtime.vault.envfile import (
     format_env_file,
     parse_env_text,
@@ -19,6 +19,7 @@ from hermes_runtime.vault.spec import SecretSpec, parse_secret_spec
 __all__ = [
     "AUTH_METHODS",
     "DEFAULT_JWT_FILE",
+    "TOKEN_ENV",
     "RenderResult",
     "SecretSpec",
     "VaultSettings",

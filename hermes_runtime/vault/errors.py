@@ -23,6 +23,18 @@ def vault_errors(exc: BaseException) -> str:
 
 def transport_failure(exc: requests.RequestException, addr: str) -> RuntimeFailure | None:
     """A connection/TLS/timeout problem, or None when ``exc`` is something else."""
+    if isinstance(
+        exc,
+        (
+            requests.exceptions.InvalidSchema,
+            requests.exceptions.InvalidURL,
+            requests.exceptions.MissingSchema,
+        ),
+    ):
+        return RuntimeFailure(
+            f"Vault address {addr!r} is not a URL: expected http:// or https://, "
+            "e.g. https://vault.example:8200"
+        )
     if isinstance(exc, requests.exceptions.SSLError):
         return RuntimeFailure(
             f"TLS verification failed for Vault at {addr}: pass the CA with --ca-cert "

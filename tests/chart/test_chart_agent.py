@@ -5,7 +5,16 @@ from __future__ import annotations
 import base64
 
 import yaml
-from chartkit import FULLNAME, SERVICE_MONITOR_API, container_names, env_map, render
+from chart_testlib import (
+    FULLNAME,
+    SERVICE_MONITOR_API,
+    all_containers,
+    container_names,
+    env_map,
+    pod_specs,
+    render,
+    render_error,
+)
 
 LLM = {"llm": {"baseUrl": "http://llm:8000/v1", "model": "m1", "existingSecret": "llm-key"}}
 
@@ -39,8 +48,8 @@ def test_existing_claim_replaces_the_chart_pvc() -> None:
 def test_agent_container_follows_the_entrypoint_contract() -> None:
     manifest = render({**LLM, "hermes": {"soul": "Be kind."}})
     agent = manifest.container("agent")
-    assert agent["command"] == ["hermes-runtime"]
-    assert agent["args"] == ["agent", "run"]
+    assert "command" not in agent  # the image's ENTRYPOINT, catatonit, stays PID 1
+    assert agent["args"] == ["hermes-runtime", "agent", "run"]
     env = env_map(agent)
     assert env["HERMES_HOME"] == "/opt/data"
     assert env["HERMES_RUNTIME_PLUGIN_SPEC"] == "/etc/hermes-runtime/plugins.yaml"
@@ -65,13 +74,32 @@ def test_writable_volumes_are_exactly_data_tmp_and_in_memory_secrets() -> None:
     assert volumes["seed"]["configMap"]["name"] == FULLNAME
 
 
-def test_probes_hit_health_on_the_api_port() -> None:
+def test_probes_hit_health_on_the_api_port_and_readiness_the_entrypoint() -> None:
     agent = render({"apiServer": {"port": 9000}}).container("agent")
     ports = {p["name"]: p["containerPort"] for p in agent["ports"]}
     assert ports == {"http": 9000, "metrics": 9090, "lcm-metrics": 9091}
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+    for probe in ("startupProbe", "livenessProbe"):
         assert agent[probe]["httpGet"] == {"path": "/health", "port": "http"}
+    assert agent["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "metrics"}
     assert env_map(agent)["API_SERVER_PORT"] == "9000"
+
+
+def test_the_hand_over_gets_its_timings_from_the_grace_period() -> None:
+    manifest = render({"agent": {"terminationGracePeriodSeconds": 45, "preStopSeconds": 4}})
+    agent = manifest.container("agent")
+    assert manifest.agent_pod["terminationGracePeriodSeconds"] == 45
+    assert agent["lifecycle"]["preStop"] == {"httpGet": {"path": "/pre-stop", "port": "metrics"}}
+    env = env_map(agent)
+    assert env["HERMES_RUNTIME_TERMINATION_GRACE_SECONDS"] == "45"
+    assert env["HERMES_RUNTIME_PRESTOP_SECONDS"] == "4"
+    assert env["HERMES_RUNTIME_LOCK_TIMEOUT"] == "300"
+
+
+def test_a_pre_stop_wait_as_long_as_the_grace_period_is_refused() -> None:
+    result = render_error({"agent": {"terminationGracePeriodSeconds": 5, "preStopSeconds": 5}})
+    assert "agent.preStopSeconds must be shorter than agent.terminationGracePeriodSeconds" in (
+        result
+    )
 
 
 def test_seed_config_sets_the_model_provider_and_lcm_without_secrets() -> None:
@@ -229,7 +257,8 @@ def test_helm_test_pod_checks_health_and_metrics() -> None:
     pod = render().one("Pod")
     assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
     args = pod["spec"]["containers"][0]["args"]
-    assert args == [
+    assert args[:2] == ["python3", "-c"]
+    assert args[3:] == [
         f"http://{FULLNAME}:8642/health",
         f"http://{FULLNAME}-metrics:9090/metrics",
     ]
@@ -388,3 +417,30 @@ def test_openshift_gets_uids_from_the_platform() -> None:
     # Still restricted without UIDs: non-root stays required.
     for pod in _pods(render(forced)).values():
         assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+
+
+def test_catatonit_stays_pid_1_in_every_container_of_ours() -> None:
+    """`command:` would replace the image's ENTRYPOINT (catatonit --), leaving a process that
+    does not reap orphans as PID 1; git-sync's image reaps as PID 1 by itself."""
+    values = {
+        **LLM,
+        "vault": {
+            "enabled": True,
+            "address": "https://vault:8200",
+            "role": "hermes",
+            "secrets": [{"path": "secret/data/h", "key": "api", "env": "API_SERVER_KEY"}],
+        },
+        "restore": {"fromSnapshot": "latest"},
+        "backup": {"enabled": True, "mode": "sidecar"},
+        "plugins": [{"name": "weather", "repo": "https://git.example/weather.git"}],
+    }
+    seen = set()
+    for values_set in (values, {**values, "backup": {"enabled": True, "mode": "cronjob"}}):
+        for where, pod in pod_specs(render(values_set)):
+            for container in all_containers(pod):
+                if container["name"].startswith("git-sync"):
+                    continue
+                assert "command" not in container, f"{where} {container['name']} sets command"
+                assert container["args"], f"{where} {container['name']} has no args"
+                seen.add(container["name"])
+    assert {"agent", "vault-render", "restore", "backup", "health"} <= seen

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from chartkit import FULLNAME, container_names, env_map, render
+from chart_testlib import FULLNAME, container_names, env_map, render
 
 S3 = {
     "backup": {
@@ -28,8 +28,8 @@ def _cron_pod(values: dict | None = None) -> dict:
 
 
 def _script(container: dict) -> str:
-    assert container["command"][:2] == ["/bin/sh", "-c"]
-    return container["command"][2]
+    assert container["args"][:2] == ["/bin/sh", "-c"]
+    return container["args"][2]
 
 
 def test_cronjob_settings_come_from_values() -> None:
@@ -177,8 +177,9 @@ def test_restore_fills_an_empty_volume_before_plugins_and_agent() -> None:
     init = manifest.agent_pod["initContainers"]
     assert [c["name"] for c in init] == ["restore", "git-sync-weather"]
     restore = init[0]
-    assert restore["command"] == ["hermes-runtime"]
+    assert "command" not in restore
     assert restore["args"] == [
+        "hermes-runtime",
         "backup",
         "restore",
         "--target",

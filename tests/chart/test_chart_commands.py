@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from chartkit import env_map, render
+from chart_testlib import env_map, render
 
 BIN = Path(sys.executable).parent
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
-from chartkit import (
+from chart_testlib import (
     CHART,
     EXAMPLE_NAMES,
     EXAMPLES,

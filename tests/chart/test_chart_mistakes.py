@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from chartkit import SERVICE_MONITOR_API, render, render_error
+from chart_testlib import SERVICE_MONITOR_API, render, render_error
 
 HTTPS = "https://git.example.com/team/weather.git"
 SSH = "git@git.example.com:team/tickets.git"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chartkit import FULLNAME, Manifest, pod_specs, render
+from chart_testlib import FULLNAME, Manifest, pod_specs, render
 
 VALUES = {
     "networkPolicy": {"enabled": True},
@@ -129,7 +129,7 @@ def test_helm_test_pod_may_reach_the_agent_and_the_agent_admits_it() -> None:
     assert to_agent[0]["to"][0]["podSelector"]["matchLabels"].items() <= agent_labels.items()
     assert {p["port"] for p in to_agent[0]["ports"]} == {8642, 9090}
     # The test pod's URLs use exactly those ports.
-    urls = test_pod["spec"]["containers"][0]["args"]
+    urls = test_pod["spec"]["containers"][0]["args"][3:]  # after python3 -c SCRIPT
     assert [u.split(":")[2].split("/")[0] for u in urls] == ["8642", "9090"]
     # The agent's closed ingress lets the test pod in by its client label.
     (rule,) = manifest.one("NetworkPolicy", FULLNAME)["spec"]["ingress"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import yaml
-from chartkit import NEWEST_KUBE, container_names, env_map, render
+from chart_testlib import NEWEST_KUBE, container_names, env_map, render
 
 WEATHER = {"name": "weather", "repo": "https://git.example.com/weather.git", "ref": "v1"}
 TICKETS = {

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import yaml
-from chartkit import CHART, REPO
+from chart_testlib import CHART, REPO
 
 GENERATOR = REPO / "ci" / "gen-chart-readme.py"
 MARKERS = (

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import yaml
-from chartkit import CHART, REPO
+from chart_testlib import CHART, REPO
 
 WORKFLOW = REPO / ".github" / "workflows" / "release.yaml"
 

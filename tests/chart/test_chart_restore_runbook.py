@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 import yaml
-from chartkit import FULLNAME, NEWEST_KUBE, OLDEST_KUBE, REPO, render
+from chart_testlib import FULLNAME, NEWEST_KUBE, OLDEST_KUBE, REPO, render
 from kubernetes_validate import validate
 from pss import restricted_violations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from chartkit import render, render_error
+from chart_testlib import render, render_error
 
 GOOD_PLUGIN = {"name": "weather", "repo": "https://git.example.com/weather.git"}
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from chartkit import env_map, render
+from chart_testlib import env_map, render
 
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.lcm import LcmConfig

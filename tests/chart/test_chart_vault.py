@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chartkit import env_map, render
+from chart_testlib import env_map, render
 from pss import restricted_violations
 
 VAULT = {
@@ -31,9 +31,9 @@ def test_render_init_container_runs_first_with_the_contract_arguments() -> None:
     init = manifest.agent_pod["initContainers"]
     assert [c["name"] for c in init] == ["vault-render", "restore"]
     render_container = init[0]
-    assert render_container["command"] == ["hermes-runtime"]
-    args = render_container["args"]
-    assert args[:2] == ["vault", "render"]
+    assert "command" not in render_container
+    args = render_container["args"][1:]
+    assert render_container["args"][:3] == ["hermes-runtime", "vault", "render"]
 
     def after(flag: str) -> str:
         return args[args.index(flag) + 1]
@@ -110,15 +110,14 @@ def test_backup_job_loads_s3_credentials_from_vault() -> None:
     assert [c["name"] for c in pod["initContainers"]] == ["vault-render"]
     backup = pod["containers"][0]
     assert env_map(backup)["HERMES_RUNTIME_SECRETS_ENV"] == "/run/hermes/secrets/env"
-    assert '. "$HERMES_RUNTIME_SECRETS_ENV"' in backup["command"][2]
+    assert '. "$HERMES_RUNTIME_SECRETS_ENV"' in backup["args"][2]
     assert "AWS_ACCESS_KEY_ID" not in env_map(backup)
     assert restricted_violations(pod) == []
 
 
 def test_restore_with_vault_sources_the_env_file_without_reparsing_arguments() -> None:
     restore = render({**VAULT, "restore": {"fromSnapshot": "latest"}}).container("restore")
-    command = restore["command"]
-    assert command[:2] == ["/bin/sh", "-c"]
-    assert 'exec "$@"' in command[2]
-    assert command[-1] == "hermes-runtime"
-    assert restore["args"][:2] == ["backup", "restore"]
+    args = restore["args"]
+    assert args[:2] == ["/bin/sh", "-c"]
+    assert 'exec "$@"' in args[2]
+    assert args[3:7] == ["with-secrets", "hermes-runtime", "backup", "restore"]

@@ -1,7 +1,7 @@
 """Fixtures for the end-to-end suite against the cluster KUBECONFIG names.
 
 The cluster comes from `make cluster` (ci/cluster-up.sh) or any cluster the
-caller points KUBECONFIG at; pytest-helm-charts' `kube_cluster` fixture holds
+caller points KUBECONFIG (or `--kube-config`) at; the `cluster` fixture holds
 the connection. Every scenario gets a fresh namespace enforcing Pod Security
 "restricted"; when a test fails, that namespace's pods, container logs and
 events are printed before it is deleted, so a CI log is enough to debug.
@@ -16,7 +16,6 @@ from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
-from pytest_helm_charts.clusters import Cluster as HelmChartsCluster
 
 from . import kube
 
@@ -40,10 +39,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="module")
 def kube_config(pytestconfig: pytest.Config) -> str:
-    """Overrides pytest-helm-charts' fixture.
-
-    `--kube-config`, then KUBECONFIG, then the local cluster's kubeconfig.
-    """
+    """`--kube-config`, then KUBECONFIG, then the local cluster's kubeconfig."""
     option = pytestconfig.getoption("kube_config", default=None)
     path = Path(option) if option else kube.kubeconfig_from_env()
     if not path.is_file():
@@ -52,9 +48,8 @@ def kube_config(pytestconfig: pytest.Config) -> str:
 
 
 @pytest.fixture(scope="module")
-def cluster(kube_cluster: HelmChartsCluster) -> kube.Cluster:
-    assert kube_cluster.kube_config_path, "pytest-helm-charts gave no kubeconfig path"
-    return kube.connect(Path(kube_cluster.kube_config_path))
+def cluster(kube_config: str) -> kube.Cluster:
+    return kube.connect(Path(kube_config))
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
+from support.wait import wait_until as poll
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOOLS_BIN = REPO_ROOT / ".cache" / "tools" / "bin"
@@ -80,12 +81,8 @@ def tool(name: str) -> str:
 def wait_until(
     predicate: Callable[[], bool], timeout: float, what: str, interval: float = 1.0
 ) -> None:
-    """Poll `predicate` until true; fail naming `what` (no sleeps in tests)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+    """``support.wait.wait_until`` polling once a second: each check is an API request."""
+    poll(predicate, timeout, what, interval)
 
 
 def unique_name(prefix: str) -> str:

@@ -1,9 +1,7 @@
 """Pytest fixture that runs the fake OpenAI-compatible server as a real process.
 
-Use it from any conftest or test module (``tests/`` is on ``sys.path`` because
-``tests/conftest.py`` lives there)::
-
-    from fakes.fixtures import fake_llm  # noqa: F401  (re-exported fixture)
+``tests/conftest.py`` loads this module as a plugin (``pytest_plugins``), so any
+test just asks for the fixture::
 
     def test_x(fake_llm):
         url = fake_llm.base_url          # http://127.0.0.1:PORT/v1
@@ -29,6 +27,19 @@ import pytest
 SERVER_SCRIPT = Path(__file__).with_name("openai_server.py")
 
 
+def post_json(url: str, payload: dict[str, Any], headers: dict[str, str] | None = None) -> bytes:
+    """POST ``payload`` as JSON (plus ``headers``) and return the response body."""
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(payload).encode(),
+        headers={"Content-Type": "application/json", **(headers or {})},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        body: bytes = response.read()
+    return body
+
+
 @dataclass
 class FakeLLM:
     """A running fake server: its URL plus helpers to steer and inspect it."""
@@ -46,14 +57,7 @@ class FakeLLM:
         return f"{self.root_url}/v1"
 
     def _post(self, path: str, payload: dict[str, Any]) -> Any:
-        request = urllib.request.Request(
-            self.root_url + path,
-            data=json.dumps(payload).encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return json.load(response)
+        return json.loads(post_json(self.root_url + path, payload))
 
     def set_mode(self, mode: str, hang_seconds: float = 30.0) -> None:
         self._post("/_control", {"mode": mode, "hang_seconds": hang_seconds})

@@ -16,7 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from image_testlib import REPO, docker, free_port, git_synced_plugin, wait_until
+from image_testlib import REPO, docker
+from support.git_sync import git_synced_plugin
+from support.net import free_port
+from support.wait import wait_until
 
 UID = 10000
 API_KEY = "image-test-key-0123456789abcdef"
@@ -145,8 +148,9 @@ def fake_llm() -> Iterator[int]:
 @pytest.mark.parametrize(
     "command",
     [
-        pytest.param((), id="image-entrypoint"),  # catatonit -- hermes-runtime agent run
-        pytest.param(("--entrypoint", "hermes-runtime"), id="chart-command"),  # PID 1 is ours
+        pytest.param((), id="image-cmd"),  # catatonit -- hermes-runtime agent run
+        # The chart sets args only (the CMD), so catatonit stays PID 1 there too.
+        pytest.param(("hermes-runtime", "agent", "run"), id="chart-args"),
     ],
 )
 def test_agent_run_serves_health_and_stops_gracefully_under_restricted_settings(
@@ -171,7 +175,7 @@ def test_agent_run_serves_health_and_stops_gracefully_under_restricted_settings(
         "-v", f"{secrets}:/run/hermes/secrets:ro",
         "-e", "HERMES_RUNTIME_SECRETS_ENV=/run/hermes/secrets/env",
         "-e", f"API_SERVER_PORT={api_port}", "-e", f"HERMES_RUNTIME_METRICS_PORT={metrics_port}",
-        *command, agent_image, *(("agent", "run") if command else ()),
+        agent_image, *command,
     )  # fmt: skip
     try:
 

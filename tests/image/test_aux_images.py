@@ -8,7 +8,9 @@ import subprocess
 import urllib.request
 from pathlib import Path
 
-from image_testlib import docker, free_port, wait_until
+from image_testlib import docker
+from support.net import free_port
+from support.wait import wait_until
 
 
 def uid_of(image: str) -> str:

@@ -8,19 +8,8 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from typing import Any
 
-from fakes.fixtures import FakeLLM, fake_llm  # noqa: F401
-
-
-def post(url: str, payload: dict[str, Any], headers: dict[str, str]) -> None:
-    request = urllib.request.Request(
-        url,
-        data=json.dumps(payload).encode(),
-        headers={"Content-Type": "application/json", **headers},
-    )
-    with urllib.request.urlopen(request, timeout=10) as response:
-        response.read()
+from fakes.fixtures import FakeLLM, post_json
 
 
 def authorizations(server: FakeLLM) -> list[str | None]:
@@ -28,17 +17,19 @@ def authorizations(server: FakeLLM) -> list[str | None]:
         return list(json.load(response)["authorization"])
 
 
-def test_records_each_requests_authorization_in_order(fake_llm: FakeLLM) -> None:  # noqa: F811
+def test_records_each_requests_authorization_in_order(fake_llm: FakeLLM) -> None:
     chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-    post(fake_llm.base_url + "/chat/completions", chat, {"Authorization": "Bearer key-one"})
-    post(fake_llm.base_url + "/embeddings", {"input": "x"}, {"Authorization": "Bearer key-two"})
-    post(fake_llm.base_url + "/chat/completions", chat, {})
+    post_json(fake_llm.base_url + "/chat/completions", chat, {"Authorization": "Bearer key-one"})
+    post_json(
+        fake_llm.base_url + "/embeddings", {"input": "x"}, {"Authorization": "Bearer key-two"}
+    )
+    post_json(fake_llm.base_url + "/chat/completions", chat, {})
     assert authorizations(fake_llm) == ["Bearer key-one", "Bearer key-two", None]
 
 
-def test_reset_clears_recorded_authorizations(fake_llm: FakeLLM) -> None:  # noqa: F811
+def test_reset_clears_recorded_authorizations(fake_llm: FakeLLM) -> None:
     chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-    post(fake_llm.base_url + "/chat/completions", chat, {"Authorization": "Bearer k"})
+    post_json(fake_llm.base_url + "/chat/completions", chat, {"Authorization": "Bearer k"})
     fake_llm.reset()
     assert authorizations(fake_llm) == []
     assert fake_llm.requests() == []

@@ -128,7 +128,9 @@ tolerations:
   {{- if .native }}
   restartPolicy: Always
   {{- end }}
+  {{- /* args only: the image's ENTRYPOINT (catatonit, PID 1, reaps orphans) stays. */}}
   args:
+    - hermes-runtime
     - vault
     - render
     - --addr
@@ -157,8 +159,6 @@ tolerations:
     - --refresh
     - {{ $v.refresher.interval | quote }}
     {{- end }}
-  command:
-    - hermes-runtime
   env:
     - name: HOME
       value: /tmp
@@ -183,21 +183,19 @@ tolerations:
 {{- end -}}
 
 {{/*
-Command prefix that loads the Vault-rendered env file (S3 credentials) when Vault is on.
-"$@" keeps every argument a separate word: no value is ever re-parsed by the shell.
+The first words of args for hermes-runtime: with Vault on, a shell that loads the
+Vault-rendered env file (S3 credentials) first. "$@" keeps every argument a separate word:
+no value is ever re-parsed by the shell. Every container of ours sets args, never command,
+so the image's ENTRYPOINT (catatonit as PID 1, which reaps orphans) stays.
 */}}
 {{- define "hermes-agent.withSecrets" -}}
 {{- if .Values.vault.enabled }}
-command:
-  - /bin/sh
-  - -c
-  - 'set -a && . "$HERMES_RUNTIME_SECRETS_ENV" && set +a && exec "$@"'
-  - with-secrets
-  - hermes-runtime
-{{- else }}
-command:
-  - hermes-runtime
+- /bin/sh
+- -c
+- 'set -a && . "$HERMES_RUNTIME_SECRETS_ENV" && set +a && exec "$@"'
+- with-secrets
 {{- end }}
+- hermes-runtime
 {{- end -}}
 
 {{/* Restore init container: fills an EMPTY data volume from a snapshot, never twice. */}}
@@ -205,8 +203,8 @@ command:
 - name: restore
   image: {{ include "hermes-agent.agentImage" . }}
   imagePullPolicy: {{ .Values.image.pullPolicy }}
-  {{- include "hermes-agent.withSecrets" . | nindent 2 }}
   args:
+    {{- include "hermes-agent.withSecrets" . | nindent 4 }}
     - backup
     - restore
     - --target
@@ -263,7 +261,7 @@ backup_once
 - name: backup
   image: {{ include "hermes-agent.agentImage" $root }}
   imagePullPolicy: {{ $root.Values.image.pullPolicy }}
-  command:
+  args:
     - /bin/sh
     - -c
     - |

@@ -6,19 +6,23 @@ the file takes a few tens of seconds.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from agent_testlib import free_port, git_sync_new_commit, git_synced_plugin, wait_until
 from ruamel.yaml import YAML
+from support.git_sync import git_sync_new_commit, git_synced_plugin
+from support.net import free_port
+from support.wait import wait_until
 
 REPO = Path(__file__).resolve().parents[3]
 FAKE_LLM = REPO / "tests" / "fakes" / "openai_server.py"
@@ -137,13 +141,26 @@ def start_agent(layout: dict[str, Path], tmp_path: Path, **extra_env: str) -> Ag
     return Agent(proc, layout["data"], api_port, metrics_port, layout["secrets"])
 
 
+@contextlib.contextmanager
+def serving_agent(layout: dict[str, Path], tmp_path: Path, **extra_env: str) -> Iterator[Agent]:
+    """A started agent whose gateway answers /health; stopped after the block, exit 0 checked
+    (when the block itself failed, the agent is only stopped)."""
+    agent = start_agent(layout, tmp_path, **extra_env)
+    try:
+        wait_until(agent.healthy, 120, "the gateway's /health")
+        yield agent
+    except BaseException:
+        agent.stop()
+        raise
+    status = agent.stop()
+    assert status == 0, (tmp_path / "agent.log").read_text()[-3000:]
+
+
 def test_agent_run_seeds_links_serves_and_stops_cleanly(
     layout: dict[str, Path], tmp_path: Path
 ) -> None:
     git_synced_plugin(layout["data"], "hello", tmp_path)
-    agent = start_agent(layout, tmp_path)
-    try:
-        wait_until(agent.healthy, 120, "the gateway's /health")
+    with serving_agent(layout, tmp_path) as agent:
         assert agent.proc.poll() is None
         data = layout["data"]
         config = YAML(typ="safe").load((data / "config.yaml").read_text())
@@ -157,10 +174,11 @@ def test_agent_run_seeds_links_serves_and_stops_cleanly(
         assert agent.metric('hermes_runtime_plugin_linked{plugin="hello"}') == 1
         uptime = agent.metric("hermes_runtime_uptime_seconds")
         assert uptime is not None and uptime > 0
-    finally:
-        status = agent.stop()
+        ready = json.loads(agent.get("/ready", agent.metrics_port))
+        assert ready == {"ready": True, "checks": {"gateway": "ok", "data": "ok", "lcm": "ok"}}
     log = (tmp_path / "agent.log").read_text()
-    assert status == 0, log[-3000:]
+    # The drain gets the grace period (30 s by default, minus our margins), never 0 s.
+    assert "drain timed out after 0.0s" not in log
     assert '"event": "agent.gateway.stopped"' in log
     assert API_KEY not in log  # the secret never reaches the logs
 
@@ -168,9 +186,7 @@ def test_agent_run_seeds_links_serves_and_stops_cleanly(
 def test_user_edits_survive_a_restart_and_secret_rotation_restarts_the_gateway(
     layout: dict[str, Path], tmp_path: Path
 ) -> None:
-    agent = start_agent(layout, tmp_path)
-    try:
-        wait_until(agent.healthy, 120, "the gateway's /health")
+    with serving_agent(layout, tmp_path) as agent:
         gateway_pid = int(json.loads((layout["data"] / "gateway.pid").read_text())["pid"])
         # Rotation: the vault sidecar rewrites the file; the gateway must restart to see it.
         layout["secrets"].write_text(f"API_SERVER_KEY={API_KEY}\nEXTRA_TOKEN=rotated-value\n")
@@ -184,8 +200,6 @@ def test_user_edits_survive_a_restart_and_secret_rotation_restarts_the_gateway(
         assert new_pid != gateway_pid
         environ = Path(f"/proc/{new_pid}/environ").read_bytes().split(b"\0")
         assert b"EXTRA_TOKEN=rotated-value" in environ
-    finally:
-        assert agent.stop() == 0
     # The user edits config.yaml; the chart changes another key; a new start merges both.
     config_path = layout["data"] / "config.yaml"
     config_path.write_text(config_path.read_text().replace("max_turns: 10", "max_turns: 42"))
@@ -231,10 +245,8 @@ def test_a_new_plugin_commit_restarts_the_gateway_onto_it(
     75; the supervisor starts a new gateway, which loads the plugin again."""
     data = layout["data"]
     git_synced_plugin(data, "hello", tmp_path)
-    agent = start_agent(layout, tmp_path)
     loads = data / "plugin-loads.log"
-    try:
-        wait_until(agent.healthy, 120, "the gateway's /health")
+    with serving_agent(layout, tmp_path) as agent:
         wait_until(loads.exists, 30, "the plugin's first load")
         first_pids = {line.split()[1] for line in loads.read_text().splitlines()}
         sha = git_sync_new_commit(data, "hello", tmp_path, "v2")
@@ -251,5 +263,48 @@ def test_a_new_plugin_commit_restarts_the_gateway_onto_it(
         restarts = agent.metric('hermes_runtime_gateway_restarts_total{reason="plugins-changed"}')
         assert restarts == 1
         assert agent.metric_sum("hermes_runtime_gateway_restarts_total") == 1  # counted once
-    finally:
-        assert agent.stop() == 0
+
+
+def llm_control(port: int, path: str, payload: dict | None = None) -> object:
+    data = None if payload is None else json.dumps(payload).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data)
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def test_sigterm_lets_an_in_flight_turn_finish_within_the_grace_period(
+    layout: dict[str, Path], tmp_path: Path, fake_llm: int
+) -> None:
+    """Hermes' drain time comes from the grace period: a turn whose model call is still running
+    when SIGTERM arrives gets its reply (with Hermes' default of 0 s it was interrupted)."""
+    replies: list[str] = []
+    with serving_agent(layout, tmp_path, HERMES_RUNTIME_TERMINATION_GRACE_SECONDS="40") as agent:
+        llm_control(fake_llm, "/_reset", {})
+        llm_control(fake_llm, "/_control", {"mode": "hang", "hang_seconds": 4})
+        client = threading.Thread(target=lambda: replies.append(agent.chat("slow question")))
+        client.start()
+        wait_until(lambda: llm_control(fake_llm, "/_requests"), 60, "the turn's model call")
+    client.join(60)  # the agent got SIGTERM at the end of the block, mid-turn
+    assert replies == ["Echo: slow question"]
+    gateway_log = (layout["data"] / "logs" / "gateway.log").read_text()
+    assert "timed_out=False" in gateway_log and "api_at_start=1, api_now=0" in gateway_log
+
+
+def test_a_gateway_killed_with_sigkill_is_restarted_in_place(
+    layout: dict[str, Path], tmp_path: Path
+) -> None:
+    """The real gateway, kill -9: the entrypoint (the container) stays, a new gateway serves."""
+    with serving_agent(layout, tmp_path) as agent:
+        pid_file = layout["data"] / "gateway.pid"
+        killed = int(json.loads(pid_file.read_text())["pid"])
+        os.kill(killed, signal.SIGKILL)
+        wait_until(
+            lambda: agent.metric("hermes_runtime_gateway_starts_total") == 2,
+            60,
+            "a new gateway after kill -9",
+        )
+        wait_until(agent.healthy, 120, "/health after the restart")
+        assert agent.proc.poll() is None
+        assert int(json.loads(pid_file.read_text())["pid"]) != killed
+        assert agent.metric('hermes_runtime_gateway_restarts_total{reason="crash-SIGKILL"}') == 1
+        assert agent.chat("still there?") == "Echo: still there?"

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from backup_testkit import BackupTarget, file_target, make_database, s3_target
+from backup_testlib import BackupTarget, file_target, make_database, s3_target
 from support.seaweedfs import SeaweedServer, seaweedfs_server
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import apsw
-from backup_testkit import BackupTarget, make_database, run_cli
+from backup_testlib import BackupTarget, make_database, run_cli
 
 
 def make_index_mismatch(path: Path, rows: int) -> None:

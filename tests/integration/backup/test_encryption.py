@@ -6,7 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from backup_testkit import BackupTarget, rows, run_cli, tree_fingerprint
+from backup_testlib import BackupTarget, rows, run_cli, tree_fingerprint
 
 SECRET = "3q2+7w8gUaGbX0s1Yx4lJm9NcVdKzPfT"  # 32 random characters, as the docs ask
 

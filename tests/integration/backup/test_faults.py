@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import zstandard
-from backup_testkit import BackupTarget, file_target, run_cli, s3_target, tree_fingerprint
+from backup_testlib import BackupTarget, file_target, run_cli, s3_target, tree_fingerprint
 from support.seaweedfs import SeaweedServer, seaweedfs_server
 
 from hermes_runtime.backup import create_backup, open_target
@@ -262,7 +262,7 @@ def test_if_empty_on_a_used_dir_does_not_need_the_target(tmp_path: Path) -> None
 def test_full_scratch_space_fails_cleanly_without_a_snapshot(
     data_dir: Path, tmp_path: Path, small_tmpfs: Path
 ) -> None:
-    from backup_testkit import make_database
+    from backup_testlib import make_database
 
     make_database(data_dir / "big.db", 8000, payload=400)  # about 4 MB: more than the 1 MiB scratch
     target = file_target(tmp_path)

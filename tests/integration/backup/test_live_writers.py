@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from backup_testkit import BackupTarget, rows, run_cli
+from backup_testlib import BackupTarget, rows, run_cli
 from ledger_writer import prepare
 
 from hermes_runtime.backup import create_backup, open_target, restore_snapshot

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from backup_testkit import file_target, make_database, run_cli
+from backup_testlib import file_target, make_database, run_cli
 
 from hermes_runtime.backup import create_backup, open_target
 

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from backup_testkit import BackupTarget, file_target, run_cli
+from backup_testlib import BackupTarget, file_target, run_cli
 
 from hermes_runtime.backup import create_backup, open_target
 

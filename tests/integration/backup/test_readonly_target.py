@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from backup_testkit import BackupTarget, file_target, run_cli
+from backup_testlib import BackupTarget, file_target, run_cli
 
 
 def verify_read_only(target: BackupTarget, *extra: str) -> subprocess.CompletedProcess[str]:

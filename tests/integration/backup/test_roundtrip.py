@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from backup_testkit import BackupTarget, make_database, rows, run_cli, tree_fingerprint
+from backup_testlib import BackupTarget, make_database, rows, run_cli, tree_fingerprint
 from prometheus_client.parser import text_string_to_metric_families
 
 

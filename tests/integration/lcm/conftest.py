@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes.fixtures import fake_llm  # noqa: F401  (re-exported fixture)
-
-# the conversation builders and lossless check live with the unit tests
-sys.path.insert(0, str(Path(__file__).parents[2] / "unit" / "lcm"))
-sys.path.insert(0, str(Path(__file__).parent))
-
-from lcm_gateway import Gateway
+from lcm_testlib import Gateway
 
 
 @pytest.fixture

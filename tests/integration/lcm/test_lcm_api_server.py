@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from fakes.fixtures import FakeLLM
-from lcm_gateway import gateway_config, stored_rows
+from lcm_testlib import gateway_config, stored_rows
 
 USER_ROWS = "SELECT content FROM messages WHERE role = 'user' ORDER BY id"
 

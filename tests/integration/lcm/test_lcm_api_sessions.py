@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from fakes.fixtures import FakeLLM
-from lcm_gateway import gateway_config, stored_rows
+from lcm_testlib import gateway_config, stored_rows
 
 SESSION = "lcm-continuity"
 EXTERNALIZE_CHARS = 30_000

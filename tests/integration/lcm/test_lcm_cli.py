@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fakes.fixtures import FakeLLM
-from lcm_conversations import simple_conversation, tool_turn
+from support.lcm_conversations import simple_conversation, tool_turn
 
 
 def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -88,7 +88,7 @@ def test_usage_errors_and_missing_database(tmp_path: Path) -> None:
     assert cli("grep", "--db", tmp_path / "none.db", "x").returncode == 1
     assert "none.db" in cli("grep", "--db", tmp_path / "none.db", "x").stderr
     assert cli("context", "--db", tmp_path / "x.db").returncode == 2
-    assert cli("import", "--db", tmp_path / "x.db").returncode == 1
+    assert cli("import", "--db", tmp_path / "x.db").returncode == 2  # usage: FILE or --hermes-state
 
 
 def test_import_from_hermes_state_db(tmp_path: Path) -> None:
@@ -145,7 +145,7 @@ def test_doctor_fix_removes_old_orphans_and_reports_them(tmp_path: Path) -> None
     assert text.returncode == 0, text.stderr
     assert f"removed orphan output cd/{young.name}" in text.stdout and not young.exists()
     bad = cli("doctor", "--db", db, "--fix", "--grace-seconds", "-1")
-    assert bad.returncode == 1 and "--grace-seconds" in bad.stderr
+    assert bad.returncode == 2 and "--grace-seconds" in bad.stderr
 
 
 def test_search_embeds_a_bounded_batch_and_reports_what_waits(tmp_path: Path) -> None:

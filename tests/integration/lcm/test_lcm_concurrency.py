@@ -13,7 +13,7 @@ import sys
 import threading
 from pathlib import Path
 
-from lcm_conversations import reconstruct, simple_conversation
+from support.lcm_conversations import reconstruct, simple_conversation
 
 from hermes_runtime.lcm import CompactionPolicy, LcmConfig, LcmEngine, retrieval
 

@@ -13,20 +13,11 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
+from support.git_sync import GIT_ENV
 from support.net import free_port
-
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "test",
-    "GIT_AUTHOR_EMAIL": "test@example.invalid",
-    "GIT_COMMITTER_NAME": "test",
-    "GIT_COMMITTER_EMAIL": "test@example.invalid",
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
 
 
 def git(*args: str, cwd: Path | None = None) -> str:
@@ -114,57 +105,9 @@ class GitSyncLike:
         os.replace(temp, self.root / "current")
 
 
-@pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    path = tmp_path / "data"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def make_repo(tmp_path: Path) -> Callable[[str], PluginRepo]:
-    def _make(name: str) -> PluginRepo:
-        bare = tmp_path / "origin" / f"{name}.git"
-        work = tmp_path / "work" / name
-        git("init", "-q", "--bare", "-b", "main", str(bare), cwd=tmp_path)
-        git("clone", "-q", str(bare), str(work), cwd=tmp_path)
-        git("checkout", "-q", "-b", "main", cwd=work)
-        return PluginRepo(bare, work)
-
-    return _make
-
-
-@pytest.fixture
-def synced_plugin(
-    data_dir: Path, make_repo: Callable[[str], PluginRepo]
-) -> Callable[..., GitSyncLike]:
-    """A plugin repository committed and synced into ``D/.git-sync/<name>``."""
-
-    def _make(name: str, version: str = "1", sub_path: str = "", sync: bool = True) -> GitSyncLike:
-        repo = make_repo(name)
-        prefix = f"{sub_path}/" if sub_path else ""
-        repo.commit({f"{prefix}{k}": v for k, v in plugin_files(name, version).items()})
-        syncer = GitSyncLike(repo, data_dir / ".git-sync" / name)
-        if sync:
-            syncer.sync()
-        return syncer
-
-    return _make
-
-
 def write_spec(path: Path, plugins: list[dict[str, object]]) -> Path:
     path.write_text(json.dumps({"plugins": plugins}))
     return path
-
-
-def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "hermes_runtime", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, **(env or {})},
-    )
 
 
 DISCOVER_SNIPPET = """

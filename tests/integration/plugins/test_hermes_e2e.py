@@ -18,10 +18,12 @@ from plugins_testlib import (
     write_hermes_config,
     write_spec,
 )
+from support.wait import wait_until
 
+from hermes_runtime.agent import GatewayRestarter
+from hermes_runtime.agent.restart import STATUS_FILE, gateway_pid
 from hermes_runtime.common.errors import RuntimeFailure
-from hermes_runtime.plugins import GatewayRestarter, LinkReport, gateway_pid, link_plugins, watch
-from hermes_runtime.plugins.reload import STATUS_FILE
+from hermes_runtime.plugins import LinkReport, link_plugins, watch
 
 
 def gateway_state(data_dir: Path) -> str | None:
@@ -29,15 +31,6 @@ def gateway_state(data_dir: Path) -> str | None:
         return json.loads((data_dir / STATUS_FILE).read_text()).get("gateway_state")
     except (OSError, ValueError):
         return None
-
-
-def wait_until(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def test_hermes_discovers_the_linked_plugin_once_and_runs_new_commit(

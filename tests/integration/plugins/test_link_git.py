@@ -6,7 +6,8 @@ import os
 import threading
 from pathlib import Path
 
-from plugins_testlib import GitSyncLike, plugin_files, run_cli, write_spec
+from plugins_testlib import GitSyncLike, plugin_files, write_spec
+from support.cli import run_cli
 
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.plugins import link_plugins

@@ -11,15 +11,9 @@ import time
 from pathlib import Path
 
 from plugins_testlib import plugin_files, write_spec
+from support.wait import wait_until
 
 from hermes_runtime.plugins import LinkReport, link_plugins, watch
-
-
-def wait_until(predicate, timeout: float = 20) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 class Watching:

@@ -1,4 +1,4 @@
-"""The seeded OpenBao dev server fixture for the vault integration tests (see vault_testkit)."""
+"""The seeded OpenBao dev server fixture for the vault integration tests (see vault_testlib)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 from support.openbao import openbao_dev_server
-from vault_testkit import SeededVault, seed
+from vault_testlib import SeededVault, seed
 
 
 @pytest.fixture(scope="module")

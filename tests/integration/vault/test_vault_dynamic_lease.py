@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 from support.openbao import free_port
-from vault_testkit import SeededVault, event_names, file_value, refresher, wait_for
+from support.wait import wait_until
+from vault_testlib import SeededVault, event_names, file_value, refresher
 
 from hermes_runtime.vault import VaultSettings
 
@@ -59,7 +60,7 @@ def redis_port() -> Iterator[int]:
             stdout=subprocess.DEVNULL,
         )  # fmt: skip
         try:
-            wait_for(lambda: _answers(port), timeout=10, what="redis-server")
+            wait_until(lambda: _answers(port), timeout=10, what="redis-server")
             yield port
         finally:
             process.terminate()
@@ -112,7 +113,7 @@ def test_dynamic_credentials_are_renewed_not_reminted(
         assert file_value(out, "REDIS_USER") == first_user
         assert redis_accepts(redis_port, first_user, file_value(out, "REDIS_PASSWORD"))
         assert len(leases_of(vault, "hermes")) == 1, "credentials must not be minted on every tick"
-        wait_for(
+        wait_until(
             lambda: file_value(out, "REDIS_USER") != first_user,
             timeout=10,
             what="new credentials at max TTL",

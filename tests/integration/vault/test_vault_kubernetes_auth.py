@@ -12,7 +12,7 @@ import base64
 import json
 from pathlib import Path
 
-from vault_testkit import SeededVault, run_vault_cli
+from vault_testlib import SeededVault, run_vault_cli
 
 SPEC = ["--secret", "kv1/hermes#AWS_SECRET_ACCESS_KEY=AWS"]
 

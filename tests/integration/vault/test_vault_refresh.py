@@ -12,7 +12,8 @@ from pathlib import Path
 
 import hvac
 from support.openbao import OpenBaoServer, openbao_dev_server
-from vault_testkit import (
+from support.wait import wait_until
+from vault_testlib import (
     INTERVAL,
     SeededVault,
     assert_no_secret_leaked,
@@ -20,7 +21,6 @@ from vault_testkit import (
     events,
     file_value,
     refresher,
-    wait_for,
 )
 
 from hermes_runtime.vault import VaultSettings, read_env_file
@@ -45,7 +45,7 @@ def test_rotation_is_rendered_and_unchanged_values_do_not_rewrite(
         time.sleep(INTERVAL * 6)
         assert out.stat().st_ino == inode, "unchanged secrets must not rewrite the file"
         put_kv2(vault.server.client(), name, KEY=second, OTHER="stable")
-        wait_for(lambda: file_value(out, "ROTATING") == second, what="rotated value")
+        wait_until(lambda: file_value(out, "ROTATING") == second, what="rotated value")
         assert out.stat().st_ino != inode
     rendered = [e for e in events(log) if e["event"] == "vault.rendered"]
     assert rendered[-1]["changed"] == ["ROTATING"]
@@ -95,7 +95,7 @@ def test_approle_logs_in_again_when_the_token_reaches_its_max_ttl(
     with refresher(settings, [f"secret/data/{name}#KEY=K"], out, {}) as log:
         time.sleep(4.5)  # past the 3 s max TTL of the first token
         put_kv2(root, name, KEY="after")
-        wait_for(lambda: file_value(out, "K") == "after", what="value read with the new token")
+        wait_until(lambda: file_value(out, "K") == "after", what="value read with the new token")
     assert "vault.token.relogin" in event_names(log)
     assert "vault.refresh.failed" not in event_names(log)
 
@@ -112,13 +112,13 @@ def test_outage_keeps_the_last_file_and_recovers(tmp_path: Path) -> None:
         settings = VaultSettings(addr=server.addr, auth="token", timeout=2)
         with refresher(settings, ["secret/data/hermes#KEY=K"], out, {"VAULT_TOKEN": "root"}) as log:
             server.stop()
-            wait_for(lambda: "vault.refresh.failed" in event_names(log), what="failure logged")
+            wait_until(lambda: "vault.refresh.failed" in event_names(log), what="failure logged")
             assert file_value(out, "K") == "before-outage"
             failure = next(e for e in events(log) if e["event"] == "vault.refresh.failed")
             assert f"cannot reach Vault at {server.addr}" in str(failure["error"])
             with openbao_dev_server(port=port) as restarted:
                 seed_outage_server(restarted, "after-outage")
-                wait_for(lambda: file_value(out, "K") == "after-outage", what="recovery")
+                wait_until(lambda: file_value(out, "K") == "after-outage", what="recovery")
 
 
 def test_cli_refresh_stops_cleanly_on_sigterm_without_secrets_in_argv(
@@ -136,7 +136,7 @@ def test_cli_refresh_stops_cleanly_on_sigterm_without_secrets_in_argv(
         argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
-        wait_for(out.exists, what="sidecar's first render")
+        wait_until(out.exists, what="sidecar's first render")
         cmdline = Path(f"/proc/{process.pid}/cmdline").read_bytes().decode()
         assert_no_secret_leaked(vault.values, cmdline)
         assert vault.read_token not in cmdline
@@ -175,5 +175,5 @@ def test_revoked_token_is_replaced_by_a_new_login(vault: SeededVault, tmp_path: 
     with refresher(settings, [f"secret/data/{name}#KEY=K"], out, {}) as log:
         root.sys.revoke_prefix("auth/approle/login")
         put_kv2(root, name, KEY="after")
-        wait_for(lambda: file_value(out, "K") == "after", what="value read after re-login")
+        wait_until(lambda: file_value(out, "K") == "after", what="value read after re-login")
     assert "vault.token.relogin" in event_names(log)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from support.openbao import OpenBaoServer, openbao_dev_server
-from vault_testkit import run_vault_cli
+from vault_testlib import run_vault_cli
 
 from hermes_runtime.vault import read_env_file
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -11,6 +12,8 @@ import time
 from pathlib import Path
 
 from hermes_runtime.agent import AgentMetrics, Supervisor
+from hermes_runtime.agent.restart import DRAIN_MARKER, STATUS_FILE
+from hermes_runtime.agent.supervisor import CrashHistory, CrashPolicy
 
 # A child that records each start, exits with a scripted status per start, and on SIGTERM or
 # SIGUSR1 exits with the code a test asks for (or ignores it).
@@ -36,7 +39,11 @@ while True:
 
 
 def make_supervisor(
-    tmp_path: Path, plan: str, metrics: AgentMetrics | None = None, **env: str
+    tmp_path: Path,
+    plan: str,
+    metrics: AgentMetrics | None = None,
+    crash_policy: CrashPolicy | None = None,
+    **env: str,
 ) -> tuple[Supervisor, Path]:
     script = tmp_path / "child.py"
     script.write_text(CHILD)
@@ -48,6 +55,7 @@ def make_supervisor(
         stop_timeout=2.0,
         metrics=metrics,
         poll_interval=0.02,
+        crash_policy=crash_policy or CrashPolicy(first_backoff=0.01),
     )
     return supervisor, log
 
@@ -70,10 +78,68 @@ def run_in_thread(supervisor: Supervisor) -> tuple[threading.Thread, list[int]]:
     return thread, result
 
 
-def test_a_crash_exit_code_is_propagated(tmp_path: Path) -> None:
-    supervisor, log = make_supervisor(tmp_path, "3")
+def restarts(metrics: AgentMetrics, reason: str) -> float | None:
+    return metrics.registry.get_sample_value(
+        "hermes_runtime_gateway_restarts_total", {"reason": reason}
+    )
+
+
+def test_a_crash_is_restarted_in_place_and_counted_with_its_reason(tmp_path: Path) -> None:
+    metrics = AgentMetrics()
+    supervisor, log = make_supervisor(tmp_path, "3,run", metrics)
+    thread, result = run_in_thread(supervisor)
+    wait_for(lambda: starts(log) == 2)
+    assert restarts(metrics, "crash-exit-3") == 1
+    supervisor.request_stop(signal.SIGTERM)
+    thread.join(10)
+    assert result == [0]
+
+
+def test_a_gateway_killed_with_sigkill_is_restarted_in_place(tmp_path: Path) -> None:
+    metrics = AgentMetrics()
+    supervisor, log = make_supervisor(tmp_path, "run", metrics)
+    thread, result = run_in_thread(supervisor)
+    wait_for(lambda: starts(log) == 1)
+    first = int(log.read_text().split()[0])
+    os.kill(first, signal.SIGKILL)
+    wait_for(lambda: starts(log) == 2)
+    assert int(log.read_text().split()[1]) != first
+    assert restarts(metrics, "crash-SIGKILL") == 1
+    assert metrics.registry.get_sample_value("hermes_runtime_gateway_up") == 1
+    supervisor.request_stop(signal.SIGTERM)
+    thread.join(10)
+    assert result == [0]
+
+
+def test_repeated_crashes_in_the_window_end_with_the_gateway_status(tmp_path: Path) -> None:
+    metrics = AgentMetrics()
+    policy = CrashPolicy(max_crashes=3, first_backoff=0.01)
+    supervisor, log = make_supervisor(tmp_path, "3", metrics, policy)
     assert supervisor.run() == 3
-    assert starts(log) == 1
+    assert starts(log) == 3  # two restarts in place, then the kubelet's turn
+    assert restarts(metrics, "crash-exit-3") == 2
+
+
+def test_a_clean_exit_and_a_fatal_config_exit_are_not_restarted(tmp_path: Path) -> None:
+    for plan, status in (("0", 0), ("78", 78)):
+        (tmp_path / plan).mkdir()
+        supervisor, log = make_supervisor(tmp_path / plan, plan)
+        assert supervisor.run() == status
+        assert starts(log) == 1
+
+
+def test_the_back_off_doubles_for_quick_crashes_is_capped_and_resets_when_stable() -> None:
+    history = CrashHistory(
+        CrashPolicy(max_crashes=100, window_seconds=1000, first_backoff=0.5, max_backoff=3)
+    )
+    quick = [history.record(now=float(i), uptime=1.0) for i in range(5)]
+    assert quick == [0.5, 1.0, 2.0, 3.0, 3.0]
+    assert history.record(now=10.0, uptime=60.0) == 0.5  # it had run stably: start over
+    window = CrashHistory(CrashPolicy(max_crashes=3, window_seconds=10))
+    assert window.record(now=0.0, uptime=1) is not None
+    assert window.record(now=20.0, uptime=1) is not None  # the first fell out of the window
+    assert window.record(now=21.0, uptime=1) is not None  # two within 10 s
+    assert window.record(now=22.0, uptime=1) is None  # the third within 10 s: give up
 
 
 def test_exit_75_means_restart_me(tmp_path: Path) -> None:
@@ -86,17 +152,6 @@ def test_exit_75_means_restart_me(tmp_path: Path) -> None:
     )
     assert restarts == 2
     assert metrics.registry.get_sample_value("hermes_runtime_gateway_starts_total") == 3
-
-
-def test_a_noted_reason_names_the_next_restart(tmp_path: Path) -> None:
-    metrics = AgentMetrics()
-    supervisor, log = make_supervisor(tmp_path, "75,75,0", metrics)
-    supervisor.note_restart_reason("plugins-changed")
-    assert supervisor.run() == 0
-    assert starts(log) == 3
-    sample = metrics.registry.get_sample_value
-    assert sample("hermes_runtime_gateway_restarts_total", {"reason": "plugins-changed"}) == 1
-    assert sample("hermes_runtime_gateway_restarts_total", {"reason": "gateway-requested"}) == 1
 
 
 def test_request_restart_replaces_the_child_gracefully(tmp_path: Path) -> None:
@@ -167,51 +222,41 @@ def test_signals_to_the_supervisor_process_are_forwarded(tmp_path: Path) -> None
         assert not Path(f"/proc/{pid}").exists(), f"gateway child {pid} outlived the supervisor"
 
 
-ORPHAN_MAKER = r"""
-import os, subprocess, sys, time
-# An intermediate process starts a short-lived grandchild and exits at once: the grandchild is
-# orphaned, re-parented to the subreaper (the supervisor), and exits soon after.
-code = "import subprocess, sys; p = subprocess.Popen(['sleep', '0.3']); print(p.pid)"
-pid = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
-open(sys.argv[1], "w").write(pid)
-while True:
-    time.sleep(0.05)
-"""
-
-
-def test_orphans_of_the_gateway_are_reaped_when_we_are_their_reaper(tmp_path: Path) -> None:
-    """As PID 1 in a container, exited orphans would otherwise stay zombies forever."""
-    script = tmp_path / "gateway.py"
-    script.write_text(ORPHAN_MAKER)
-    pid_file = tmp_path / "orphan.pid"
-    runner = tmp_path / "runner.py"
-    runner.write_text(
-        "import os, sys\n"
-        "from hermes_runtime.agent.supervisor import Supervisor, become_subreaper\n"
-        "become_subreaper()\n"
-        f"s = Supervisor([sys.executable, {str(script)!r}, {str(pid_file)!r}],"
-        " lambda: dict(os.environ), stop_timeout=5, poll_interval=0.02,"
-        " reap_orphans=sys.argv[1] == 'reap')\n"
-        "s.install_signal_handlers()\n"
-        "sys.exit(s.run())\n"
+def test_a_restart_request_waits_for_in_flight_turns_through_hermes_drain(tmp_path: Path) -> None:
+    """The one restart path: drain marker, wait for idle, SIGUSR1, marker removed, new child."""
+    data = tmp_path / "data"
+    data.mkdir()
+    state = data / STATUS_FILE
+    state.write_text(json.dumps({"gateway_state": "draining", "active_agents": 1}))
+    metrics = AgentMetrics()
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    log = tmp_path / "starts.log"
+    supervisor = Supervisor(
+        [sys.executable, str(script), str(log), "run"],
+        lambda: dict(os.environ),
+        stop_timeout=2.0,
+        metrics=metrics,
+        poll_interval=0.02,
+        drain_dir=data,
     )
-
-    def orphan_state(mode: str) -> str:
-        pid_file.unlink(missing_ok=True)
-        proc = subprocess.Popen([sys.executable, str(runner), mode])
-        try:
-            wait_for(lambda: pid_file.exists() and pid_file.read_text().strip() != "")
-            orphan = int(pid_file.read_text())
-            time.sleep(1.0)  # the orphan (sleep 0.3) has exited by now
-            status = Path(f"/proc/{orphan}/status")
-            if not status.exists():
-                return "gone"
-            state = next(line for line in status.read_text().splitlines() if line[:6] == "State:")
-            return "zombie" if "Z" in state.split()[1] else "alive"
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            # The fake gateway has no SIGTERM handler: its status (128 + 15) is propagated.
-            assert proc.wait(15) == 128 + signal.SIGTERM
-
-    assert orphan_state("keep-zombies") == "zombie"  # the failure mode is real here
-    assert orphan_state("reap") == "gone"
+    thread, result = run_in_thread(supervisor)
+    wait_for(lambda: starts(log) == 1)
+    supervisor.request_restart("plugins-changed")
+    marker = data / DRAIN_MARKER
+    wait_for(marker.exists)
+    time.sleep(0.5)
+    assert starts(log) == 1, "restarted while a turn was in flight"
+    state.write_text(json.dumps({"gateway_state": "draining", "active_agents": 0}))
+    wait_for(lambda: starts(log) == 2)
+    assert not marker.exists(), "the new gateway must not start drained"
+    assert restarts(metrics, "plugins-changed") == 1
+    # A SIGTERM during the wait for idle stops instead of restarting.
+    state.write_text(json.dumps({"gateway_state": "draining", "active_agents": 1}))
+    supervisor.request_restart("secrets-changed")
+    wait_for(marker.exists)
+    supervisor.request_stop(signal.SIGTERM)
+    thread.join(10)
+    assert result == [0]
+    assert starts(log) == 2 and not marker.exists()
+    assert restarts(metrics, "secrets-changed") is None

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support.cli import run_cli
 
 from hermes_runtime.cli import main
 
 GROUPS = ["plugins", "backup", "lcm", "vault", "agent"]
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "hermes_runtime", *args], capture_output=True, text=True, check=False
-    )
 
 
 def test_top_level_help_lists_every_group() -> None:
@@ -57,3 +53,21 @@ def test_console_script_is_installed() -> None:
     result = subprocess.run([str(script), "--version"], capture_output=True, text=True)
     assert result.returncode == 0
     assert result.stdout.startswith("hermes-runtime ")
+
+
+def test_plugins_link_reports_each_failure_once(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    spec = tmp_path / "plugins.yaml"
+    spec.write_text("plugins:\n  - name: weather\n")
+    args = ("plugins", "link", "--data-dir", str(tmp_path / "data"), "--spec", str(spec))
+    text = run_cli(*args)
+    assert text.returncode == 1
+    mentions = [line for line in (text.stdout + text.stderr).splitlines() if "weather" in line]
+    assert mentions == [
+        f"error: plugin weather: {tmp_path}/data/.git-sync/weather/current does not exist "
+        "(git-sync has not synced yet)"
+    ]
+    as_json = run_cli(*args, "--json")
+    assert as_json.returncode == 1 and "weather" not in as_json.stderr
+    assert len(as_json.stdout.strip().splitlines()) == 1
+    assert json.loads(as_json.stdout)["plugins"][0]["status"] == "failed"

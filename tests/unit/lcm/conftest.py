@@ -6,7 +6,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fakes.fixtures import fake_llm  # noqa: F401  (re-exported fixture)
 
 from hermes_runtime.lcm import LcmConfig, LcmEngine, LcmStore
 

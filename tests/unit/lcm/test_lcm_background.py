@@ -6,8 +6,8 @@ import time
 from pathlib import Path
 
 import pytest
-from lcm_conversations import simple_conversation
 from prometheus_client import REGISTRY
+from support.lcm_conversations import simple_conversation
 
 from hermes_runtime.lcm import LcmConfig, LcmEngine
 

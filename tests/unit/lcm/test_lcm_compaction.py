@@ -8,7 +8,7 @@ from typing import Any
 from fakes.fixtures import FakeLLM
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from lcm_conversations import blob, reconstruct, simple_conversation, tool_turn
+from support.lcm_conversations import blob, reconstruct, simple_conversation, tool_turn
 
 from hermes_runtime.lcm import CompactionPolicy, LcmConfig, LcmEngine, validation_errors
 from hermes_runtime.lcm.assembly import count_tokens

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lcm_conversations import simple_conversation
+from support.lcm_conversations import simple_conversation
 
 from hermes_runtime.lcm import LcmEngine
 from hermes_runtime.lcm.doctor import doctor, rebuild_fts, stats

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.context_engine import ContextEngine
-from lcm_conversations import SYSTEM, make_hermes_engine, reconstruct, simple_conversation
+from support.lcm_conversations import SYSTEM, make_hermes_engine, reconstruct, simple_conversation
 
 from hermes_runtime.lcm import LcmConfig, validation_errors
 from hermes_runtime.lcm.hermes_plugin import register

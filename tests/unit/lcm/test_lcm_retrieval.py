@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from fakes.fixtures import FakeLLM
-from lcm_conversations import simple_conversation
+from support.lcm_conversations import simple_conversation
 
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.lcm import LcmEngine

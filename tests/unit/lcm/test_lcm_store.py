@@ -8,7 +8,7 @@ from typing import Any
 
 import apsw
 import pytest
-from lcm_conversations import blob
+from support.lcm_conversations import blob
 
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.lcm import LcmStore

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from hermes_cli.plugins import clear_thread_tool_whitelist, set_thread_tool_whitelist
-from lcm_conversations import SYSTEM, make_hermes_engine, simple_conversation
+from support.lcm_conversations import SYSTEM, make_hermes_engine, simple_conversation
 
 from hermes_runtime.common.sqlite import connect
 from hermes_runtime.lcm import hermes_plugin

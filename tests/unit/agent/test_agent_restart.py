@@ -1,4 +1,4 @@
-"""The reload trigger's safety rules: whose drain marker, which PID."""
+"""The restart path's safety rules: whose drain marker, which PID."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_runtime.common.errors import RuntimeFailure
-from hermes_runtime.plugins.reload import (
+from hermes_runtime.agent.restart import (
     DRAIN_MARKER,
     DRAIN_PRINCIPAL,
     _process_alive,
@@ -20,6 +19,7 @@ from hermes_runtime.plugins.reload import (
     gateway_pid,
     request_gateway_restart,
 )
+from hermes_runtime.common.errors import RuntimeFailure
 
 
 def test_begin_drain_writes_hermes_contract_and_clear_removes_it(tmp_path: Path) -> None:

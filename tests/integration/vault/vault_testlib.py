@@ -16,8 +16,7 @@ import secrets
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from support.openbao import OpenBaoServer
+from support.wait import wait_until
 
 from hermes_runtime.vault import VaultSettings, parse_secret_spec, read_env_file, run_refresh
 
@@ -144,15 +144,6 @@ def temp_leftovers(directory: Path) -> list[str]:
 INTERVAL = 0.2
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 def events(log: io.StringIO) -> list[dict[str, object]]:
     return [json.loads(line) for line in log.getvalue().splitlines() if line.strip()]
 
@@ -188,7 +179,7 @@ def refresher(
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
     try:
-        wait_for(lambda: out.exists() or bool(errors), what=f"first render of {out}")
+        wait_until(lambda: out.exists() or bool(errors), what=f"first render of {out}")
         yield log
     finally:
         stop.set()

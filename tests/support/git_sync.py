@@ -1,14 +1,13 @@
-"""Helpers for the agent entrypoint tests: a git-sync-shaped plugin checkout, ports, waits."""
+"""A git-sync-shaped plugin checkout (``D/.git-sync/NAME/current``), as git-sync lays it out.
+
+Shared by the agent integration tests and the image tests.
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
-
-from support.net import free_port  # noqa: F401  (re-exported: agent and image tests)
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "test",
@@ -67,12 +66,3 @@ def git_sync_new_commit(data_dir: Path, name: str, scratch: Path, marker: str) -
     os.symlink(f".worktrees/{sha}", root / "current.tmp")
     os.replace(root / "current.tmp", root / "current")
     return sha
-
-
-def wait_until(predicate: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")

@@ -8,40 +8,32 @@ import urllib.request
 from typing import Any
 
 import pytest
-from fakes.fixtures import FakeLLM, fake_llm  # noqa: F401
+from fakes.fixtures import FakeLLM, post_json
 
 
-def post(url: str, payload: dict[str, Any]) -> Any:
-    request = urllib.request.Request(
-        url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return response.read()
-
-
-def test_models_lists_context_length(fake_llm: FakeLLM) -> None:  # noqa: F811
+def test_models_lists_context_length(fake_llm: FakeLLM) -> None:
     with urllib.request.urlopen(fake_llm.base_url + "/models", timeout=5) as response:
         body = json.load(response)
     assert body["data"][0]["id"] == "fake-model"
     assert body["data"][0]["context_length"] == 128_000
 
 
-def test_echo_is_deterministic_and_reports_usage(fake_llm: FakeLLM) -> None:  # noqa: F811
+def test_echo_is_deterministic_and_reports_usage(fake_llm: FakeLLM) -> None:
     payload = {"model": "m", "messages": [{"role": "user", "content": "hello there"}]}
-    first = json.loads(post(fake_llm.base_url + "/chat/completions", payload))
-    second = json.loads(post(fake_llm.base_url + "/chat/completions", payload))
+    first = json.loads(post_json(fake_llm.base_url + "/chat/completions", payload))
+    second = json.loads(post_json(fake_llm.base_url + "/chat/completions", payload))
     assert first["choices"][0]["message"]["content"] == "Echo: hello there"
     assert second["choices"][0]["message"]["content"] == "Echo: hello there"
     assert first["usage"]["prompt_tokens"] > 0
 
 
-def test_directive_produces_tool_call_then_result_reply(fake_llm: FakeLLM) -> None:  # noqa: F811
+def test_directive_produces_tool_call_then_result_reply(fake_llm: FakeLLM) -> None:
     tools = [{"type": "function", "function": {"name": "lookup", "parameters": {}}}]
     messages: list[dict[str, Any]] = [
         {"role": "user", "content": 'please [[tool:lookup {"q": "x"}]]'}
     ]
     body = json.loads(
-        post(fake_llm.base_url + "/chat/completions", {"messages": messages, "tools": tools})
+        post_json(fake_llm.base_url + "/chat/completions", {"messages": messages, "tools": tools})
     )
     call = body["choices"][0]["message"]["tool_calls"][0]
     assert call["function"]["name"] == "lookup"
@@ -51,18 +43,18 @@ def test_directive_produces_tool_call_then_result_reply(fake_llm: FakeLLM) -> No
         {"role": "tool", "tool_call_id": call["id"], "content": "forty-two"},
     ]
     body = json.loads(
-        post(fake_llm.base_url + "/chat/completions", {"messages": messages, "tools": tools})
+        post_json(fake_llm.base_url + "/chat/completions", {"messages": messages, "tools": tools})
     )
     assert body["choices"][0]["message"]["content"] == "Tool results: lookup -> forty-two"
 
 
-def test_stream_reassembles_to_the_same_text(fake_llm: FakeLLM) -> None:  # noqa: F811
+def test_stream_reassembles_to_the_same_text(fake_llm: FakeLLM) -> None:
     payload = {
         "messages": [{"role": "user", "content": "a fairly long message to split in chunks"}],
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    raw = post(fake_llm.base_url + "/chat/completions", payload).decode()
+    raw = post_json(fake_llm.base_url + "/chat/completions", payload).decode()
     events = [line[6:] for line in raw.splitlines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
@@ -71,7 +63,7 @@ def test_stream_reassembles_to_the_same_text(fake_llm: FakeLLM) -> None:  # noqa
     assert chunks[-1]["usage"]["prompt_tokens"] > 0
 
 
-def test_summary_is_shorter_than_input(fake_llm: FakeLLM) -> None:  # noqa: F811
+def test_summary_is_shorter_than_input(fake_llm: FakeLLM) -> None:
     long_text = " ".join(f"word{i}" for i in range(500))
     payload = {
         "messages": [
@@ -80,25 +72,25 @@ def test_summary_is_shorter_than_input(fake_llm: FakeLLM) -> None:  # noqa: F811
         ],
         "max_tokens": 100,
     }
-    body = json.loads(post(fake_llm.base_url + "/chat/completions", payload))
+    body = json.loads(post_json(fake_llm.base_url + "/chat/completions", payload))
     text = body["choices"][0]["message"]["content"]
     assert text.startswith("SUMMARY: word0")
     assert len(text) <= 400
 
 
-def test_fail_mode_returns_500_and_requests_are_recorded(fake_llm: FakeLLM) -> None:  # noqa: F811
+def test_fail_mode_returns_500_and_requests_are_recorded(fake_llm: FakeLLM) -> None:
     fake_llm.set_mode("fail")
     with pytest.raises(urllib.error.HTTPError) as info:
-        post(fake_llm.base_url + "/chat/completions", {"messages": []})
+        post_json(fake_llm.base_url + "/chat/completions", {"messages": []})
     assert info.value.code == 500
     assert len(fake_llm.requests()) == 1
     fake_llm.reset()
     assert fake_llm.requests() == []
 
 
-def test_embeddings_are_normalized_and_similar_for_shared_words(fake_llm: FakeLLM) -> None:  # noqa: F811
+def test_embeddings_are_normalized_and_similar_for_shared_words(fake_llm: FakeLLM) -> None:
     payload = {"input": ["the red fox", "the red fox jumps", "quantum chromodynamics"]}
-    body = json.loads(post(fake_llm.base_url + "/embeddings", payload))
+    body = json.loads(post_json(fake_llm.base_url + "/embeddings", payload))
     vectors = [d["embedding"] for d in body["data"]]
     assert len(vectors[0]) == 64
 

@@ -1,28 +1,30 @@
-"""Make a running Hermes gateway pick up new plugin code, as gently as Hermes allows.
+"""The one way a running Hermes gateway is restarted: quiesce, then SIGUSR1, then exit 75.
 
-Hermes 0.19.0 has no in-process plugin reload a gateway honours: the loader
-(``hermes_cli.plugins.discover_plugins(force=True)``) re-imports modules, but
-cached agents keep the old tool objects and there is no control channel into
-a running gateway (``gateway/drain_control.py``). Its supported path is a
-graceful restart: SIGUSR1 makes the gateway drain in-flight turns (for
-``agent.restart_drain_timeout`` seconds, default 0), mark still-running
-sessions ``resume_pending`` and exit with code 75
-(``gateway/restart.py: GATEWAY_SERVICE_RESTART_EXIT_CODE``), which a
-supervisor answers by starting it again; the new process imports the plugin
-through ``D/plugins/<name>`` -> ``current`` -> the new worktree.
+Used for every planned restart: new plugin code, rotated secrets, SIGHUP (through
+``Supervisor.request_restart``), and by ``plugins watch`` outside the entrypoint
+(``GatewayRestarter``).
 
-To be less disruptive than that default (which interrupts running turns at
-once), ``GatewayRestarter`` first quiesces the gateway through Hermes' own
-external-drain marker and waits for in-flight work to finish.
+Why a restart: Hermes 0.19.0 has no in-process plugin reload a gateway honours (the
+loader re-imports modules, but cached agents keep the old tool objects, and there is no
+control channel into a running gateway, ``gateway/drain_control.py``), and its env (the
+secrets) is read at start. Its supported path: SIGUSR1 makes the gateway drain in-flight
+turns (for ``agent.restart_drain_timeout``), mark still-running sessions ``resume_pending``
+and exit with code 75 (``gateway/restart.py: GATEWAY_SERVICE_RESTART_EXIT_CODE``), which a
+supervisor answers by starting it again.
+
+To be gentler than that, ``quiesced`` first engages Hermes' own external-drain marker (no
+new turns: 503 + Retry-After) and waits for in-flight work to finish; the marker is removed
+once the gateway has exited, before the new one starts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,11 +34,11 @@ from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.common.logs import log_event
 from hermes_runtime.plugins.link import LinkReport
 
-RESTART_EXIT_CODE = 75
+GATEWAY_RESTART_EXIT_CODE = 75  # gateway/restart.py GATEWAY_SERVICE_RESTART_EXIT_CODE
 PID_FILE = "gateway.pid"
 STATUS_FILE = "gateway_state.json"
 DRAIN_MARKER = ".drain_request.json"
-DRAIN_PRINCIPAL = "hermes-runtime-plugins"
+DRAIN_PRINCIPAL = "hermes-runtime"
 
 
 def gateway_pid(data_dir: Path) -> int:
@@ -88,29 +90,63 @@ def request_gateway_restart(pid: int) -> None:
         raise RuntimeFailure(f"not allowed to signal gateway PID {pid}") from exc
 
 
+@contextlib.contextmanager
+def quiesced(
+    data_dir: Path,
+    *,
+    max_defer_seconds: float = 120.0,
+    engage_seconds: float = 5.0,
+    poll_seconds: float = 0.1,
+    abort: Callable[[], bool] = lambda: False,
+) -> Iterator[bool]:
+    """Hold the gateway in Hermes' external drain while the block restarts it.
+
+    1. Write the drain marker (``D/.drain_request.json``, the contract in
+       ``gateway/drain_control.py``) unless someone else's drain is on: the gateway stops
+       accepting NEW turns and lets in-flight turns finish, refreshing ``active_agents``.
+    2. Wait until no agent work is in flight, at most ``max_defer_seconds`` (or until
+       ``abort()``, e.g. a SIGTERM); yields whether the gateway got idle.
+    3. After the block (which signals the gateway and waits for its exit), remove our
+       marker: a shutdown in progress is never reverted to running by that.
+    """
+    ours = begin_drain(data_dir)
+    try:
+        if ours:
+            _wait_for(lambda: _drain_engaged(data_dir), engage_seconds, poll_seconds, abort)
+        idle = _wait_for(
+            lambda: active_agent_count(data_dir) == 0, max_defer_seconds, poll_seconds, abort
+        )
+        yield idle
+    finally:
+        if ours:
+            clear_own_drain(data_dir)
+
+
+def _wait_for(
+    condition: Callable[[], bool], seconds: float, poll: float, abort: Callable[[], bool]
+) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() >= deadline or abort():
+            return False
+        time.sleep(poll)
+    return True
+
+
 @dataclass
 class GatewayRestarter:
-    """An ``on_change`` callback for ``watch``: quiesce, then restart gracefully.
+    """An ``on_change`` for ``plugins watch`` when no entrypoint supervises the gateway:
+    ``quiesced``, SIGUSR1, wait for the exit; the gateway's own supervisor (systemd, a
+    shell loop) starts it again on exit 75.
 
-    1. Engage Hermes' own external drain (``D/.drain_request.json``, the
-       contract in ``gateway/drain_control.py``): the gateway stops accepting
-       NEW turns (the API server answers 503 + Retry-After: 1) and lets
-       in-flight turns finish, refreshing ``active_agents`` every second.
-    2. Wait until no agent work is in flight (chat turns, API-server runs,
-       cron jobs), at most ``max_defer_seconds``.
-    3. SIGUSR1: the gateway drains (nothing left), exits 75, the supervisor
-       starts it again; then remove our drain marker (a shutdown in progress
-       is never reverted to running by that).
-
-    A drain someone else started is left alone. ``pid`` is a function so the
-    entrypoint can hand over the PID of the gateway child it supervises; by
-    default it is read from ``D/gateway.pid``.
+    ``pid`` is a function returning the gateway's PID; by default it is read from
+    ``D/gateway.pid``. Inside the agent image the entrypoint's ``Supervisor`` does the
+    same through ``request_restart``.
     """
 
     data_dir: Path
     pid: Callable[[], int] | None = None
     max_defer_seconds: float = 120.0
-    drain_engage_seconds: float = 5.0
     poll_seconds: float = 0.1
     restarts: list[float] = field(default_factory=list)
 
@@ -120,15 +156,11 @@ class GatewayRestarter:
     def __call__(self, report: LinkReport) -> None:
         pid = self.pid() if self.pid is not None else gateway_pid(self.data_dir)
         started = time.monotonic()
-        ours = begin_drain(self.data_dir)
-        try:
-            if ours:
-                self._wait_for(lambda: _drain_engaged(self.data_dir), self.drain_engage_seconds)
-            idle = self._wait_for(
-                lambda: active_agent_count(self.data_dir) == 0, self.max_defer_seconds
-            )
+        with quiesced(
+            self.data_dir, max_defer_seconds=self.max_defer_seconds, poll_seconds=self.poll_seconds
+        ) as idle:
             log_event(
-                "plugins.reload.restart_gateway",
+                "agent.restart.gateway",
                 pid=pid,
                 idle=idle,
                 quiesce_s=round(time.monotonic() - started, 3),
@@ -136,21 +168,7 @@ class GatewayRestarter:
             )
             request_gateway_restart(pid)
             self.restarts.append(time.time())
-            self._wait_for(lambda: not _process_alive(pid), 60.0)
-        finally:
-            if ours:
-                clear_own_drain(self.data_dir)
-
-    def _idle(self) -> bool:
-        return not active_agent_count(self.data_dir)
-
-    def _wait_for(self, condition: Callable[[], bool], seconds: float) -> bool:
-        deadline = time.monotonic() + seconds
-        while not condition():
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(self.poll_seconds)
-        return True
+            _wait_for(lambda: not _process_alive(pid), 60.0, self.poll_seconds, lambda: False)
 
 
 def begin_drain(data_dir: Path) -> bool:

@@ -1,0 +1,158 @@
+"""`hermes-runtime agent run` as the image runs it, with a small stand-in for the Hermes gateway.
+
+The entrypoint starts ``python -m hermes_cli.main gateway run``; a ``hermes_cli`` package put
+first on the gateway's ``PYTHONPATH`` takes its place (set through the secrets env file, which
+only the gateway's environment reads, so the entrypoint itself still imports real Hermes).
+The stand-in serves ``/health`` on the API port, keeps a history file of its starts and ends in
+the data dir (the evidence the lock tests read), and on SIGTERM waits ``FAKE_DRAIN_SECONDS``
+before exiting, as a draining gateway does. Everything else (settings, lock, seeding,
+supervisor, metrics) is the real entrypoint.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from support.net import free_port
+
+BIN = Path(sys.executable).parent
+API_KEY = "fake-gateway-key-0123456789abcdef"
+
+FAKE_MAIN = r"""
+import http.server, json, os, signal, sys, threading, time
+from pathlib import Path
+
+home = Path(os.environ["HERMES_HOME"])
+name = os.environ.get("AGENT_NAME", "")
+
+def note(what):
+    with open(home / "gateway-history.log", "a") as fh:
+        fh.write(f"{time.time():.6f} {what} {os.getpid()} {name}\n")
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"status": "ok"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+
+stop = threading.Event()
+signal.signal(signal.SIGTERM, lambda s, f: stop.set())
+signal.signal(signal.SIGUSR1, lambda s, f: stop.set())
+note("start")
+with open(home / "gateway-env.log", "a") as fh:
+    fh.write(json.dumps({k: v for k, v in os.environ.items() if k.startswith("HERMES_")}) + "\n")
+server = http.server.ThreadingHTTPServer(
+    (os.environ["API_SERVER_HOST"], int(os.environ["API_SERVER_PORT"])), Health
+)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+while not stop.wait(0.02):
+    pass
+time.sleep(float(os.environ.get("FAKE_DRAIN_SECONDS", "0.3")))
+note("end")
+server.shutdown()
+"""
+
+
+def shadow_hermes(root: Path) -> Path:
+    """Write the stand-in ``hermes_cli`` package under ``root``; returns the PYTHONPATH entry."""
+    package = root / "shadow" / "hermes_cli"
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text("")
+    (package / "main.py").write_text(FAKE_MAIN)
+    return package.parent
+
+
+@dataclass
+class Entrypoint:
+    """One ``hermes-runtime agent run`` process and where its output goes."""
+
+    proc: subprocess.Popen[bytes]
+    log: Path
+    api_port: int
+    metrics_port: int
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def get(self, path: str, port: int | None = None) -> tuple[int, str]:
+        """``(status, body)`` of a GET on the metrics port (or ``port``)."""
+        url = f"http://127.0.0.1:{port or self.metrics_port}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+        except OSError as exc:  # not listening (yet, or any more): status 0
+            return 0, str(exc)
+
+    def stop(self, timeout: float = 30) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+
+def start_entrypoint(data: Path, scratch: Path, name: str, **env: str) -> Entrypoint:
+    """Start ``hermes-runtime agent run`` on ``data`` with the stand-in gateway."""
+    api_port, metrics_port = free_port(), free_port()
+    secrets = scratch / f"{name}-secrets.env"
+    secrets.write_text(f"API_SERVER_KEY={API_KEY}\nPYTHONPATH={shadow_hermes(scratch)}\n")
+    full_env = {
+        **os.environ,
+        "HERMES_HOME": str(data),
+        "HERMES_RUNTIME_SECRETS_ENV": str(secrets),
+        "API_SERVER_HOST": "127.0.0.1",
+        "API_SERVER_PORT": str(api_port),
+        "HERMES_RUNTIME_METRICS_PORT": str(metrics_port),
+        "AGENT_NAME": name,
+        **env,
+    }
+    for unset in ("HERMES_RUNTIME_PLUGIN_SPEC", "API_SERVER_KEY", "PYTHONPATH"):
+        full_env.pop(unset, None)
+    log = scratch / f"{name}.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(BIN / "hermes-runtime"), "agent", "run"],
+            env=full_env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    return Entrypoint(proc, log, api_port, metrics_port)
+
+
+@dataclass(frozen=True)
+class Event:
+    at: float
+    what: str
+    pid: int
+    name: str
+
+
+def history(data: Path) -> list[Event]:
+    """The stand-in gateways' starts and ends, in the order they were written."""
+    path = data / "gateway-history.log"
+    if not path.exists():
+        return []
+    events = []
+    for line in path.read_text().splitlines():
+        at, what, pid, name = [*line.split(), ""][:4]
+        events.append(Event(float(at), what, int(pid), name))
+    return events
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 20.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s: {what}"
+        time.sleep(0.05)

@@ -1,0 +1,92 @@
+"""The hand-over: drain time from the grace period, /ready, and the preStop hook.
+
+Real entrypoint processes with the stand-in gateway (fake_gateway.py): the kubelet's part is
+played by plain HTTP requests to the endpoints it would call.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+from fake_gateway import start_entrypoint, wait_for
+
+from hermes_runtime.agent import AgentSettings
+from hermes_runtime.common.errors import RuntimeFailure
+
+
+def test_the_drain_time_follows_the_grace_period_and_is_never_zero() -> None:
+    settings = AgentSettings.from_env(
+        {
+            "HERMES_RUNTIME_TERMINATION_GRACE_SECONDS": "60",
+            "HERMES_RUNTIME_PRESTOP_SECONDS": "5",
+        }
+    )
+    assert settings.stop_budget == 53  # 60 - 5 (preStop) - 2 (our own exit)
+    assert settings.drain_timeout == 50  # Hermes' shutdown gets the last 3 s
+    default = AgentSettings.from_env({})
+    assert default.drain_timeout == 25  # Kubernetes' default 30 s grace period
+    tiny = AgentSettings.from_env({"HERMES_RUNTIME_TERMINATION_GRACE_SECONDS": "0"})
+    assert tiny.drain_timeout == 1.0
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "inf", "nan"])
+def test_a_bad_grace_period_names_the_variable(value: str) -> None:
+    with pytest.raises(RuntimeFailure, match="HERMES_RUNTIME_TERMINATION_GRACE_SECONDS"):
+        AgentSettings.from_env({"HERMES_RUNTIME_TERMINATION_GRACE_SECONDS": value})
+
+
+def test_pre_stop_turns_the_pod_unready_while_the_gateway_still_serves(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    agent = start_entrypoint(
+        data,
+        tmp_path,
+        "agent",
+        HERMES_RUNTIME_TERMINATION_GRACE_SECONDS="60",
+        HERMES_RUNTIME_PRESTOP_SECONDS="2",
+    )
+    try:
+        wait_for(lambda: agent.get("/ready")[0] == 200, what="/ready")
+        status, body = agent.get("/ready")
+        assert json.loads(body) == {
+            "ready": True,
+            "checks": {"gateway": "ok", "data": "ok", "lcm": "ok"},
+        }
+        env = json.loads((data / "gateway-env.log").read_text().splitlines()[-1])
+        assert env["HERMES_RESTART_DRAIN_TIMEOUT"] == "53"  # 60 - 2 - 2 - 3
+        # The kubelet calls the preStop hook: unready at once, the gateway keeps serving.
+        hook: list[tuple[int, str]] = []
+        caller = threading.Thread(target=lambda: hook.append(agent.get("/pre-stop")))
+        caller.start()
+        wait_for(lambda: agent.get("/ready")[0] == 503, timeout=1.5, what="unready")
+        assert json.loads(agent.get("/ready")[1])["checks"] == {"stopping": "the pod is stopping"}
+        assert agent.get("/health", agent.api_port)[0] == 200
+        assert caller.is_alive()  # the hook holds the kubelet for the preStop wait
+        caller.join(10)
+        assert hook and hook[0][0] == 200
+        assert agent.get("/health", agent.api_port)[0] == 200  # SIGTERM has not come yet
+    finally:
+        status = agent.stop()
+    assert status == 0, agent.output()[-2000:]
+
+
+def test_ready_fails_naming_an_unreadable_lcm_database(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "config.yaml").write_text("context:\n  engine: lcm\n")
+    (data / "lcm.db").write_bytes(b"this is not a database" * 100)
+    agent = start_entrypoint(data, tmp_path, "agent")
+    try:
+        wait_for(lambda: agent.get("/health", agent.api_port)[0] == 200, what="the gateway")
+        status, body = agent.get("/ready")
+        assert status == 503
+        checks = json.loads(body)["checks"]
+        assert checks["gateway"] == "ok" and checks["data"] == "ok"
+        assert checks["lcm"].startswith(f"{data / 'lcm.db'}: ")
+        (data / "lcm.db").unlink()  # the engine will create it with the first session
+        assert agent.get("/ready")[0] == 200
+    finally:
+        assert agent.stop() == 0
