@@ -13,7 +13,7 @@ CACHE_HOME ?= $(HOME)/.cache/hermes-runtime
 E2E_IMAGES := agent git-sync git-server seaweedfs openbao fake-llm busybox
 # Where `make image-push` publishes the agent image (REGISTRY/hermes-runtime/agent:<appVersion>).
 REGISTRY ?= localhost:5001
-KUBECONFIG_LOCAL := $(CURDIR)/.cache/k8s/kubeconfig
+KUBECONFIG_LOCAL := $(CURDIR)/.cache/kind/kubeconfig
 export PATH := $(BIN):$(TOOLS_BIN):$(PATH)
 PYTEST := $(BIN)/pytest
 PYTEST_ARGS ?=

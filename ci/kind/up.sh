@@ -3,13 +3,13 @@
 # `kind create cluster` (podman provider) with ci/kind-config.yaml, and the registry wired into
 # every node's containerd (kind's local-registry recipe: certs.d/localhost:5001/hosts.toml).
 # A cluster that already runs the same node image is kept (warm start: seconds).
-# Writes the kubeconfig to .cache/k8s/kubeconfig.
+# Writes the kubeconfig to .cache/kind/kubeconfig.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 HERE="$ROOT/ci/kind"
 source "$HERE/versions.sh"
 KIND_BIN="$ROOT/.cache/kind/bin"
-KUBECONFIG_PATH="$ROOT/.cache/k8s/kubeconfig"
+KUBECONFIG_PATH="$ROOT/.cache/kind/kubeconfig"
 export KIND_EXPERIMENTAL_PROVIDER=podman PATH="$KIND_BIN:$PATH"
 log() { echo "kind-up: $*" >&2; }
 

@@ -340,7 +340,7 @@ def _container_logs(
 def kubeconfig_from_env() -> Path:
     """KUBECONFIG as `make e2e` exports it; the local cluster's path otherwise."""
     value = os.environ.get("KUBECONFIG", "")
-    return Path(value) if value else REPO_ROOT / ".cache" / "k8s" / "kubeconfig"
+    return Path(value) if value else REPO_ROOT / ".cache" / "kind" / "kubeconfig"
 
 
 def kubectl(cluster: Cluster, namespace: str, *args: str, timeout: float = 300) -> str:
