@@ -18,7 +18,7 @@ export PATH := $(BIN):$(TOOLS_BIN):$(PATH)
 PYTEST := $(BIN)/pytest
 PYTEST_ARGS ?=
 
-.PHONY: help venv tools images image image-push image-tests unit integration chart e2e test lint demo cluster cluster-down clean
+.PHONY: help system-deps venv tools images image image-push image-tests unit integration chart e2e test lint demo cluster cluster-down clean
 
 help:
 	@echo "make demo   - the main job: cluster, images, helm install, a conversation, a backup"
@@ -40,6 +40,11 @@ $(STAMP): pyproject.toml | .cache
 
 venv: $(STAMP)
 
+# Debian packages the tests and the demo need (git, redis-server, ...): installed here, so
+# `make test` and `make demo` work on a fresh machine exactly as the README says.
+system-deps:
+	ci/install-system-deps.sh
+
 tools: venv
 	ci/install-tools.sh $(CURDIR)/.cache/tools
 	ci/install-actionlint.sh $(CURDIR)/.cache/tools
@@ -50,7 +55,7 @@ images: venv
 unit: venv
 	$(PYTEST) tests/unit $(PYTEST_ARGS)
 
-integration: venv tools
+integration: system-deps venv tools
 	$(PYTEST) tests/integration $(PYTEST_ARGS)
 
 chart: venv tools
@@ -80,7 +85,7 @@ e2e: venv tools
 	REGISTRY=$(REGISTRY) ci/build-images.sh $(E2E_IMAGES)
 	KUBECONFIG="$${KUBECONFIG:-$(KUBECONFIG_LOCAL)}" $(PYTEST) tests/e2e $(PYTEST_ARGS)
 
-test: venv tools
+test: system-deps venv tools
 	$(PYTEST) tests/unit tests/integration tests/chart tests/image $(PYTEST_ARGS)
 	$(MAKE) e2e
 
@@ -91,7 +96,7 @@ lint: venv
 	ci/install-actionlint.sh $(CURDIR)/.cache/tools
 	$(TOOLS_BIN)/actionlint .github/workflows/*.yaml
 
-demo: venv tools
+demo: system-deps venv tools
 	ci/demo.sh
 
 clean:

@@ -32,7 +32,7 @@ import numpy as np
 from hermes_runtime.lcm import CompactionPolicy, LcmConfig, LcmEngine, retrieval
 from hermes_runtime.lcm.assembly import assemble
 from hermes_runtime.lcm.doctor import database_bytes
-from hermes_runtime.lcm.embeddings import Embedder, embed_all, offline_embedder
+from hermes_runtime.lcm.embeddings import Embedder, embed_all, encode_vector, offline_embedder
 from hermes_runtime.lcm.schema import fetch_all
 
 PER_SESSION = 1_000
@@ -56,7 +56,45 @@ def make_messages(count: int, words: list[str], rng: random.Random) -> list[dict
 def percentiles(samples: list[float]) -> dict[str, float]:
     ordered = sorted(samples)
     p95 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
-    return {"p50_ms": round(statistics.median(ordered) * 1000, 3), "p95_ms": round(p95 * 1000, 3)}
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return {
+        "p50_ms": round(statistics.median(ordered) * 1000, 3),
+        "p95_ms": round(p95 * 1000, 3),
+        "p99_ms": round(p99 * 1000, 3),
+    }
+
+
+def start_up(config: LcmConfig) -> dict[str, float]:
+    """Opening the engine on the filled database (schema check, no scan), then a first grep."""
+    started = time.perf_counter()
+    engine = LcmEngine(config)
+    opened = time.perf_counter() - started
+    retrieval.grep(engine.store, "start", None, 5)
+    first_grep = time.perf_counter() - started - opened
+    engine.close()
+    return {"open_s": round(opened, 3), "first_grep_s": round(first_grep, 3)}
+
+
+def turn_overhead(
+    engine: LcmEngine, words: list[str], rng: random.Random, turns: int = 200
+) -> dict[str, float]:
+    """What a turn costs LCM on Hermes' reply path: syncing the host's transcript.
+
+    Hermes' ``post_llm_call`` hook hands the whole live context plus the new
+    user and assistant messages; only the two new ones are stored.
+    """
+    session = "turns"
+    host = [{"role": "system", "content": "You are a test agent."}]
+    samples = []
+    for _ in range(turns):
+        host = host + make_messages(2, words, rng)
+        started = time.perf_counter()
+        engine.sync_bounded(session, host, 2.0)
+        samples.append(time.perf_counter() - started)
+        if len(host) > 60:  # the host compacts: it then holds our fitted context
+            fitted, _ = engine.fitted_context(session, 3_000, host[:1])
+            host = fitted
+    return percentiles(samples)
 
 
 def timed(fn: Callable[[], Any], runs: int) -> dict[str, float]:
@@ -134,7 +172,7 @@ def fill_synthetic(engine: LcmEngine, embedder: Embedder) -> int:
             "INSERT OR IGNORE INTO embeddings(kind, item_id, model, dim, session_id, vector) "
             "VALUES (?, ?, ?, ?, ?, ?)",
             (
-                (kind, item, embedder.model, embedder.dim, session, matrix[i].tobytes())
+                (kind, item, embedder.model, embedder.dim, session, encode_vector(matrix[i]))
                 for i, (kind, item, session) in enumerate(queued)
             ),
         )
@@ -194,6 +232,7 @@ def run(
     result["raw_text_bytes_per_1k_messages"] = round(
         result["batched_import"]["raw_text_bytes"] / (total / 1_000)
     )
+    result["database_to_raw_text"] = round(size / result["batched_import"]["raw_text_bytes"], 2)
 
     probe = make_messages(1_000, words, rng)
     samples = []
@@ -212,8 +251,10 @@ def run(
     result.update(search_figures(engine, embedder if embeddings else None, queries))
 
     result["compaction_bookkeeping_per_10k_tokens_ms"] = compaction_cost(engine, words, rng)
+    result["turn_overhead"] = turn_overhead(engine, words, rng)
     result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     engine.close()
+    result["start_up"] = start_up(engine.config)
     return result
 
 
@@ -256,6 +297,7 @@ def searches_only(workdir: Path, embedder_name: str) -> dict[str, Any]:
     result.update(search_figures(engine, offline_embedder(embedder_name), queries))
     result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     engine.close()
+    result["start_up"] = start_up(engine.config)
     return result
 
 
@@ -296,7 +338,13 @@ def index_only(items: int, dim: int, workdir: Path) -> dict[str, Any]:
                 "INSERT INTO embeddings(kind, item_id, model, dim, session_id, vector) "
                 "VALUES ('message', ?, ?, ?, ?, ?)",
                 (
-                    (start + i + 1, model, dim, f"s{(start + i) // PER_SESSION}", row.tobytes())
+                    (
+                        start + i + 1,
+                        model,
+                        dim,
+                        f"s{(start + i) // PER_SESSION}",
+                        encode_vector(row),
+                    )
                     for i, row in enumerate(matrix)
                 ),
             )
@@ -309,6 +357,7 @@ def index_only(items: int, dim: int, workdir: Path) -> dict[str, Any]:
     index.search(store, model, queries[0], None, 30)
     result["load_s"] = round(time.perf_counter() - started, 2)
     result["index_bytes"] = index.memory_bytes()
+    result["index_mb_at_1m_items"] = round(index.memory_bytes() / items * 1_000_000 / 1e6)
     qi = iter(queries[1:])
     result["search_all_sessions"] = timed(
         lambda: index.search(store, model, next(qi), None, 30), 100

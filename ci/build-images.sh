@@ -13,9 +13,12 @@
 #        NO_PUSH=1     build only (the image tests only need the images in Docker)
 #        NO_CACHE=1    cold build: ignore Docker's layer cache and re-debootstrap the base
 #
+# git-sync is the stand-in (ci/images/git-sync/git_sync.py), a test double of upstream git-sync
+# v4 for machines where registry.k8s.io/git-sync/git-sync cannot be pulled (docs/plugins.md).
+#
 # Cached: Docker's layer cache makes a warm run quick, and an image is pushed only when its ID
-# changed since its last push (a push of unchanged layers is cheap anyway). An image that cannot be built (e.g. git-sync when the Go proxy refuses the
-# module) is reported, the others are still built, and the script exits 1 at the end.
+# changed since its last push. An image that cannot be built is reported, the others are still
+# built, and the script exits 1 at the end.
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -73,8 +76,7 @@ build_one() {
       docker_build "$tag" "$REPO_ROOT" "$REPO_ROOT/Dockerfile" || return 1
       ;;
     git-sync)
-      "$REPO_ROOT/ci/build-git-sync.sh" "$REPO_ROOT/.cache/tools" >&2 || return 1
-      ctx="$(aux_context "$name" "$REPO_ROOT/.cache/tools/bin/git-sync")" || return 1
+      ctx="$(aux_context "$name" "$IMAGES_DIR/git-sync/git_sync.py")" || return 1
       docker_build "$tag" "$ctx" "$IMAGES_DIR/git-sync.Dockerfile" || return 1
       ;;
     git-server)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,6 @@ from hermes_runtime.cli._shared import (
     positive_int,
     print_json,
 )
-from hermes_runtime.common.errors import RuntimeFailure
 
 
 def register(subparsers: Any) -> None:
@@ -29,11 +30,20 @@ def register(subparsers: Any) -> None:
         "Lossless Context Management: import history, assemble context, search, expand.",
     )
     _import_parser(verbs)
-    p = add_verb(verbs, "context", "assemble a session's context under a token budget", _context)
+    p = add_verb(
+        verbs,
+        "context",
+        "a session's stored context: the newest items within a token budget",
+        _context,
+    )
     _common(p)
     p.add_argument("--session", required=True, help="the session's id")
-    p.add_argument("--budget", type=positive_int, required=True, help="tokens")
-    _llm_options(p)
+    p.add_argument(
+        "--budget",
+        type=positive_int,
+        required=True,
+        help="tokens; the newest stored items that fit",
+    )
     p = add_verb(verbs, "grep", "full-text (or regex) search", _grep)
     _common(p)
     p.add_argument("--session", help="one session (default: all sessions)")
@@ -55,8 +65,8 @@ def register(subparsers: Any) -> None:
         type=non_negative_int,
         default=256,
         metavar="N",
-        help="first embed at most N items still queued (the agent's background worker embeds "
-        "the rest; 0: search only what is embedded)",
+        help="embed at most N queued items in memory for this search (the database stays "
+        "read-only; the agent's worker stores vectors; 0: search only what is embedded)",
     )
     p.add_argument("query", help="what to look for, in plain words")
     p = add_verb(verbs, "expand", "a summary's sources, a message or an output in full", _expand)
@@ -135,147 +145,117 @@ def _import_parser(verbs: Any) -> None:
     source.add_argument("file", nargs="?", type=Path, help="OpenAI-format messages, one per line")
 
 
-def _engine(args: argparse.Namespace, must_exist: bool = True) -> Any:
-    from hermes_runtime.lcm import LcmConfig, LcmEngine, make_summarizer
+def _config(args: argparse.Namespace) -> Any:
+    from hermes_runtime.lcm import LcmConfig
 
-    if must_exist and not args.db.exists():
-        raise RuntimeFailure(f"--db {args.db}: no such database")
-    outputs = args.outputs or args.db.parent / "outputs"
-    config = LcmConfig(db_path=args.db, outputs_dir=outputs)
-    summarizer = None
-    if getattr(args, "llm_base_url", None):
-        summarizer = make_summarizer(
-            args.llm_base_url, args.llm_model, os.environ.get(args.llm_api_key_env, "")
-        )
-    return LcmEngine(config, summarizer=summarizer)
+    return LcmConfig(db_path=args.db, outputs_dir=args.outputs or args.db.parent / "outputs")
+
+
+def _summarizer(args: argparse.Namespace) -> Any:
+    from hermes_runtime.lcm import make_summarizer
+
+    if not args.llm_base_url:
+        return None
+    return make_summarizer(
+        args.llm_base_url, args.llm_model, os.environ.get(args.llm_api_key_env, "")
+    )
+
+
+@contextlib.contextmanager
+def _reading(args: argparse.Namespace) -> Iterator[Any]:
+    """The database, read-only (refused, untouched, unless it is an LCM database)."""
+    from hermes_runtime.lcm import open_readonly
+
+    store = open_readonly(args.db, args.outputs)
+    try:
+        yield store
+    finally:
+        store.close()
 
 
 def _import(args: argparse.Namespace) -> int:
-    from hermes_runtime.lcm.importer import import_hermes_state, import_messages, read_jsonl
+    from hermes_runtime.lcm import import_history
 
-    if args.file and not args.session:
+    if args.file is not None and not args.session:
         raise UsageError("--session is required with FILE")
     if args.hermes_state and args.session:
         raise UsageError("--session goes with FILE; --hermes-state keeps each session's id")
     if args.file and (args.prefix or args.before is not None):
         raise UsageError("--prefix and --before go with --hermes-state")
-    source = args.file or args.hermes_state
-    if not source.is_file():
-        named = f"--hermes-state {source}" if args.hermes_state else str(source)
-        raise RuntimeFailure(f"{named}: {'not a file' if source.exists() else 'no such file'}")
-    messages = read_jsonl(args.file) if args.file else []
-    engine = _engine(args, must_exist=False)
-    try:
-        if args.file:
-            sessions, count = [args.session], import_messages(engine, args.session, messages)
-            skipped: list[str] = []
-        else:
-            report = import_hermes_state(
-                engine, args.hermes_state, prefix=args.prefix, before=args.before
-            )
-            sessions, count, skipped = report.sessions, report.messages, report.skipped_sessions
-        compactions = [engine.compact(s, args.budget) for s in sessions]
-        payload = {
-            "sessions": sessions,
-            "skipped_sessions": skipped,
-            "messages": count,
-            "summaries_created": sum(len(c.summaries_created) for c in compactions),
-            "context_tokens": {c.session_id: c.tokens_after for c in compactions},
-        }
-    finally:
-        engine.close()
-    _emit(args, payload, f"imported {count} messages into {len(sessions)} session(s)")
+    result = import_history(
+        _config(args),
+        args.budget,
+        jsonl=args.file,
+        session=args.session,
+        hermes_state=args.hermes_state,
+        prefix=args.prefix,
+        before=args.before,
+        summarizer=_summarizer(args),
+    )
+    text = f"imported {result.messages} messages into {len(result.sessions)} session(s)"
+    _emit(args, result.as_dict(), text)
     return 0
 
 
 def _context(args: argparse.Namespace) -> int:
-    from hermes_runtime.lcm.assembly import count_tokens
+    from hermes_runtime.lcm import context_within
 
-    engine = _engine(args)
-    try:
-        if not engine.store.has_session(args.session):
-            raise RuntimeFailure(f"--session {args.session}: not in {args.db}")
-        messages, report = engine.fitted_context(args.session, args.budget)
-    finally:
-        engine.close()
-    payload = {
-        "session": args.session,
-        "budget": args.budget,
-        "tokens": count_tokens(messages),
-        "summaries_created": report.summaries_created,
-        "messages": messages,
-    }
-    _emit(args, payload, json.dumps(messages, ensure_ascii=False, indent=2))
+    with _reading(args) as store:
+        payload = context_within(store, args.session, args.budget)
+    _emit(args, payload, json.dumps(payload["messages"], ensure_ascii=False, indent=2))
     return 0
 
 
 def _grep(args: argparse.Namespace) -> int:
-    from hermes_runtime.lcm import retrieval
+    from hermes_runtime.lcm import grep
 
-    engine = _engine(args)
-    try:
-        hits = retrieval.grep(engine.store, args.query, args.session, args.limit, args.regex)
-    finally:
-        engine.close()
+    with _reading(args) as store:
+        hits = grep(store, args.query, args.session, args.limit, args.regex)
     _emit_hits(args, hits)
     return 0
 
 
 def _search(args: argparse.Namespace) -> int:
-    from hermes_runtime.lcm import retrieval
-    from hermes_runtime.lcm.embeddings import embed_pending
+    from hermes_runtime.lcm import search_history
 
-    engine = _engine(args)
-    try:
-        # Bounded: with e5 a fresh import can queue hours of embedding work, and an
-        # operator's search must answer now with what is embedded.
-        if engine.embedder is not None and args.mode != "fts" and args.embed_pending:
-            embed_pending(engine.store, engine.embedder, batch_size=args.embed_pending)
-        hits = retrieval.hybrid_search(
-            engine.store, engine.embedder, args.query, args.session, args.limit, args.mode
+    with _reading(args) as store:
+        found = search_history(
+            store, args.query, args.session, args.limit, args.mode, args.embed_pending
         )
-        waiting = engine.store.counts()["embed_queue"] if engine.embedder is not None else 0
-    finally:
-        engine.close()
-    _emit_hits(args, hits, {"pending_embeddings": waiting})
+    _emit_hits(args, found.hits, {"pending_embeddings": found.pending_embeddings})
     return 0
 
 
 def _expand(args: argparse.Namespace) -> int:
-    from hermes_runtime.lcm import retrieval
+    from hermes_runtime.lcm import expand
 
-    engine = _engine(args)
-    try:
-        payload = retrieval.expand(engine.store, args.id, args.offset, args.limit)
-    finally:
-        engine.close()
+    with _reading(args) as store:
+        payload = expand(store, args.id, args.offset, args.limit)
     _emit(args, payload, json.dumps(payload, ensure_ascii=False, indent=2))
     return 0
 
 
 def _stats(args: argparse.Namespace) -> int:
-    from hermes_runtime.lcm.doctor import stats
+    from hermes_runtime.lcm import stats
 
-    engine = _engine(args)
-    try:
-        payload = stats(engine.store)
-    finally:
-        engine.close()
+    with _reading(args) as store:
+        payload = stats(store)
     _emit(args, payload, "\n".join(f"{k}: {v}" for k, v in payload.items()))
     return 0
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from hermes_runtime.lcm.doctor import doctor, rebuild_fts, remove_orphan_outputs
+    from hermes_runtime.lcm import LcmStore, doctor, rebuild_fts, remove_orphan_outputs
 
-    engine = _engine(args)
+    writes = args.fix or args.rebuild_fts
+    store = LcmStore(args.db, args.outputs, readonly=not writes, create=False)
     try:
         if args.rebuild_fts:
-            rebuild_fts(engine.store)
-        sweep = remove_orphan_outputs(engine.store, args.grace_seconds) if args.fix else None
-        report = doctor(engine.store, full=args.full)
+            rebuild_fts(store)
+        sweep = remove_orphan_outputs(store, args.grace_seconds) if args.fix else None
+        report = doctor(store, full=args.full)
     finally:
-        engine.close()
+        store.close()
     payload: dict[str, Any] = {
         "ok": report.ok,
         "checks": report.checks,
@@ -299,7 +279,9 @@ def _emit_hits(
 ) -> None:
     rows = [h.as_dict() for h in hits]
     text = "\n".join(
-        f"{h.id}\t{h.session_id}\t{h.role or h.kind}\t{_one_line(h.snippet)}" for h in hits
+        f"{h.id}\t{h.session_id}\t{h.role or h.kind}\t"
+        f"{'' if h.count == 1 else f'(x{h.count}) '}{_one_line(h.snippet)}"
+        for h in hits
     )
     if extra and extra.get("pending_embeddings"):
         text += (

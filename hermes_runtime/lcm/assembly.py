@@ -12,6 +12,7 @@ import json
 import re
 from typing import Any
 
+from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.lcm.records import ContextItem, Summary, message_tokens
 from hermes_runtime.lcm.store import LcmStore
 
@@ -84,6 +85,45 @@ def render_items(items: list[ContextItem]) -> list[dict[str, Any]]:
 def assemble(store: LcmStore, session_id: str) -> list[dict[str, Any]]:
     """The live context of ``session_id`` as OpenAI messages (repaired if ever invalid)."""
     return repair(render_items(store.context_items(session_id)))
+
+
+def newest_within(
+    store: LcmStore, session_id: str, budget: int
+) -> tuple[list[dict[str, Any]], int]:
+    """The newest context items that fit ``budget`` tokens, and how many older ones did not.
+
+    Read-only: what a viewer of a stored session gets without compacting it.
+    """
+    items = store.context_items(session_id)
+    kept, used = 0, 0
+    for item in reversed(items):
+        if used + item.tokens > budget:
+            break
+        used += item.tokens
+        kept += 1
+    messages = repair(render_items(items[len(items) - kept :]))
+    while kept and count_tokens(messages) > budget:  # estimates can miss a header's cost
+        kept -= 1
+        messages = repair(render_items(items[len(items) - kept :]))
+    return messages, len(items) - kept
+
+
+def context_within(store: LcmStore, session_id: str, budget: int) -> dict[str, Any]:
+    """A session's stored context cut to ``budget`` tokens, newest first; nothing is written.
+
+    Compaction belongs to the agent (and ``import``): a read verb shows what
+    is stored. Items that do not fit are counted in ``omitted_items``.
+    """
+    if not store.has_session(session_id):
+        raise RuntimeFailure(f"--session {session_id}: not in {store.db_path}")
+    messages, omitted = newest_within(store, session_id, budget)
+    return {
+        "session": session_id,
+        "budget": budget,
+        "tokens": count_tokens(messages),
+        "omitted_items": omitted,
+        "messages": messages,
+    }
 
 
 def count_tokens(messages: list[dict[str, Any]]) -> int:

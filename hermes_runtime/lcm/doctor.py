@@ -16,7 +16,7 @@ from typing import Any
 import apsw
 
 from hermes_runtime.lcm import metrics
-from hermes_runtime.lcm.schema import fetch_all, fetch_value
+from hermes_runtime.lcm.schema import fetch_all, fetch_one, fetch_value
 from hermes_runtime.lcm.store import LcmStore
 
 
@@ -39,18 +39,74 @@ def database_bytes(db_path: Path) -> int:
 
 def stats(store: LcmStore) -> dict[str, Any]:
     counts = store.counts()
-    size = database_bytes(store.db_path)
-    metrics.DATABASE_BYTES.set(size)
     depth = fetch_value(store.conn, "SELECT max(depth) FROM summaries")
     levels = dict(store.conn.execute("SELECT level, count(*) FROM summaries GROUP BY level"))
     return {
         "database": str(store.db_path),
-        "database_bytes": size,
+        **retention(store),
         **counts,
         "max_summary_depth": depth,
         "summaries_by_escalation_level": {str(k): v for k, v in levels.items()},
         "sqlite_version": apsw.sqlite_lib_version(),
     }
+
+
+GROWTH_WINDOW_DAYS = 7
+
+
+def retention(store: LcmStore, now: float | None = None) -> dict[str, Any]:
+    """Size, how far back the history goes, and how fast it grows; also set as metrics.
+
+    Cheap at any size (a dozen indexed lookups, no scan), so the engine
+    refreshes it after every compaction: messages are immutable and their ids
+    follow their write times, so the first message of the growth window is
+    found by bisecting ids.
+    """
+    now = time.time() if now is None else now
+    size = database_bytes(store.db_path)
+    first = fetch_one(store.conn, "SELECT id, created_at FROM messages ORDER BY id LIMIT 1")
+    last = fetch_one(store.conn, "SELECT id, created_at FROM messages ORDER BY id DESC LIMIT 1")
+    figures: dict[str, Any] = {"database_bytes": size}
+    if first is None or last is None:
+        metrics.DATABASE_BYTES.set(size)
+        return {**figures, "oldest_message_at": None, "newest_message_at": None}
+    count = int(last[0]) - int(first[0]) + 1
+    since = now - GROWTH_WINDOW_DAYS * 86_400
+    recent = int(last[0]) - _first_id_since(store, since, int(first[0]), int(last[0])) + 1
+    span_days = max((now - max(float(first[1]), since)) / 86_400, 1 / 24)
+    per_day = recent / span_days
+    growth = per_day * size / count
+    figures.update(
+        oldest_message_at=float(first[1]),
+        newest_message_at=float(last[1]),
+        history_days=round((now - float(first[1])) / 86_400, 2),
+        bytes_per_message=round(size / count),
+        messages_last_7_days=recent,
+        messages_per_day=round(per_day, 1),
+        growth_bytes_per_day=round(growth),
+    )
+    metrics.DATABASE_BYTES.set(size)
+    metrics.MESSAGES_STORED.set(count)
+    metrics.OLDEST_MESSAGE.set(float(first[1]))
+    metrics.GROWTH_BYTES_PER_DAY.set(round(growth))
+    return figures
+
+
+def _first_id_since(store: LcmStore, since: float, low: int, high: int) -> int:
+    """The smallest message id written at or after ``since`` (``high + 1`` if none)."""
+    answer = high + 1
+    while low <= high:
+        middle = (low + high) // 2
+        row = fetch_one(
+            store.conn,
+            "SELECT id, created_at FROM messages WHERE id >= ? ORDER BY id LIMIT 1",
+            (middle,),
+        )
+        if row is None or float(row[1]) < since:
+            low = (int(row[0]) if row else middle) + 1
+        else:
+            answer, high = int(row[0]), middle - 1
+    return answer
 
 
 def doctor(store: LcmStore, full: bool = False) -> DoctorReport:
@@ -111,6 +167,9 @@ def _full_checks(store: LcmStore, report: DoctorReport) -> None:
     if result != ["ok"]:
         report.problems.append(f"integrity_check: {'; '.join(map(str, result[:5]))}")
     for table in ("messages_fts", "summaries_fts"):
+        if store.readonly:  # the FTS5 command is an INSERT; integrity_check covers FTS5 too
+            report.checks[f"{table}_integrity"] = "checked by integrity_check"
+            continue
         try:
             store.conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', 1)")
         except apsw.Error as exc:

@@ -19,6 +19,7 @@ import ctypes
 import glob
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -216,22 +217,79 @@ def enqueue_missing(store: LcmStore, model: str) -> int:
     return queued
 
 
-def embed_pending(store: LcmStore, embedder: Embedder, batch_size: int = 256) -> int:
-    """Embed one batch from the queue; returns how many items were embedded."""
-    batch = [
+def _queued(store: LcmStore, limit: int) -> list[tuple[int, str, int]]:
+    """(queue id, kind, item id) of the oldest ``limit`` queued items."""
+    return [
         (int(r[0]), str(r[1]), int(r[2]))
         for r in store.conn.execute(
-            "SELECT id, kind, item_id FROM embed_queue ORDER BY id LIMIT ?", (batch_size,)
+            "SELECT id, kind, item_id FROM embed_queue ORDER BY id LIMIT ?", (limit,)
         )
     ]
-    if not batch:
-        return 0
+
+
+def _embedded(
+    store: LcmStore, embedder: Embedder, batch: list[tuple[int, str, int]]
+) -> list[tuple[str, int, str, np.ndarray]]:
+    """(kind, item id, session id, vector) for each queued item that still exists."""
     texts = _texts_for(store, batch)
-    vectors = embedder.embed([text for _, text in texts])
-    rows = [
-        (kind, item_id, embedder.model, embedder.dim, session, vectors[i].tobytes())
+    vectors = _embed_in_chunks(embedder, [text for _, text in texts])
+    return [
+        (kind, item_id, session, vectors[i])
         for i, ((_, kind, item_id), (session, _text)) in enumerate(zip(batch, texts, strict=True))
         if session
+    ]
+
+
+# Texts per embedder call. The static model's Rust code keeps the GIL for a
+# whole call (64 texts: 50-140 ms on a loaded 2-core machine), which froze the
+# gateway's event loop; 16 a call, with a yield between, keeps each hold short
+# (bench/lcm_loop_lag.py).
+EMBED_CHUNK = 16
+
+
+def _embed_in_chunks(embedder: Embedder, texts: list[str]) -> np.ndarray:
+    parts = []
+    for start in range(0, len(texts), EMBED_CHUNK):
+        parts.append(embedder.embed(texts[start : start + EMBED_CHUNK]))
+        time.sleep(0)  # let the event loop's thread take the GIL
+    if not parts:
+        return np.zeros((0, embedder.dim), dtype=np.float32)
+    return np.concatenate(parts)
+
+
+def embed_queued_in_memory(
+    store: LcmStore, embedder: Embedder, index: VectorIndex, limit: int
+) -> int:
+    """Embed up to ``limit`` queued items into ``index`` only (nothing is written).
+
+    For a search on a read-only database (``lcm search``): the agent's worker
+    stores vectors; an operator's search must not, yet should see recent items.
+    """
+    batch = _queued(store, limit) if limit > 0 else []
+    if not batch:
+        return 0
+    found = _embedded(store, embedder, batch)
+    if found:
+        index.add_unsaved(
+            embedder.model,
+            [kind for kind, _, _, _ in found],
+            [item for _, item, _, _ in found],
+            [session for _, _, session, _ in found],
+            np.stack([vector for _, _, _, vector in found]),
+        )
+    return len(batch)
+
+
+def embed_pending(
+    store: LcmStore, embedder: Embedder, batch_size: int = 256, vector_format: str = "int8"
+) -> int:
+    """Embed one batch from the queue; returns how many items were embedded."""
+    batch = _queued(store, batch_size)
+    if not batch:
+        return 0
+    rows = [
+        (kind, item_id, embedder.model, embedder.dim, session, encode_vector(vector, vector_format))
+        for kind, item_id, session, vector in _embedded(store, embedder, batch)
     ]
     with store.writing() as conn:
         conn.executemany(
@@ -239,18 +297,25 @@ def embed_pending(store: LcmStore, embedder: Embedder, batch_size: int = 256) ->
             "VALUES (?, ?, ?, ?, ?, ?)",
             rows,
         )
-        conn.execute("DELETE FROM embed_queue WHERE id <= ?", (batch[-1][0],))
+        # Exactly the rows embedded: queue ids are reused once the table empties, and a
+        # worker of another process may have emptied it meanwhile; "id <= last" then
+        # deleted items queued since, which were never embedded.
+        conn.executemany("DELETE FROM embed_queue WHERE id = ? AND kind = ? AND item_id = ?", batch)
     return len(batch)
 
 
 def embed_all(
-    store: LcmStore, embedder: Embedder, batch_size: int = 256, backfill: bool = False
+    store: LcmStore,
+    embedder: Embedder,
+    batch_size: int = 256,
+    backfill: bool = False,
+    vector_format: str = "int8",
 ) -> int:
     """Drain the queue; with ``backfill``, first queue items lacking this model's vector."""
     if backfill:
         enqueue_missing(store, embedder.model)
     total = 0
-    while count := embed_pending(store, embedder, batch_size):
+    while count := embed_pending(store, embedder, batch_size, vector_format):
         total += count
     return total
 
@@ -299,37 +364,94 @@ class EmbeddingWorker:
         self.store.close()
 
 
+def encode_vector(vector: np.ndarray, vector_format: str = "int8") -> bytes:
+    """A vector as stored: int8 with one float32 scale (dim + 4 bytes), or float32.
+
+    int8 keeps the database near 4x the raw text with e5 (384 + 4 bytes a
+    vector against 1,536) at no measured recall (docs/benchmarks.md).
+    """
+    vector = np.asarray(vector, dtype=np.float32)
+    if vector_format == "float32":
+        return vector.tobytes()
+    peak = float(np.abs(vector).max()) if vector.size else 0.0
+    scale = peak / 127.0 if peak > 0 else 1.0
+    quantized = np.clip(np.round(vector / scale), -127, 127).astype(np.int8)
+    return quantized.tobytes() + np.float32(scale).tobytes()
+
+
+def decode_vectors(blobs: list[bytes], dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """int8 rows and their scales from stored blobs of either format (told apart by length)."""
+    quantized = np.zeros((len(blobs), dim), dtype=np.int8)
+    scales = np.ones(len(blobs), dtype=np.float32)
+    floats = [i for i, blob in enumerate(blobs) if len(blob) == 4 * dim]
+    for i, blob in enumerate(blobs):
+        if len(blob) == dim + 4:
+            quantized[i] = np.frombuffer(blob, dtype=np.int8, count=dim)
+            scales[i] = np.frombuffer(blob, dtype=np.float32, offset=dim, count=1)[0]
+    if floats:  # vectors stored by releases before int8: quantized on load
+        matrix = np.frombuffer(b"".join(blobs[i] for i in floats), dtype=np.float32)
+        matrix = matrix.reshape(len(floats), dim)
+        peaks = np.abs(matrix).max(axis=1)
+        factor = np.where(peaks > 0, peaks / 127.0, 1.0).astype(np.float32)
+        quantized[floats] = np.clip(np.round(matrix / factor[:, None]), -127, 127)
+        scales[floats] = factor
+    return quantized, scales
+
+
+def _sign_codes(quantized: np.ndarray, center: np.ndarray) -> np.ndarray:
+    """One bit a dimension (above the center or not), packed into uint64 words."""
+    bits = np.packbits(quantized.astype(np.float32) > center, axis=1)
+    pad = (-bits.shape[1]) % 8
+    if pad:
+        bits = np.pad(bits, ((0, 0), (0, pad)))
+    return np.ascontiguousarray(bits).view(np.uint64)
+
+
 @dataclass
 class _ModelVectors:
     """Every vector of one model, in memory, in arrays with spare room at the end.
 
     New rows are copied into the spare room; when it runs out the arrays grow
-    by half, so appending is amortized O(new rows). (Concatenating on every
-    refresh copied the whole index, 1.5 GB for 1M e5 vectors, whenever one
-    new vector had arrived since the previous query.)
+    by half, so appending is amortized O(new rows). Vectors are int8 with one
+    scale each, plus a sign bit a dimension (around the mean of the first
+    rows loaded) for a coarse first pass: 1M e5 vectors take 384 MB + 48 MB of
+    codes + 17 MB of ids, where float32 needed 1.55 GB.
     """
 
     dim: int
     last_id: int = 0
     count: int = 0
+    center: np.ndarray | None = None
     kinds: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.bool_))
     items: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     sessions: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
-    matrix: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
+    scales: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    matrix: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int8))
+    codes: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.uint64))
 
     def __post_init__(self) -> None:
-        self.matrix = np.zeros((0, self.dim), dtype=np.float32)
+        self.matrix = np.zeros((0, self.dim), dtype=np.int8)
+        self.codes = np.zeros((0, (self.dim + 63) // 64), dtype=np.uint64)
 
     def append(
-        self, kinds: np.ndarray, items: np.ndarray, sessions: np.ndarray, matrix: np.ndarray
+        self,
+        kinds: np.ndarray,
+        items: np.ndarray,
+        sessions: np.ndarray,
+        quantized: np.ndarray,
+        scales: np.ndarray,
     ) -> None:
         end = self.count + len(items)
         if end > len(self.items):
             self._grow(max(end, len(self.items) * 3 // 2, 1_024))
+        if self.center is None:
+            self.center = (quantized.astype(np.float32) * scales[:, None]).mean(axis=0)
         self.kinds[self.count : end] = kinds
         self.items[self.count : end] = items
         self.sessions[self.count : end] = sessions
-        self.matrix[self.count : end] = matrix
+        self.scales[self.count : end] = scales
+        self.matrix[self.count : end] = quantized
+        self.codes[self.count : end] = _sign_codes(quantized, self.center / scales[:, None])
         self.count = end
 
     def _grow(self, capacity: int) -> None:
@@ -341,29 +463,61 @@ class _ModelVectors:
         self.kinds = grown(self.kinds, (capacity,))
         self.items = grown(self.items, (capacity,))
         self.sessions = grown(self.sessions, (capacity,))
+        self.scales = grown(self.scales, (capacity,))
         self.matrix = grown(self.matrix, (capacity, self.dim))
+        self.codes = grown(self.codes, (capacity, self.codes.shape[1]))
 
     def reserve(self, capacity: int) -> None:
         if capacity > len(self.items):
             self._grow(capacity)
 
     def nbytes(self) -> int:
-        return sum(int(a.nbytes) for a in (self.kinds, self.items, self.sessions, self.matrix))
+        arrays = (self.kinds, self.items, self.sessions, self.scales, self.matrix, self.codes)
+        return sum(int(a.nbytes) for a in arrays)
+
+    def exact_scores(self, rows: np.ndarray | slice, query: np.ndarray) -> np.ndarray:
+        """Cosine similarities of ``rows`` with ``query``, converting int8 a block at a time."""
+        block = self.matrix[rows]
+        scores = np.empty(len(block), dtype=np.float32)
+        for start in range(0, len(block), EXACT_BLOCK):
+            part = block[start : start + EXACT_BLOCK].astype(np.float32)
+            scores[start : start + EXACT_BLOCK] = part @ query
+        return scores * self.scales[rows]
+
+    def hamming(self, query: np.ndarray, n: int) -> np.ndarray:
+        """Bits that differ between the query's sign code and each of the first ``n`` rows."""
+        assert self.center is not None
+        code = _sign_codes(query[None, :], self.center)[0]
+        return np.bitwise_count(self.codes[:n] ^ code).sum(axis=1, dtype=np.int32)
+
+
+# Up to EXACT_ROWS vectors every query scores them all exactly; beyond, the
+# sign codes pick the nearest COARSE_SHARE of the rows (at least COARSE_MIN,
+# and COARSE_FACTOR x limit), rescored exactly from the int8 rows: at 1M,
+# a Hamming pass over 48 MB and 100k exact rows instead of converting all
+# 384 MB (bench/lcm_bench.py --index-only).
+EXACT_ROWS = 100_000
+EXACT_BLOCK = 16_384
+COARSE_FACTOR = 8
+COARSE_MIN = 4_096
+COARSE_SHARE = 0.1
 
 
 @dataclass
 class VectorIndex:
-    """Brute-force cosine search over an in-memory copy of the embeddings table.
+    """Cosine search over an in-memory int8 copy of the embeddings table.
 
     A SQL scan calling a distance function per row costs ~0.5 us a row plus
-    SQLite's row overhead; one numpy matrix product over all vectors is an
-    order of magnitude faster, and the copy is refreshed incrementally (rows
-    with a larger id than the last seen), so a query never reloads history.
-    Per item: 4 bytes a dimension plus 13 bytes of ids, so 64-d static
-    vectors take 27 MB at 100k items and 384-d e5 vectors 155 MB (1.5 GB at
-    1M; docs/benchmarks.md).
+    SQLite's row overhead; numpy over arrays in memory is an order of
+    magnitude faster, and the copy is refreshed incrementally (rows with a
+    larger id than the last seen), so a query never reloads history. Up to
+    ``EXACT_ROWS`` vectors are all scored exactly; past that a pass over one
+    sign bit a dimension picks candidates that are then rescored exactly.
     """
 
+    exact_rows: int = EXACT_ROWS
+    coarse_min: int = COARSE_MIN
+    coarse_share: float = COARSE_SHARE
     _models: dict[str, _ModelVectors] = field(default_factory=dict)
     _session_codes: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -404,14 +558,36 @@ class VectorIndex:
         if not rows:
             return
         codes = self._session_codes
+        quantized, scales = decode_vectors([bytes(r[4]) for r in rows], dim)
         vectors.append(
             np.array([r[1] == "summary" for r in rows], dtype=np.bool_),
             np.array([r[2] for r in rows], dtype=np.int64),
             np.array([codes.setdefault(str(r[3]), len(codes)) for r in rows], dtype=np.int32),
-            np.frombuffer(b"".join(bytes(r[4]) for r in rows), dtype=np.float32).reshape(
-                len(rows), dim
-            ),
+            quantized,
+            scales,
         )
+
+    def add_unsaved(
+        self,
+        model: str,
+        kinds: list[str],
+        items: list[int],
+        sessions: list[str],
+        matrix: np.ndarray,
+    ) -> None:
+        """Add vectors that are not in the table (a read-only search embedding queued items)."""
+        with self._lock:
+            dim = int(matrix.shape[1])
+            vectors = self._models.setdefault(model, _ModelVectors(dim))
+            codes = self._session_codes
+            quantized, scales = decode_vectors([encode_vector(row) for row in matrix], dim)
+            vectors.append(
+                np.array([kind == "summary" for kind in kinds], dtype=np.bool_),
+                np.array(items, dtype=np.int64),
+                np.array([codes.setdefault(s, len(codes)) for s in sessions], dtype=np.int32),
+                quantized,
+                scales,
+            )
 
     def memory_bytes(self) -> int:
         """Bytes held by the arrays of every model (vectors, ids, kinds, sessions)."""
@@ -432,18 +608,41 @@ class VectorIndex:
             n = vectors.count
             if n == 0:
                 return []
-            items, kinds, sessions = vectors.items[:n], vectors.kinds[:n], vectors.sessions[:n]
-            scores = vectors.matrix[:n] @ query.astype(np.float32)
+            query = query.astype(np.float32)
+            allowed: np.ndarray | None = None
             if session_id is not None:
                 code = self._session_codes.get(session_id)
                 if code is None:
                     return []
-                scores = np.where(sessions == code, scores, -np.inf)
+                allowed = vectors.sessions[:n] == code
+            rows = self._candidates(vectors, query, allowed, limit)
+            scores = vectors.exact_scores(rows, query)
+            if len(scores) == 0:
+                return []
+            if allowed is not None:
+                scores = np.where(allowed[rows], scores, -np.inf)
             k = min(limit, len(scores))
             top = np.argpartition(-scores, k - 1)[:k]
-            top = top[np.argsort(-scores[top])]
+            top = top[np.argsort(-scores[top], kind="stable")]
+            kinds, items = vectors.kinds[rows], vectors.items[rows]
             return [
                 ("summary" if kinds[i] else "message", int(items[i]), float(scores[i]))
                 for i in top
                 if np.isfinite(scores[i])
             ]
+
+    def _candidates(
+        self, vectors: _ModelVectors, query: np.ndarray, allowed: np.ndarray | None, limit: int
+    ) -> np.ndarray | slice:
+        """Rows worth scoring exactly: all of them, or the nearest by sign code."""
+        n = vectors.count
+        if n <= self.exact_rows:
+            return slice(0, n) if allowed is None else np.flatnonzero(allowed)
+        distances = vectors.hamming(query, n)
+        if allowed is not None:
+            distances = np.where(allowed, distances, np.iinfo(np.int32).max)
+            n = min(n, int(allowed.sum()))
+        wanted = min(n, max(limit * COARSE_FACTOR, self.coarse_min, int(n * self.coarse_share)))
+        if wanted >= len(distances):
+            return np.arange(len(distances))
+        return np.argpartition(distances, wanted - 1)[:wanted]

@@ -17,10 +17,15 @@ from typing import Any
 
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.lcm import metrics, retrieval
-from hermes_runtime.lcm.assembly import assemble, count_tokens, summary_refs_in
+from hermes_runtime.lcm.assembly import (
+    assemble,
+    context_within,
+    count_tokens,
+    summary_refs_in,
+)
 from hermes_runtime.lcm.compaction import CompactionReport, compact
 from hermes_runtime.lcm.config import LcmConfig
-from hermes_runtime.lcm.doctor import database_bytes
+from hermes_runtime.lcm.doctor import retention
 from hermes_runtime.lcm.embeddings import (
     Embedder,
     EmbeddingWorker,
@@ -28,7 +33,6 @@ from hermes_runtime.lcm.embeddings import (
     VectorIndex,
     offline_embedder,
 )
-from hermes_runtime.lcm.records import message_tokens
 from hermes_runtime.lcm.store import LcmStore
 from hermes_runtime.lcm.summarize import OpenAISummarizer, Summarizer
 
@@ -37,7 +41,8 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
         "name": "lcm_grep",
         "description": (
             "Full-text search of the whole conversation history, including parts folded "
-            "into summaries. Returns message/summary ids to pass to lcm_expand."
+            "into summaries. Returns message/summary ids to pass to lcm_expand; identical "
+            "messages come back once, with their count and ids."
         ),
         "parameters": {
             "type": "object",
@@ -54,7 +59,8 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
         "name": "lcm_search",
         "description": (
             "Semantic + keyword search of past conversation (use when wording may differ). "
-            "Returns ids to pass to lcm_expand."
+            "Returns ids to pass to lcm_expand; identical messages come back once, with "
+            "their count and ids."
         ),
         "parameters": {
             "type": "object",
@@ -104,6 +110,48 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
             "required": ["id"],
         },
     },
+    {
+        "name": "lcm_recent",
+        "description": (
+            "The conversations (sessions) active most recently, other than this one: "
+            "size, time span and the last user message. Use to pick up work from another "
+            "session, then lcm_load_session or lcm_grep with scope all."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {"limit": {"type": "integer", "default": 10}},
+        },
+    },
+    {
+        "name": "lcm_load_session",
+        "description": (
+            "Another session's stored context (its summaries and newest messages) within "
+            "a token budget, newest first; ids expand with lcm_expand."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "session_id": {"type": "string"},
+                "budget": {"type": "integer", "default": 4000},
+            },
+            "required": ["session_id"],
+        },
+    },
+    {
+        "name": "lcm_dag",
+        "description": (
+            "The summary DAG: with id (sum_N), that summary's child summaries down to "
+            "max_depth levels; without, the summaries in this session's live context. "
+            "Ids, depths, message spans and sizes only (lcm_expand reads contents)."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "id": {"type": "string"},
+                "max_depth": {"type": "integer", "default": 2},
+            },
+        },
+    },
 ]
 TOOL_NAMES = frozenset(t["name"] for t in TOOL_SCHEMAS)
 
@@ -111,8 +159,8 @@ TOOL_NAMES = frozenset(t["name"] for t in TOOL_SCHEMAS)
 MAX_REFIT_PASSES = 4
 
 
-# Version of ``fingerprint`` recorded in a session's host state ("fp"); states
-# written before it existed hold ``legacy_fingerprint`` prints.
+# Version of ``fingerprint`` recorded in a session's host state ("fp"): a state
+# with another scheme holds prints we cannot compare, so it counts as empty.
 FINGERPRINT_SCHEME = 2
 
 
@@ -150,11 +198,6 @@ def _call_identity(call: Any) -> Any:
     return [call.get("id"), function.get("name"), function.get("arguments")]
 
 
-def legacy_fingerprint(message: dict[str, Any]) -> str:
-    """Scheme 1 (the whole dict): only to read host states saved by older releases."""
-    return _digest(message)
-
-
 def aligned_prefix(known: list[str], prints: list[str]) -> int:
     """Length of the longest prefix of ``prints`` found as a contiguous run in ``known``.
 
@@ -168,9 +211,12 @@ def aligned_prefix(known: list[str], prints: list[str]) -> int:
     return 0
 
 
-def known_overlap(
-    saved: dict[str, Any], block: list[int], candidates: list[dict[str, Any]], prints: list[str]
-) -> int:
+def comparable(saved: dict[str, Any]) -> dict[str, Any]:
+    """The saved host state if its prints are of the current scheme, else an empty one."""
+    return saved if saved.get("fp") == FINGERPRINT_SCHEME else {}
+
+
+def known_overlap(saved: dict[str, Any], block: list[int], prints: list[str]) -> int:
     """How many leading ``candidates`` (the host's messages after its last block) are stored.
 
     A host built on our latest context holds our latest block and the raw
@@ -180,8 +226,7 @@ def known_overlap(
     server reloads a session from ``state.db``. Aligning a stale host with
     the tail made every replayed message look new and stored it again.
     """
-    if saved.get("fp", 1) != FINGERPRINT_SCHEME:
-        return aligned_prefix(saved.get("raw", []), [legacy_fingerprint(m) for m in candidates])
+    saved = comparable(saved)
     raw, stale = saved.get("raw", []), saved.get("stale", [])
     if "block" not in saved or block == saved["block"]:
         return aligned_prefix(raw, prints)
@@ -192,8 +237,8 @@ def next_host_state(
     saved: dict[str, Any], block: list[int], prints: list[str], overlap: int
 ) -> dict[str, Any]:
     """What the host holds after this sync, as seen from our latest context."""
-    current = saved.get("fp", 1) == FINGERPRINT_SCHEME
-    if not current or "block" not in saved or block == saved["block"]:
+    saved = comparable(saved)
+    if "block" not in saved or block == saved["block"]:
         return {**saved, "raw": prints, "fp": FINGERPRINT_SCHEME}
     # A stale host: its new messages extend our latest context's raw tail.
     return {**saved, "raw": saved.get("raw", []) + prints[overlap:], "stale": prints}
@@ -294,7 +339,7 @@ class LcmEngine:
         block, candidates = self._split_at_last_block(session_id, host_messages[head:])
         saved = self.store.host_state(session_id)
         prints = [fingerprint(m) for m in candidates]
-        overlap = known_overlap(saved, block, candidates, prints)
+        overlap = known_overlap(saved, block, prints)
         fresh = candidates[overlap:]
         state = next_host_state(saved, block, prints, overlap)
         count = self.ingest(session_id, fresh, host_state=state if state != saved else None)
@@ -327,7 +372,7 @@ class LcmEngine:
         """
         block, raw = self._split_at_last_block(session_id, conversation)
         saved = self.store.host_state(session_id)
-        previous = saved.get("raw", []) if saved.get("fp", 1) == FINGERPRINT_SCHEME else []
+        previous = comparable(saved).get("raw", [])
         state = {
             "raw": [fingerprint(m) for m in raw],
             "block": block,
@@ -363,7 +408,7 @@ class LcmEngine:
         for level in report.levels:
             metrics.SUMMARIES.labels(level=str(level)).inc()
         metrics.COMPACTION_ERRORS.inc(len(report.errors))
-        metrics.DATABASE_BYTES.set(database_bytes(self.store.db_path))
+        retention(self.store)  # size, retention and growth gauges
         if self.worker is not None and report.summaries_created:
             self.worker.wake()
         return report
@@ -451,6 +496,17 @@ class LcmEngine:
                 int(args.get("offset", 0)),
                 int(args.get("limit", 8000)),
             )
+        if name == "lcm_recent":
+            found = retrieval.recent_activity(self.store, int(args.get("limit", 10)), session_id)
+            return {"sessions": found}
+        if name == "lcm_load_session":
+            budget = max(100, min(int(args.get("budget", 4000)), 32_000))
+            return context_within(self.store, str(args["session_id"]), budget)
+        if name == "lcm_dag":
+            ref = str(args["id"]) if args.get("id") else None
+            return retrieval.summary_tree(
+                self.store, ref, session_id, int(args.get("max_depth", 2))
+            )
         raise RuntimeFailure(f"unknown LCM tool {name!r}")
 
     def close(self) -> None:
@@ -473,7 +529,3 @@ def make_embedder(config: LcmConfig) -> Embedder | None:
 
 def make_summarizer(base_url: str, model: str, api_key: str = "") -> Summarizer | None:
     return OpenAISummarizer(base_url, model, api_key) if base_url and model else None
-
-
-def tokens_of(messages: list[dict[str, Any]]) -> int:
-    return sum(message_tokens(m) for m in messages)

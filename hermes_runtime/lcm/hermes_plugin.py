@@ -31,8 +31,9 @@ from typing import Any
 
 from agent.context_engine import ContextEngine
 
+from hermes_runtime.lcm.assembly import count_tokens
 from hermes_runtime.lcm.config import LcmConfig
-from hermes_runtime.lcm.engine import TOOL_SCHEMAS, LcmEngine, make_summarizer, tokens_of
+from hermes_runtime.lcm.engine import TOOL_SCHEMAS, LcmEngine, make_summarizer
 from hermes_runtime.lcm.summarize import LEVEL_DETERMINISTIC
 
 MIN_BUDGET_TOKENS = 512
@@ -363,7 +364,7 @@ class LcmContextEngine(ContextEngine):
         return bool(self.threshold_tokens) and tokens >= self.threshold_tokens
 
     def should_compress_preflight(self, messages: list[dict[str, Any]]) -> bool:
-        return bool(self.threshold_tokens) and tokens_of(messages) >= self.threshold_tokens
+        return bool(self.threshold_tokens) and count_tokens(messages) >= self.threshold_tokens
 
     def has_content_to_compress(self, messages: list[dict[str, Any]]) -> bool:
         return len(messages) > self.engine.config.policy.fresh_tail_messages
@@ -392,7 +393,7 @@ class LcmContextEngine(ContextEngine):
         with engine.session_lock(session):
             synced = engine.sync(session, messages)
             head = with_memory_context(synced.system_head, memory_context)
-            overhead = max(0, (current_tokens or 0) - tokens_of(messages))
+            overhead = max(0, (current_tokens or 0) - count_tokens(messages))
             target = int(self.context_length * self._target_percent) - overhead
             budget = max(MIN_BUDGET_TOKENS, target)
             fitted, report = engine.fitted_context(session, budget, head, focus=focus)
@@ -463,3 +464,21 @@ def register(ctx: Any) -> None:
     engine = LcmContextEngine()
     ctx.register_context_engine(engine)
     ctx.register_hook("post_llm_call", engine._shared.store_turn)
+    warm_static_embedder()
+
+
+def warm_static_embedder() -> None:
+    """Load the static embedding model now, at gateway start, before any request.
+
+    Its Rust loader keeps the GIL for the whole load (1-4 s here), which froze
+    the gateway's event loop when the first embedding happened mid-traffic
+    (bench/lcm_loop_lag.py). Only for ``lcm.embeddings: static``; e5's engine
+    runs through ctypes, which releases the GIL. Never fatal.
+    """
+    try:
+        if read_lcm_section(hermes_home()).get("embeddings") == "static":
+            from hermes_runtime.lcm.embeddings import StaticModelEmbedder
+
+            StaticModelEmbedder().embed(["warm-up"])
+    except Exception as exc:  # the agent must start; embedding loads later instead
+        logger.warning("LCM: could not preload the static embedder: %s", exc)

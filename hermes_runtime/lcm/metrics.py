@@ -34,3 +34,11 @@ RETRIEVAL_SECONDS = Histogram(
     buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
 )
 DATABASE_BYTES = Gauge("lcm_database_bytes", "Size of the LCM database file plus its WAL")
+MESSAGES_STORED = Gauge("lcm_messages_stored", "Messages in the LCM database (every session)")
+OLDEST_MESSAGE = Gauge(
+    "lcm_oldest_message_timestamp_seconds", "When the oldest stored message was written (retention)"
+)
+GROWTH_BYTES_PER_DAY = Gauge(
+    "lcm_growth_bytes_per_day",
+    "Database growth over the last 7 days: messages a day times bytes a message",
+)

@@ -8,7 +8,7 @@ as JSON, so ``to_openai`` rebuilds exactly the dict that was ingested.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 KNOWN_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
@@ -135,14 +135,3 @@ class ContextItem:
 
 
 SUMMARY_HEADER_TOKENS = 40
-
-
-@dataclass
-class SessionStats:
-    session_id: str
-    messages: int
-    summaries: int
-    context_items: int
-    context_tokens: int
-    max_depth: int
-    extras: dict[str, Any] = field(default_factory=dict)

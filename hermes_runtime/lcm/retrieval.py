@@ -8,8 +8,11 @@ score calibration between the two.
 
 from __future__ import annotations
 
+import hashlib
 import re
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 from hermes_runtime.common.errors import RuntimeFailure
@@ -69,9 +72,22 @@ class Hit:
     created_at: float | None = None
     covered_by: str | None = None
     score: float = 0.0
+    count: int = 1  # items with this exact content (role and text) among the candidates
+    ids: list[str] = field(default_factory=list)  # their ids, best first (at most MAX_IDS)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# Identical contents fold into one hit (``count``, ``ids``): a fact repeated
+# twenty times (a transcript imported again, a tool output fetched over and
+# over) otherwise fills the whole result list with copies of one message and
+# pushes every other match out. Candidates are read ``OVERSAMPLE`` times the
+# number of results asked for, more while copies keep crowding, up to
+# ``MAX_CANDIDATES``.
+OVERSAMPLE = 20
+MAX_CANDIDATES = 20_000
+MAX_IDS = 50
 
 
 _STOPWORD_TEXT = (
@@ -134,6 +150,12 @@ def _covered_by(store: LcmStore, message_id: int) -> str | None:
     return f"{SUMMARY_PREFIX}{row[0]}" if row else None
 
 
+def content_key(role: str | None, text: str | None) -> bytes:
+    """What makes two items the same result: role and exact text."""
+    data = f"{role or ''}\x00{text or ''}".encode()
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
 def _message_hit(store: LcmStore, row: tuple[Any, ...], score: float) -> Hit:
     message_id, session_id, role, seq, created_at, snippet = row
     return Hit(
@@ -149,33 +171,97 @@ def _message_hit(store: LcmStore, row: tuple[Any, ...], score: float) -> Hit:
     )
 
 
-def _fts_messages(store: LcmStore, query: str, session_id: str | None, limit: int) -> list[Hit]:
+# A candidate before it becomes a Hit: (content key, ref, build the Hit).
+Candidate = tuple[bytes, str, Callable[[], Hit]]
+
+
+def _fts_messages(
+    store: LcmStore, query: str, session_id: str | None, limit: int
+) -> list[Candidate]:
     where, params = ("AND m.session_id = ?", [session_id]) if session_id else ("", [])
     rows = fetch_all(
         store.conn,
         "SELECT m.id, m.session_id, m.role, m.seq, m.created_at, "
-        "snippet(messages_fts, 0, '[', ']', ' ... ', 24), bm25(messages_fts) "
+        "snippet(messages_fts, 0, '[', ']', ' ... ', 24), bm25(messages_fts), "
+        "coalesce(m.content, m.content_json) "
         "FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
         f"WHERE messages_fts MATCH ? {where} ORDER BY bm25(messages_fts) LIMIT ?",
         [query, *params, limit],
     )
-    return [_message_hit(store, r[:6], -float(r[6])) for r in rows]
+    return [
+        (
+            content_key(r[2], r[7]),
+            f"{MESSAGE_PREFIX}{r[0]}",
+            partial(_message_hit, store, r[:6], -float(r[6])),
+        )
+        for r in rows
+    ]
 
 
-def _fts_summaries(store: LcmStore, query: str, session_id: str | None, limit: int) -> list[Hit]:
+def _fts_summaries(
+    store: LcmStore, query: str, session_id: str | None, limit: int
+) -> list[Candidate]:
     where, params = ("AND s.session_id = ?", [session_id]) if session_id else ("", [])
     rows = fetch_all(
         store.conn,
         "SELECT s.id, s.session_id, s.depth, s.created_at, "
-        "snippet(summaries_fts, 0, '[', ']', ' ... ', 24), bm25(summaries_fts) "
+        "snippet(summaries_fts, 0, '[', ']', ' ... ', 24), bm25(summaries_fts), s.content "
         "FROM summaries_fts JOIN summaries s ON s.id = summaries_fts.rowid "
         f"WHERE summaries_fts MATCH ? {where} ORDER BY bm25(summaries_fts) LIMIT ?",
         [query, *params, limit],
     )
     return [
-        Hit(f"{SUMMARY_PREFIX}{r[0]}", "summary", r[1], r[4], created_at=r[3], score=-float(r[5]))
+        (
+            content_key("summary", r[6]),
+            f"{SUMMARY_PREFIX}{r[0]}",
+            partial(_summary_hit, r),
+        )
         for r in rows
     ]
+
+
+def _summary_hit(row: tuple[Any, ...]) -> Hit:
+    summary_id, session_id, _depth, created_at, snippet, rank = row[:6]
+    return Hit(
+        f"{SUMMARY_PREFIX}{summary_id}",
+        "summary",
+        session_id,
+        snippet,
+        created_at=created_at,
+        score=-float(rank),
+    )
+
+
+def fold_copies(candidates: Iterable[Candidate], limit: int) -> tuple[list[Hit], bool]:
+    """The first ``limit`` distinct results, each carrying its copies; and whether more exist.
+
+    Copies of one content rank together (same text, same score), so once a
+    later distinct result was seen, every earlier group is complete.
+    """
+    groups: dict[bytes, Hit] = {}
+    for key, ref, build in candidates:
+        hit = groups.get(key)
+        if hit is None:
+            if len(groups) == limit:
+                return list(groups.values()), True
+            hit = groups[key] = build()
+            hit.ids = [ref]
+            continue
+        hit.count += 1
+        if len(hit.ids) < MAX_IDS:
+            hit.ids.append(ref)
+    return list(groups.values()), False
+
+
+def _distinct(fetch: Callable[[int], list[Candidate]], limit: int) -> list[Hit]:
+    """Best-first distinct results, reading more candidates while copies crowd them out."""
+    wanted = max(limit * OVERSAMPLE, 50)
+    while True:
+        candidates = fetch(wanted)
+        hits, complete = fold_copies(candidates, limit)
+        if complete or len(candidates) < wanted or wanted >= MAX_CANDIDATES:
+            return hits
+        wanted = min(wanted * 4, MAX_CANDIDATES)
 
 
 def grep(
@@ -186,34 +272,46 @@ def grep(
     regex: bool = False,
     any_term: bool = False,
 ) -> list[Hit]:
-    """Full-text (or regex) search over messages and summaries, best first."""
+    """Full-text (or regex) search over messages and summaries, best first, copies folded."""
     limit = max(1, min(limit, 200))
     if regex:
-        return _regex_messages(store, query, session_id, limit)
+        _check_regex(query)
+        return _distinct(lambda n: _regex_messages(store, query, session_id, n), limit)
     fts = fts_query(query, any_term)
     if fts is None:
         return []
-    hits = _fts_messages(store, fts, session_id, limit) + _fts_summaries(
-        store, fts, session_id, limit
-    )
+    hits = _distinct(lambda n: _fts_messages(store, fts, session_id, n), limit)
+    hits += _distinct(lambda n: _fts_summaries(store, fts, session_id, n), limit)
     return sorted(hits, key=lambda h: -h.score)[:limit]
 
 
-def _regex_messages(store: LcmStore, pattern: str, session_id: str | None, limit: int) -> list[Hit]:
+def _check_regex(pattern: str) -> None:
     try:
         re.compile(pattern)
     except re.error as exc:
         raise RuntimeFailure(f"LCM grep: invalid regular expression {pattern!r}: {exc}") from exc
+
+
+def _regex_messages(
+    store: LcmStore, pattern: str, session_id: str | None, limit: int
+) -> list[Candidate]:
     where, params = ("session_id = ? AND", [session_id]) if session_id else ("", [])
     rows = fetch_all(
         store.conn,
         "SELECT id, session_id, role, seq, created_at, "
-        "substr(coalesce(content, content_json), 1, 300) "
+        "substr(coalesce(content, content_json), 1, 300), coalesce(content, content_json) "
         f"FROM messages WHERE {where} coalesce(content, content_json) REGEXP ? "
         "ORDER BY id DESC LIMIT ?",
         [*params, pattern, limit],
     )
-    return [_message_hit(store, r, 0.0) for r in rows]
+    return [
+        (
+            content_key(r[2], r[6]),
+            f"{MESSAGE_PREFIX}{r[0]}",
+            partial(_message_hit, store, r[:6], 0.0),
+        )
+        for r in rows
+    ]
 
 
 def _hit_for(store: LcmStore, kind: str, item_id: int, score: float) -> Hit | None:
@@ -289,33 +387,91 @@ def hybrid_search(
     index: VectorIndex | None = None,
     fusion: Fusion = DEFAULT_FUSION,
 ) -> list[Hit]:
-    """Reciprocal rank fusion of full-text (any term) and vector rankings.
+    """Reciprocal rank fusion of full-text (any term) and vector rankings, copies folded.
 
-    Rankings carry ids only; rows, snippets and ``covered_by`` are fetched
-    for the ``limit`` results returned, not for every candidate.
+    Each ranking reads ``OVERSAMPLE`` candidates per slot and keeps the first
+    of each content, so a message repeated twenty times takes one slot, not
+    twenty. Rankings carry ids only; rows, snippets and ``covered_by`` are
+    fetched for the ``limit`` results returned, not for every candidate.
     """
     depth = max(limit * 3, fusion.depth)
+    pool = depth * OVERSAMPLE
     rankings: list[tuple[float, list[tuple[str, int, float]]]] = []
     if mode in ("hybrid", "fts"):
         fts = _selective_or_query(store, query, fusion)
         if fts:
-            ranking = _fts_ranking(store, fts, session_id, depth, fusion.summaries)
+            ranking = _fts_ranking(store, fts, session_id, pool, fusion.summaries)
             rankings.append((fusion.fts_weight, ranking))
     if mode in ("hybrid", "vector") and embedder is not None:
-        vector = _vector_ranking(store, embedder, query, session_id, depth, index)
+        vector = _vector_ranking(store, embedder, query, session_id, pool, index)
         rankings.append((fusion.vector_weight, vector))
     if not fusion.summaries:
         rankings = [(w, [r for r in ranking if r[0] == "message"]) for w, ranking in rankings]
-    scores = _fused(rankings, fusion.rrf_k)
+    copies = _copies(store, [item for _, ranking in rankings for item in ranking])
+    distinct = [(w, _first_copies(ranking, copies)[:depth]) for w, ranking in rankings]
+    scores = _fused(distinct, fusion.rrf_k)
     ordered = sorted(scores, key=lambda key: -scores[key])
     hits: list[Hit] = []
     for kind, item_id in ordered:
         hit = _hit_for(store, kind, item_id, round(scores[(kind, item_id)], 6))
         if hit is not None:
+            same = copies.get((kind, item_id), [(kind, item_id)])
+            hit.count = len(same)
+            hit.ids = [_ref(k, i) for k, i in same[:MAX_IDS]]
             hits.append(hit)
         if len(hits) == limit:
             break
     return hits
+
+
+def _ref(kind: str, item_id: int) -> str:
+    return f"{MESSAGE_PREFIX if kind == 'message' else SUMMARY_PREFIX}{item_id}"
+
+
+def _copies(
+    store: LcmStore, ranked: list[tuple[str, int, float]]
+) -> dict[tuple[str, int], list[tuple[str, int]]]:
+    """Each candidate's copies among all candidates (same content), first-seen order.
+
+    Every copy maps to the same list, whose first item stands for the group.
+    """
+    order = list(dict.fromkeys((kind, item_id) for kind, item_id, _ in ranked))
+    keys = _content_keys(store, order)
+    groups: dict[bytes, list[tuple[str, int]]] = {}
+    for item in order:
+        groups.setdefault(keys.get(item, item[0].encode() + str(item[1]).encode()), []).append(item)
+    return {item: group for group in groups.values() for item in group}
+
+
+def _content_keys(store: LcmStore, items: list[tuple[str, int]]) -> dict[tuple[str, int], bytes]:
+    """``content_key`` of many messages and summaries, a few IN queries in all."""
+    keys: dict[tuple[str, int], bytes] = {}
+    for kind, sql in (
+        ("message", "SELECT id, role, coalesce(content, content_json) FROM messages"),
+        ("summary", "SELECT id, 'summary', content FROM summaries"),
+    ):
+        ids = [item_id for k, item_id in items if k == kind]
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            for item_id, role, text in fetch_all(store.conn, f"{sql} WHERE id IN ({marks})", chunk):
+                keys[(kind, int(item_id))] = content_key(role, text)
+    return keys
+
+
+def _first_copies(
+    ranking: list[tuple[str, int, float]],
+    copies: dict[tuple[str, int], list[tuple[str, int]]],
+) -> list[tuple[str, int, float]]:
+    """The ranking with one entry per content, named by its group's representative."""
+    seen: set[tuple[str, int]] = set()
+    distinct = []
+    for kind, item_id, score in ranking:
+        head = copies.get((kind, item_id), [(kind, item_id)])[0]
+        if head not in seen:
+            seen.add(head)
+            distinct.append((head[0], head[1], score))
+    return distinct
 
 
 def _fused(
@@ -440,3 +596,98 @@ def _require(value: Any, ref: str) -> Any:
     if value is None:
         raise RuntimeFailure(f"LCM id {ref} does not exist in this database")
     return value
+
+
+RECENT_SCAN_ROWS = 50_000  # newest messages read to find the most recently active sessions
+
+
+def recent_activity(
+    store: LcmStore, limit: int = 10, exclude: str | None = None
+) -> list[dict[str, Any]]:
+    """The sessions active most recently, newest first: size, span and last user words.
+
+    Walks the newest messages backwards (rowid order, no scan of the history)
+    until ``limit`` distinct sessions are found or ``RECENT_SCAN_ROWS`` were read.
+    """
+    limit = max(1, min(limit, 50))
+    found: list[str] = []
+    cursor = store.conn.execute(
+        "SELECT session_id FROM messages ORDER BY id DESC LIMIT ?", (RECENT_SCAN_ROWS,)
+    )
+    for (session_id,) in cursor:
+        if session_id != exclude and session_id not in found:
+            found.append(str(session_id))
+            if len(found) == limit:
+                break
+    return [_session_activity(store, session_id) for session_id in found]
+
+
+def _session_activity(store: LcmStore, session_id: str) -> dict[str, Any]:
+    span = fetch_one(
+        store.conn,
+        "SELECT (SELECT created_at FROM messages WHERE session_id = ?1 ORDER BY seq LIMIT 1), "
+        "(SELECT created_at FROM messages WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1), "
+        "(SELECT next_seq - 1 FROM sessions WHERE id = ?1), "
+        "(SELECT count(*) FROM summaries WHERE session_id = ?1)",
+        (session_id,),
+    )
+    last_user = fetch_one(
+        store.conn,
+        "SELECT id, substr(coalesce(content, content_json), 1, 300) FROM messages "
+        "WHERE session_id = ? AND role = 'user' ORDER BY seq DESC LIMIT 1",
+        (session_id,),
+    )
+    first_at, last_at, messages, summaries = span or (None, None, 0, 0)
+    return {
+        "session_id": session_id,
+        "messages": messages,
+        "summaries": summaries,
+        "first_at": first_at,
+        "last_at": last_at,
+        "last_user_message": (
+            {"id": f"{MESSAGE_PREFIX}{last_user[0]}", "text": last_user[1]} if last_user else None
+        ),
+    }
+
+
+def summary_tree(
+    store: LcmStore, ref: str | None, session_id: str | None, max_depth: int = 2
+) -> dict[str, Any]:
+    """The summary DAG: a summary's children (to ``max_depth`` levels), or a session's roots.
+
+    Without ``ref``: the summaries in the session's live context, each with
+    its children. Ids, depths, spans and sizes only; ``lcm_expand`` reads
+    contents.
+    """
+    max_depth = max(0, min(max_depth, 5))
+    if ref:
+        kind, key = parse_ref(ref)
+        if kind != "summary":
+            raise RuntimeFailure(f"LCM id {ref}: the summary DAG starts at a summary (sum_N)")
+        root = _require(store.summary(int(key)), ref)
+        return _tree_node(store, root, max_depth)
+    if not session_id or not store.has_session(session_id):
+        raise RuntimeFailure(f"LCM session {session_id!r} has no stored messages")
+    items = store.context_items(session_id)
+    roots = [item.summary for item in items if item.summary is not None]
+    return {
+        "session_id": session_id,
+        "context_items": len(items),
+        "raw_messages_in_context": sum(1 for item in items if item.message is not None),
+        "summaries": [_tree_node(store, s, max_depth) for s in roots],
+    }
+
+
+def _tree_node(store: LcmStore, summary: Summary, depth_left: int) -> dict[str, Any]:
+    node: dict[str, Any] = {
+        "id": summary.ref,
+        "depth": summary.depth,
+        "seq_range": [summary.first_seq, summary.last_seq],
+        "message_count": summary.message_count,
+        "tokens": summary.token_count,
+        "sources": store.summary_source_count(summary.id),
+    }
+    if depth_left > 0 and summary.depth > 0:
+        children = [s for s in store.summary_sources(summary.id, 0, 100) if isinstance(s, Summary)]
+        node["children"] = [_tree_node(store, child, depth_left - 1) for child in children]
+    return node

@@ -13,6 +13,8 @@ from typing import Any
 
 import apsw
 
+from hermes_runtime.common.errors import RuntimeFailure
+
 MIGRATIONS: tuple[str, ...] = (
     # 1: the normalized core.
     """
@@ -131,7 +133,41 @@ MIGRATIONS: tuple[str, ...] = (
     ) WITHOUT ROWID;
     CREATE INDEX IF NOT EXISTS host_sessions_lcm ON host_sessions(lcm_session_id);
     """,
+    # 3: a session exists once a message is stored. Binding a host id no
+    # longer creates the LCM session, so the binding cannot reference it;
+    # the empty sessions earlier releases created (one per Hermes review
+    # fork and API request) are dropped.
+    """
+    CREATE TABLE host_sessions_v3 (
+        host_session_id TEXT PRIMARY KEY,
+        lcm_session_id  TEXT NOT NULL,
+        bound_at        REAL NOT NULL
+    ) WITHOUT ROWID;
+    INSERT INTO host_sessions_v3 SELECT host_session_id, lcm_session_id, bound_at
+        FROM host_sessions WHERE host_session_id <> lcm_session_id;
+    DROP TABLE host_sessions;
+    ALTER TABLE host_sessions_v3 RENAME TO host_sessions;
+    CREATE INDEX host_sessions_lcm ON host_sessions(lcm_session_id);
+    DELETE FROM sessions WHERE next_seq = 1
+        AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id)
+        AND NOT EXISTS (SELECT 1 FROM summaries s WHERE s.session_id = sessions.id)
+        AND NOT EXISTS (SELECT 1 FROM context_items c WHERE c.session_id = sessions.id);
+    """,
 )
+
+
+# Tables every LCM schema (version 1 on) has: what tells our database from another one.
+LCM_TABLES = frozenset(
+    {"sessions", "messages", "summaries", "summary_sources", "context_items", "outputs"}
+)
+
+
+class NotAnLcmDatabase(RuntimeFailure):
+    """The file is a SQLite database of something else (Hermes' state.db, say): never touch it."""
+
+
+class NewerLcmSchema(RuntimeFailure):
+    """The database was written by a newer release: reading or migrating it could corrupt it."""
 
 
 def schema_version(conn: apsw.Connection) -> int:
@@ -139,19 +175,62 @@ def schema_version(conn: apsw.Connection) -> int:
     return int(row[0]) if row else 0
 
 
-def migrate(conn: apsw.Connection) -> int:
-    """Apply every migration newer than the database, each in its own transaction."""
-    current = schema_version(conn)
-    if current > len(MIGRATIONS):
-        raise ValueError(
-            f"database schema version {current} is newer than this release knows "
+def check_lcm_database(conn: apsw.Connection, path: object, allow_empty: bool) -> int:
+    """The LCM schema version of ``conn``'s database, or an error naming ``path``.
+
+    Runs before anything else touches the file (no write, no journal-mode
+    change), so a foreign database is left byte for byte as it was. An empty
+    database (no table at all) is 0 and accepted only with ``allow_empty``:
+    only the engine and ``lcm import`` create the schema, only there.
+    """
+    try:
+        tables = {str(r[0]) for r in conn.execute("SELECT name FROM sqlite_schema")}
+        version = schema_version(conn)
+    except apsw.Error as exc:
+        raise NotAnLcmDatabase(f"{path}: not a readable SQLite database: {exc}") from exc
+    if not tables and version == 0:
+        if allow_empty:
+            return 0
+        raise NotAnLcmDatabase(f"{path}: empty database, no LCM schema (create it with lcm import)")
+    if version == 0 or not tables >= LCM_TABLES:
+        missing = ", ".join(sorted(LCM_TABLES - tables)) or "user_version"
+        raise NotAnLcmDatabase(
+            f"{path}: not an LCM database (no LCM schema: {missing} missing); left untouched"
+        )
+    if version > len(MIGRATIONS):
+        raise NewerLcmSchema(
+            f"{path}: LCM schema version {version} is newer than this release knows "
             f"({len(MIGRATIONS)}); upgrade hermes-runtime"
         )
-    for version in range(current + 1, len(MIGRATIONS) + 1):
+    return version
+
+
+def migrate(conn: apsw.Connection) -> int:
+    """Apply every migration newer than the database, each in its own transaction.
+
+    The version is read again under the write lock: processes starting at once
+    on a fresh file all see version 0, and only the first may apply a step
+    (the others would fail on "table sessions already exists").
+    """
+    while True:
+        current = _known_version(conn)
+        if current == len(MIGRATIONS):
+            return current
         with write_transaction(conn):
-            conn.execute(MIGRATIONS[version - 1])
-            conn.execute(f"PRAGMA user_version = {version}")
-    return schema_version(conn)
+            current = _known_version(conn)
+            if current < len(MIGRATIONS):
+                conn.execute(MIGRATIONS[current])
+                conn.execute(f"PRAGMA user_version = {current + 1}")
+
+
+def _known_version(conn: apsw.Connection) -> int:
+    current = schema_version(conn)
+    if current > len(MIGRATIONS):
+        raise NewerLcmSchema(
+            f"LCM schema version {current} is newer than this release knows "
+            f"({len(MIGRATIONS)}); upgrade hermes-runtime"
+        )
+    return current
 
 
 @contextlib.contextmanager

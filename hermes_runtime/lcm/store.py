@@ -33,7 +33,14 @@ from hermes_runtime.lcm.records import (
     message_text,
     message_tokens,
 )
-from hermes_runtime.lcm.schema import fetch_all, fetch_one, fetch_value, migrate, write_transaction
+from hermes_runtime.lcm.schema import (
+    check_lcm_database,
+    fetch_all,
+    fetch_one,
+    fetch_value,
+    migrate,
+    write_transaction,
+)
 
 MESSAGE_COLUMNS = (
     "id, session_id, seq, role, content, content_json, tool_calls, tool_call_id, name, extra, "
@@ -67,18 +74,58 @@ class LcmStore:
         db_path: Path | str,
         outputs_dir: Path | str | None = None,
         externalize_chars: int = DEFAULT_EXTERNALIZE_CHARS,
+        readonly: bool = False,
+        create: bool = True,
     ) -> None:
+        """Open (``readonly``: only open) an LCM database; never touch any other database.
+
+        Read-only opens refuse a missing file and any file without the LCM
+        schema; read-write opens create the schema only in a new (empty) file
+        and only with ``create``, and check a file before anything changes it
+        (its journal mode included), so a foreign database stays as it was.
+        """
         self.db_path = Path(db_path)
         self.outputs_dir = Path(outputs_dir) if outputs_dir else self.db_path.parent / "outputs"
         self.externalize_chars = externalize_chars
+        self.readonly = readonly
         self._local = threading.local()
         self._write_lock = threading.RLock()
+        if readonly or not create:
+            self._require_file()
+        if readonly:
+            self._open_readonly()
+        else:
+            self._open_for_writing(create)
+
+    def _require_file(self) -> None:
+        if not self.db_path.is_file():
+            raise RuntimeFailure(f"LCM database {self.db_path}: no such file")
+
+    def _open_readonly(self) -> None:
+        try:
+            check_lcm_database(self.conn, self.db_path, allow_empty=False)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open_for_writing(self, create: bool) -> None:
         self.db_path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            with self._write_lock:
-                migrate(self.conn)
-        except (apsw.Error, ValueError) as exc:
+            conn = connect(self.db_path, busy_timeout_ms=DEFAULT_BUSY_TIMEOUT_MS, wal=False)
+        except apsw.Error as exc:
             raise RuntimeFailure(f"LCM database {self.db_path}: {exc}") from exc
+        try:
+            check_lcm_database(conn, self.db_path, allow_empty=create)
+            _set_wal(conn)
+            with self._write_lock:
+                migrate(conn)
+        except apsw.Error as exc:
+            conn.close()
+            raise RuntimeFailure(f"LCM database {self.db_path}: {exc}") from exc
+        except BaseException:
+            conn.close()
+            raise
+        self._adopt(conn)
 
     # -- connections -------------------------------------------------------
 
@@ -87,10 +134,23 @@ class LcmStore:
         """This thread's connection (apsw connections are not shared across threads here)."""
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = connect(self.db_path, busy_timeout_ms=DEFAULT_BUSY_TIMEOUT_MS)
-            conn.create_scalar_function("regexp", _regexp, 2, deterministic=True)  # type: ignore[arg-type]
-            self._local.conn = conn
+            try:
+                conn = connect(
+                    self.db_path,
+                    readonly=self.readonly,
+                    busy_timeout_ms=DEFAULT_BUSY_TIMEOUT_MS,
+                    wal=False,
+                )
+            except apsw.Error as exc:
+                raise RuntimeFailure(f"LCM database {self.db_path}: {exc}") from exc
+            if not self.readonly:
+                _set_wal(conn)
+            self._adopt(conn)
         return conn
+
+    def _adopt(self, conn: apsw.Connection) -> None:
+        conn.create_scalar_function("regexp", _regexp, 2, deterministic=True)  # type: ignore[arg-type]
+        self._local.conn = conn
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[apsw.Connection]:
@@ -122,6 +182,7 @@ class LcmStore:
     # -- sessions ----------------------------------------------------------
 
     def _ensure_session(self, session_id: str) -> tuple[int, int]:
+        """Counters of a session, created with its first message (never empty)."""
         row = fetch_one(
             self.conn, "SELECT next_seq, next_pos FROM sessions WHERE id = ?", (session_id,)
         )
@@ -140,11 +201,24 @@ class LcmStore:
         return row is not None
 
     def bind_host_session(self, host_session_id: str, lcm_session_id: str) -> None:
-        """Persist that the host's session id continues ``lcm_session_id`` (created if new)."""
+        """Persist that the host's session id continues ``lcm_session_id``.
+
+        Creates no session: an LCM session exists once a message is stored in
+        it. (Hermes builds an agent, and binds a fresh id, for every API
+        request and every background review fork; creating a session there
+        left most sessions empty.) A host id that is its own LCM session is
+        the default and needs no row.
+        """
         _validate_session_id(host_session_id)
         _validate_session_id(lcm_session_id)
+        if host_session_id == lcm_session_id:
+            if self.host_session(host_session_id) is not None:
+                with self._write_lock, write_transaction(self.conn):
+                    self.conn.execute(
+                        "DELETE FROM host_sessions WHERE host_session_id = ?", (host_session_id,)
+                    )
+            return
         with self._write_lock, write_transaction(self.conn):
-            self._ensure_session(lcm_session_id)
             self.conn.execute(
                 "INSERT INTO host_sessions(host_session_id, lcm_session_id, bound_at) "
                 "VALUES (?, ?, ?) ON CONFLICT(host_session_id) DO UPDATE SET "
@@ -167,8 +241,8 @@ class LcmStore:
         return json.loads(row[0]) if row and row[0] else {}
 
     def set_host_state(self, session_id: str, state: dict[str, Any]) -> None:
+        """Save what the host holds; a session with no stored message has nothing to save."""
         with self._write_lock, write_transaction(self.conn):
-            self._ensure_session(session_id)
             self.conn.execute(
                 "UPDATE sessions SET host_state = ? WHERE id = ?", (json.dumps(state), session_id)
             )
@@ -484,6 +558,12 @@ class LcmStore:
             "embed_queue": "SELECT count(*) FROM embed_queue",
         }
         return {name: int(fetch_value(self.conn, sql) or 0) for name, sql in queries.items()}
+
+
+def _set_wal(conn: apsw.Connection) -> None:
+    """WAL (readers beside the writer) and NORMAL sync; only ever on an LCM database."""
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
 
 
 def _prefixed(alias: str, columns: str) -> str:

@@ -93,7 +93,8 @@ def test_ssh_key_from_a_secret_and_known_hosts_from_the_configmap() -> None:
     manifest = render(PLUGINS)
     container = manifest.container("git-sync-tickets")
     env = env_map(container)
-    assert env["GITSYNC_SSH"] == "true"  # v4 only uses SSH when asked to
+    # v4 has no GITSYNC_SSH (its --ssh flag is deprecated: SSH follows from the repo URL).
+    assert "GITSYNC_SSH" not in env
     assert env["GITSYNC_SSH_KEY_FILE"] == "/etc/git-secret/ssh"
     assert env["GITSYNC_SSH_KNOWN_HOSTS"] == "true"
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}

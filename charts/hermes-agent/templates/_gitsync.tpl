@@ -58,8 +58,6 @@ Pass (dict "root" $ "plugin" $p "index" $i "mode" "native"|"init"|"sidecar").
           key: GITSYNC_PASSWORD
     {{- end }}
     {{- if $auth.sshKeySecret }}
-    - name: GITSYNC_SSH
-      value: "true"
     - name: GITSYNC_SSH_KEY_FILE
       value: /etc/git-secret/ssh
     - name: GITSYNC_SSH_KNOWN_HOSTS

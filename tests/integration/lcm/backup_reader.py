@@ -15,6 +15,18 @@ from pathlib import Path
 import apsw
 
 
+def take_backup(source: apsw.Connection, target: Path) -> tuple[str, int]:
+    """One online backup in one step; its quick_check and message count."""
+    copy = apsw.Connection(str(target))
+    try:
+        with copy.backup("main", source, "main") as step:
+            step.step(-1)
+        check = str(copy.execute("PRAGMA quick_check").fetchall()[0][0])
+        return check, int(copy.execute("SELECT count(*) FROM messages").fetchall()[0][0])
+    finally:
+        copy.close()
+
+
 def main() -> int:
     db, stop, out_dir = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
     report: dict[str, list] = {"counts": [], "checks": [], "errors": []}
@@ -25,12 +37,9 @@ def main() -> int:
         try:
             source = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
             source.set_busy_timeout(30_000)
-            copy = apsw.Connection(str(target))
-            with copy.backup("main", source, "main") as step:
-                step.step(-1)
-            report["checks"].append(copy.execute("PRAGMA quick_check").fetchall()[0][0])
-            report["counts"].append(copy.execute("SELECT count(*) FROM messages").fetchall()[0][0])
-            copy.close()
+            check, count = take_backup(source, target)
+            report["checks"].append(check)
+            report["counts"].append(count)
             source.close()
             backups += 1
         except apsw.Error as exc:

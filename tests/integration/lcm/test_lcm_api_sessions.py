@@ -99,7 +99,8 @@ def test_session_continues_once_per_turn_verbatim_and_across_a_restart(
     bindings = dict(
         stored_rows(gateway.db_path, "SELECT host_session_id, lcm_session_id FROM host_sessions")
     )
-    assert bindings.get(session) == SESSION and set(bindings.values()) == {SESSION}
+    # an id that is its own LCM session needs no row; a rotated one points back
+    assert bindings.get(session, session) == SESSION and set(bindings.values()) <= {SESSION}
     # The context continues: the summaries folded before the restart are still in it.
     live = stored_rows(
         gateway.db_path,

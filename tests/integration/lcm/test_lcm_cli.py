@@ -88,7 +88,13 @@ def test_usage_errors_and_missing_database(tmp_path: Path) -> None:
     assert cli("grep", "--db", tmp_path / "none.db", "x").returncode == 1
     assert "none.db" in cli("grep", "--db", tmp_path / "none.db", "x").stderr
     assert cli("context", "--db", tmp_path / "x.db").returncode == 2
-    assert cli("import", "--db", tmp_path / "x.db").returncode == 2  # usage: FILE or --hermes-state
+    assert cli("import", "--db", tmp_path / "x.db").returncode == 2  # neither FILE nor state
+    jsonl = write_jsonl(tmp_path / "c.jsonl", [{"role": "user", "content": "hi"}])
+    no_session = cli("import", "--db", tmp_path / "x.db", jsonl)
+    assert no_session.returncode == 2 and "--session" in no_session.stderr
+    both = cli("import", "--db", tmp_path / "x.db", "--hermes-state", jsonl, jsonl)
+    assert both.returncode == 2 and "not allowed with" in both.stderr
+    assert not (tmp_path / "x.db").exists()
 
 
 def test_import_from_hermes_state_db(tmp_path: Path) -> None:
@@ -149,7 +155,7 @@ def test_doctor_fix_removes_old_orphans_and_reports_them(tmp_path: Path) -> None
 
 
 def test_search_embeds_a_bounded_batch_and_reports_what_waits(tmp_path: Path) -> None:
-    """An operator's search answers now; the agent's worker embeds the backlog."""
+    """An operator's search answers now, read-only; the agent's worker stores the backlog."""
     db = tmp_path / "lcm.db"
     jsonl = write_jsonl(tmp_path / "chat.jsonl", simple_conversation(20))
     ok("import", "--db", db, "--session", "chat", jsonl)
@@ -160,7 +166,8 @@ def test_search_embeds_a_bounded_batch_and_reports_what_waits(tmp_path: Path) ->
     assert none["pending_embeddings"] == queued and none["results"] == []
     some = ok("search", "--db", db, "--mode", "vector", "--embed-pending", "5", "topic3")
     assert some["pending_embeddings"] == queued - 5 and len(some["results"]) == 5
-    assert ok("stats", "--db", db)["embeddings"] == 5
+    stats = ok("stats", "--db", db)
+    assert stats["embeddings"] == 0 and stats["embed_queue"] == queued  # nothing was written
 
     bad = cli("search", "--db", db, "--embed-pending", "-1", "topic3")
     assert bad.returncode == 2 and "--embed-pending" in bad.stderr and "0 or more" in bad.stderr

@@ -38,3 +38,34 @@ def test_missing_and_orphan_outputs(engine: LcmEngine) -> None:
     assert report.checks["missing_outputs"] == [record.id]
     assert report.checks["orphan_outputs"] == [f"ab/{orphan.name}"]
     assert not report.ok
+
+
+def test_stats_and_metrics_show_retention_and_growth_per_day(engine: LcmEngine) -> None:
+    from prometheus_client import REGISTRY
+
+    from hermes_runtime.lcm.doctor import retention
+
+    now = 1_800_000_000.0
+    day = 86_400.0
+    store = engine.store
+    store.ingest_many("old", [{"role": "user", "content": "x"}] * 10, created_at=now - 30 * day)
+    store.ingest_many("week", [{"role": "user", "content": "y"}] * 20, created_at=now - 3 * day)
+    store.ingest_many("today", [{"role": "user", "content": "z"}] * 5, created_at=now - 60)
+    figures = retention(store, now=now)
+    assert figures["oldest_message_at"] == now - 30 * day
+    assert figures["history_days"] == 30.0
+    assert figures["messages_last_7_days"] == 25
+    assert figures["messages_per_day"] == round(25 / 7, 1)
+    per_message = figures["database_bytes"] / 35
+    assert figures["bytes_per_message"] == round(per_message)
+    assert figures["growth_bytes_per_day"] == round(25 / 7 * per_message)
+    assert REGISTRY.get_sample_value("lcm_messages_stored") == 35
+    assert REGISTRY.get_sample_value("lcm_oldest_message_timestamp_seconds") == now - 30 * day
+    assert REGISTRY.get_sample_value("lcm_growth_bytes_per_day") == figures["growth_bytes_per_day"]
+    listed = stats(store)
+    assert {"history_days", "growth_bytes_per_day", "messages_per_day"} <= set(listed)
+
+
+def test_stats_of_an_empty_database(engine: LcmEngine) -> None:
+    listed = stats(engine.store)
+    assert listed["messages"] == 0 and listed["oldest_message_at"] is None

@@ -22,6 +22,7 @@ from hermes_runtime.lcm.embeddings import (
     StaticModelEmbedder,
     VectorIndex,
     embed_all,
+    encode_vector,
     enqueue_missing,
     offline_embedder,
 )
@@ -178,7 +179,7 @@ def test_vector_index_grows_with_new_rows_like_a_fresh_load(engine: LcmEngine) -
         grown = r.vector_search(engine.store, static, "topic 3 colour 2", None, 20, index)
         fresh = r.vector_search(engine.store, static, "topic 3 colour 2", None, 20, VectorIndex())
         assert [(h.id, h.score) for h in grown] == [(h.id, h.score) for h in fresh]
-    assert index.memory_bytes() >= 2_800 * (64 * 4 + 13)
+    assert index.memory_bytes() >= 2_800 * (64 + 4 + 8 + 13)  # int8, scale, sign code, ids
     scoped = r.vector_search(engine.store, static, "topic 3", "s2", 50, index)
     assert scoped and {h.session_id for h in scoped} == {"s2"}
 
@@ -199,3 +200,115 @@ def test_common_terms_leave_the_or_query_but_the_rarest_stays(engine: LcmEngine)
         engine.store, None, "walrus weather report", None, 3, "fts", fusion=strict
     )
     assert [h.id for h in hits] == [rare.ref]
+
+
+class _Interleaving(StaticModelEmbedder):
+    """While embedding, another worker drains the queue and a new message is stored."""
+
+    def __init__(self, other: LcmStore) -> None:
+        super().__init__()
+        self.other = other
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if self.other is not None:
+            other, self.other = self.other, None  # once
+            embed_all(other, StaticModelEmbedder())  # empties the queue: ids restart at 1
+            other.ingest("s", {"role": "user", "content": "queued while the batch was embedded"})
+        return super().embed(texts)
+
+
+def test_a_concurrent_worker_never_makes_a_queued_item_lost(tmp_path: Path) -> None:
+    """Queue ids are reused once the table empties; deleting "id <= last" lost new items."""
+    first = LcmStore(tmp_path / "lcm.db")
+    second = LcmStore(tmp_path / "lcm.db")
+    first.ingest_many("s", [{"role": "user", "content": f"old {i}"} for i in range(3)])
+    embed_all(first, _Interleaving(second))
+    assert first.counts()["messages"] == 4 and first.counts()["embed_queue"] == 0
+    assert first.counts()["embeddings"] == 4  # the message queued meanwhile too
+    first.close()
+    second.close()
+
+
+def _random_vectors(store: LcmStore, count: int, dim: int, vector_format: str) -> np.ndarray:
+    """Unit vectors around 60 topics, off-centre (as e5's are), stored as LCM stores them."""
+    rng = np.random.default_rng(5)
+    topics = rng.standard_normal((60, dim)).astype(np.float32)
+    matrix = topics[rng.integers(60, size=count)] + rng.standard_normal((count, dim)) * 0.6
+    matrix = matrix.astype(np.float32) + 0.3
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    with store.writing() as conn:
+        conn.executemany(
+            "INSERT INTO embeddings(kind, item_id, model, dim, session_id, vector) "
+            "VALUES ('message', ?, 'synthetic', ?, ?, ?)",
+            [
+                (i + 1, dim, f"s{i % 4}", encode_vector(row, vector_format))
+                for i, row in enumerate(matrix)
+            ],
+        )
+    return matrix
+
+
+def near_query(
+    matrix: np.ndarray, rng: np.random.Generator, noise: float
+) -> tuple[np.ndarray, list[int]]:
+    """A query near a random stored vector, and the ids of its exact 10 nearest (float32)."""
+    query = matrix[rng.integers(len(matrix))] + rng.standard_normal(matrix.shape[1]) * noise
+    query = (query / np.linalg.norm(query)).astype(np.float32)
+    return query, [int(i) + 1 for i in np.argsort(-(matrix @ query))[:10]]
+
+
+def test_int8_vectors_rank_like_float32_and_old_float32_rows_still_load(tmp_path: Path) -> None:
+    """Stored int8 (a scale per vector) ranks as float32 did; older float32 rows still load."""
+    new, old = LcmStore(tmp_path / "new.db"), LcmStore(tmp_path / "old.db")
+    matrix = _random_vectors(new, 3_000, 96, "int8")
+    _random_vectors(old, 3_000, 96, "float32")
+    assert len(fetch_value(new.conn, "SELECT vector FROM embeddings LIMIT 1")) == 96 + 4
+    rng = np.random.default_rng(9)
+    overlap = []
+    for _ in range(20):
+        query, wanted = near_query(matrix, rng, 0.1)
+        for store in (new, old):
+            got = [i for _, i, _ in VectorIndex().search(store, "synthetic", query, None, 10)]
+            overlap.append(len(set(got) & set(wanted)) / 10)
+    assert min(overlap) >= 0.8 and sum(overlap) / len(overlap) >= 0.95, overlap
+    new.close()
+    old.close()
+
+
+def test_coarse_pass_then_exact_rescoring_finds_the_nearest(tmp_path: Path) -> None:
+    """Past ``exact_rows`` a sign-code pass picks candidates, rescored exactly from int8."""
+    store = LcmStore(tmp_path / "lcm.db")
+    matrix = _random_vectors(store, 6_000, 128, "int8")
+    coarse = VectorIndex(exact_rows=0, coarse_min=0)  # 10% of the rows: 600
+    rng = np.random.default_rng(3)
+    overlap = []
+    for _ in range(20):
+        query, wanted = near_query(matrix, rng, 0.2)
+        got = [i for _, i, _ in coarse.search(store, "synthetic", query, None, 10)]
+        overlap.append(len(set(got) & set(wanted)) / 10)
+        in_s2 = np.arange(2, 6_000, 4)  # rows of session s2
+        scoped = coarse.search(store, "synthetic", query, "s2", 10)
+        assert {i for _, i, _ in scoped} <= {int(r) + 1 for r in in_s2}
+        assert len(scoped) == 10
+    assert sum(overlap) / len(overlap) >= 0.9, overlap
+    store.close()
+
+
+class _Recording(StaticModelEmbedder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[int] = []
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        self.calls.append(len(texts))
+        return super().embed(texts)
+
+
+def test_the_worker_embeds_a_few_texts_a_call(store: LcmStore) -> None:
+    """The static model keeps the GIL for a whole call: short calls keep the event loop free."""
+    from hermes_runtime.lcm.embeddings import EMBED_CHUNK
+
+    store.ingest_many("s", [{"role": "user", "content": f"text {i}"} for i in range(100)])
+    recording = _Recording()
+    assert embed_all(store, recording, batch_size=64) == 100
+    assert max(recording.calls) == EMBED_CHUNK <= 16 and sum(recording.calls) == 100

@@ -14,7 +14,6 @@ from typing import Any
 
 from hermes_runtime.common.sqlite import connect
 from hermes_runtime.lcm import LcmConfig, LcmEngine, LcmStore
-from hermes_runtime.lcm.engine import legacy_fingerprint
 from hermes_runtime.lcm.hermes_plugin import LcmContextEngine
 from hermes_runtime.lcm.schema import MIGRATIONS, fetch_all, schema_version
 
@@ -49,12 +48,14 @@ def stored(store: LcmStore, session: str) -> list[tuple[str, str]]:
     return [(str(r[0]), str(r[1])) for r in rows]
 
 
-def test_schema_2_migrates_a_version_1_database_with_data(tmp_path: Path) -> None:
+def test_a_version_1_database_migrates_with_its_data_and_sheds_empty_sessions(
+    tmp_path: Path,
+) -> None:
     db = tmp_path / "lcm.db"
     conn = connect(db)
     conn.execute(MIGRATIONS[0])
     conn.execute("PRAGMA user_version = 1")
-    conn.execute("INSERT INTO sessions(id, created_at) VALUES ('old', 1.0)")
+    conn.execute("INSERT INTO sessions(id, created_at) VALUES ('old', 1.0), ('empty', 1.0)")
     conn.execute(
         "INSERT INTO messages(session_id, seq, role, content, token_count, created_at) "
         "VALUES ('old', 1, 'user', 'kept across the upgrade', 9, 1.0)"
@@ -62,23 +63,34 @@ def test_schema_2_migrates_a_version_1_database_with_data(tmp_path: Path) -> Non
     conn.close()
 
     store = LcmStore(db, tmp_path / "outputs")
-    assert schema_version(store.conn) == len(MIGRATIONS) == 2
+    assert schema_version(store.conn) == len(MIGRATIONS) == 3
     assert stored(store, "old") == [("user", "kept across the upgrade")]
+    assert store.session_ids() == ["old"]  # the empty one (release <= 2 made them) is gone
     assert store.host_session("hermes-1") is None
     store.bind_host_session("hermes-1", "old")
-    store.bind_host_session("hermes-2", "new-session")  # creates the LCM session row
+    store.bind_host_session("hermes-2", "new-session")
     assert store.host_session("hermes-1") == "old"
     assert store.host_session("hermes-2") == "new-session"
+    assert not store.has_session("new-session")  # a binding creates no session
+    store.ingest("new-session", {"role": "user", "content": "first message"})
     assert store.has_session("new-session")
-    # Re-running the step on a migrated database changes nothing (idempotent SQL).
-    store.conn.execute(MIGRATIONS[1])
     store.close()
 
     reopened = LcmStore(db, tmp_path / "outputs")
-    assert schema_version(reopened.conn) == 2
+    assert schema_version(reopened.conn) == 3
     assert reopened.host_session("hermes-1") == "old"
     assert stored(reopened, "old") == [("user", "kept across the upgrade")]
     reopened.close()
+
+
+def test_binding_and_host_state_create_no_session(store: LcmStore) -> None:
+    store.bind_host_session("fork-1", "fork-1")  # Hermes' review fork: its own fresh id
+    store.bind_host_session("rotated-2", "fork-1")
+    store.set_host_state("fork-1", {"raw": [], "fp": 2})
+    assert store.session_ids() == [] and store.host_state("fork-1") == {}
+    assert store.host_session("rotated-2") == "fork-1"
+    store.bind_host_session("rotated-2", "rotated-2")  # back to the default: no row
+    assert store.host_session("rotated-2") is None
 
 
 def make_hermes_engine(home: Path) -> LcmContextEngine:
@@ -155,15 +167,6 @@ def test_repeated_text_after_a_compaction_is_still_stored(engine: LcmEngine) -> 
     before = len(stored(engine.store, "s"))
     assert engine.sync("s", again).ingested == 1
     assert len(stored(engine.store, "s")) == before + 1
-
-
-def test_host_state_saved_by_an_older_release_still_aligns(engine: LcmEngine) -> None:
-    messages = turn(1)
-    engine.ingest("s", messages, host_state={"raw": [legacy_fingerprint(m) for m in messages]})
-    assert engine.sync("s", [SYSTEM, *messages, *turn(2)]).ingested == 2
-    state = engine.store.host_state("s")
-    assert state["fp"] == 2 and len(state["raw"]) == 4
-    assert len(stored(engine.store, "s")) == 4
 
 
 def test_latest_user_message_is_never_folded(engine: LcmEngine) -> None:

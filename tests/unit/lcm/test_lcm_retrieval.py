@@ -85,7 +85,8 @@ def test_bad_ids_are_named_in_the_error(engine: LcmEngine, bad: str) -> None:
 
 
 def test_tools_answer_json_even_on_errors(filled: LcmEngine) -> None:
-    assert {"lcm_grep", "lcm_search", "lcm_describe", "lcm_expand", "lcm_read_output"} == TOOL_NAMES
+    retrieval_tools = {"lcm_grep", "lcm_search", "lcm_describe", "lcm_expand", "lcm_read_output"}
+    assert retrieval_tools | {"lcm_recent", "lcm_load_session", "lcm_dag"} == TOOL_NAMES
     ok = json.loads(filled.handle_tool("lcm_grep", {"query": "pelican"}, "alpha"))
     assert ok["results"]
     err = json.loads(filled.handle_tool("lcm_expand", {"id": "sum_424242"}, "alpha"))
@@ -140,3 +141,32 @@ def test_openai_embeddings_endpoint(tmp_path: Path, fake_llm: FakeLLM) -> None:
             wrong.embed(["x"])
     finally:
         lcm.close()
+
+
+def test_recent_activity_load_session_and_dag_tools(engine: LcmEngine) -> None:
+    for name in ("first", "second", "third"):
+        engine.ingest(name, simple_conversation(30))
+    engine.ingest("first", [{"role": "user", "content": "latest words in first"}])
+    engine.compact("second", 600)
+    recent = json.loads(engine.handle_tool("lcm_recent", {"limit": 5}, "third"))["sessions"]
+    assert [s["session_id"] for s in recent] == ["first", "second"]  # this session left out
+    assert recent[0]["last_user_message"]["text"] == "latest words in first"
+    assert recent[0]["messages"] == len(simple_conversation(30)) + 1
+    assert recent[1]["summaries"] >= 1
+
+    loaded = json.loads(
+        engine.handle_tool("lcm_load_session", {"session_id": "second", "budget": 500}, "third")
+    )
+    assert loaded["session"] == "second" and 0 < loaded["tokens"] <= 500
+    missing = json.loads(engine.handle_tool("lcm_load_session", {"session_id": "nope"}, "x"))
+    assert "nope" in missing["error"]
+
+    roots = json.loads(engine.handle_tool("lcm_dag", {}, "second"))
+    assert roots["session_id"] == "second" and roots["summaries"]
+    top = max(roots["summaries"], key=lambda node: node["depth"])
+    node = json.loads(engine.handle_tool("lcm_dag", {"id": top["id"], "max_depth": 1}, "second"))
+    assert node["id"] == top["id"] and node["seq_range"] == top["seq_range"]
+    if node["depth"] > 0:
+        assert all(child["depth"] < node["depth"] for child in node["children"])
+    bad = json.loads(engine.handle_tool("lcm_dag", {"id": "msg_1"}, "second"))
+    assert "sum_N" in bad["error"]

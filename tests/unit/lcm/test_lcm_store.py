@@ -86,12 +86,14 @@ def test_migrations_are_recorded_and_idempotent(tmp_path: Path) -> None:
     second.close()
 
 
-def test_newer_schema_is_refused_with_the_path(tmp_path: Path) -> None:
+@pytest.mark.parametrize("readonly", [False, True], ids=["read-write", "read-only"])
+def test_newer_schema_is_refused_with_the_path(tmp_path: Path, readonly: bool) -> None:
+    LcmStore(tmp_path / "lcm.db").close()
     conn = apsw.Connection(str(tmp_path / "lcm.db"))
     conn.execute("PRAGMA user_version = 999")
     conn.close()
-    with pytest.raises(RuntimeFailure, match=r"lcm\.db.*999"):
-        LcmStore(tmp_path / "lcm.db")
+    with pytest.raises(RuntimeFailure, match=r"lcm\.db.*999.*newer"):
+        LcmStore(tmp_path / "lcm.db", readonly=readonly)
 
 
 @pytest.mark.parametrize("bad", [{"content": "no role"}, {"role": 3, "content": "x"}, "not a dict"])

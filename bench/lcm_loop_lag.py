@@ -1,0 +1,119 @@
+"""Event-loop lag beside LCM's heavy work: does compaction or embedding ever freeze the loop?
+
+The Hermes gateway serves its API on an asyncio loop and runs agents (and so
+LCM) on threads; a C extension that kept the GIL through a long call would
+freeze the loop (lossless-claw #1067: 1.5 s). This runs an asyncio loop that
+sleeps 5 ms at a time and records how late each wake-up is, while threads
+compact sessions, drain the embedding queue with a real embedder, and run
+hybrid searches. Goal: no wake-up later than 50 ms (on a quiet machine: the
+figure also counts CPU contention from other processes).
+
+Run: ``.venv/bin/python bench/lcm_loop_lag.py [--messages 20000] [--embedder static|e5]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from hermes_runtime.lcm import CompactionPolicy, LcmConfig, LcmEngine, retrieval
+from hermes_runtime.lcm.embeddings import embed_pending, offline_embedder
+
+TICK = 0.005
+
+
+def history(count: int, rng: random.Random) -> list[dict[str, Any]]:
+    words = ["harbour", "ferry", "pier", "weather", "tide", "cargo", "crane", "dock", "sail"]
+    return [
+        {"role": ("user", "assistant")[i % 2], "content": " ".join(rng.choices(words, k=60))}
+        for i in range(count)
+    ]
+
+
+def heavy_work(engine: LcmEngine, sessions: int, done: threading.Event) -> dict[str, float]:
+    """Compact every session, embed the whole queue, then search: the loop's neighbours."""
+    started = time.perf_counter()
+    for index in range(sessions):
+        engine.compact(f"s{index}", 2_000)
+    compacted = time.perf_counter()
+    assert engine.embedder is not None
+    while embed_pending(engine.store, engine.embedder, 64):
+        pass
+    embedded = time.perf_counter()
+    for query in ("ferry tide", "crane cargo", "dock weather") * 5:
+        retrieval.hybrid_search(
+            engine.store, engine.embedder, query, None, 10, index=engine.vectors
+        )
+    done.set()
+    return {
+        "compaction_s": round(compacted - started, 2),
+        "embedding_s": round(embedded - compacted, 2),
+        "search_s": round(time.perf_counter() - embedded, 2),
+    }
+
+
+async def measure_lag(done: threading.Event) -> list[float]:
+    lags = []
+    while not done.is_set():
+        started = time.perf_counter()
+        await asyncio.sleep(TICK)
+        lags.append(time.perf_counter() - started - TICK)
+    return lags
+
+
+def run(messages: int, embedder_name: str, workdir: Path) -> dict[str, Any]:
+    rng = random.Random(3)
+    policy = CompactionPolicy(fresh_tail_messages=8, leaf_chunk_tokens=2_000)
+    base = LcmConfig.for_home(workdir, {"embeddings": embedder_name})
+    engine = LcmEngine(
+        LcmConfig(**{**base.__dict__, "policy": policy}), embedder=offline_embedder(embedder_name)
+    )
+    assert engine.embedder is not None
+    started = time.perf_counter()
+    engine.embedder.embed(["warm-up"])  # the plugin preloads the model at gateway start
+    model_load_s = round(time.perf_counter() - started, 2)
+    sessions = max(1, messages // 1_000)
+    for index in range(sessions):
+        engine.store.ingest_many(f"s{index}", history(min(1_000, messages), rng))
+    done = threading.Event()
+    phases: dict[str, float] = {}
+    worker = threading.Thread(target=lambda: phases.update(heavy_work(engine, sessions, done)))
+    worker.start()
+    lags = asyncio.run(measure_lag(done))
+    worker.join()
+    engine.close()
+    ordered = sorted(lags)
+    return {
+        "messages": sessions * min(1_000, messages),
+        "embedder": embedder_name,
+        "model_load_s": model_load_s,
+        **phases,
+        "ticks": len(lags),
+        "lag_p50_ms": round(statistics.median(ordered) * 1000, 2),
+        "lag_p99_ms": round(ordered[int(len(ordered) * 0.99)] * 1000, 2),
+        "lag_max_ms": round(ordered[-1] * 1000, 2),
+        "goal_max_ms": 50,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--embedder", choices=["static", "e5"], default="static")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        figures = run(args.messages, args.embedder, Path(tmp))
+    print(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
