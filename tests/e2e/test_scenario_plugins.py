@@ -14,7 +14,8 @@ enforces Pod Security "restricted". Checked from inside the agent, as an operato
 - `helm upgrade` that adds one plugin and removes another removes only that link.
 
 git-sync image: upstream registry.k8s.io/git-sync/git-sync where the cluster can pull it,
-else the stand-in localhost:5001/hermes-runtime/git-sync:dev (ci/images/git-sync); the suite prints which.
+else the stand-in localhost:5001/hermes-runtime/git-sync:dev (ci/images/git-sync); the suite
+prints which.
 E2E_GIT_SYNC=upstream|standin forces one.
 """
 
