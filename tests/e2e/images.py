@@ -20,9 +20,6 @@ REGISTRY = os.environ.get("HERMES_E2E_REGISTRY", "localhost:5001")
 PULL_POLICY = "Always"
 # The agent is tagged with the chart's appVersion, as `make image` tags it.
 AGENT_TAG = "0.1.0"
-# Which git-sync the plugin scenarios run: "stand-in" (built here, ci/images/git-sync) or
-# "upstream" (registry.k8s.io/git-sync/git-sync, where a registry is reachable).
-GIT_SYNC = os.environ.get("HERMES_E2E_GIT_SYNC", "stand-in")
 MANIFEST_TYPES = ", ".join(
     [
         "application/vnd.docker.distribution.manifest.v2+json",
