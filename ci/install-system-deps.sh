@@ -7,7 +7,7 @@
 # Docker, containerd and the Kubernetes packages are installed by the scripts that use them
 # (ci/install-docker.sh, ci/k8s/install-deps.sh).
 set -euo pipefail
-PACKAGES=(git make redis-server python3.11 python3.11-venv ca-certificates)
+PACKAGES=(git make redis-server prometheus python3.11 python3.11-venv ca-certificates)
 
 sudo_if_needed() {
   if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi

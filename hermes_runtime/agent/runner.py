@@ -19,6 +19,7 @@ from hermes_runtime.agent.metrics import AgentMetrics
 from hermes_runtime.agent.seed import SeedResult, seed_config, seed_soul
 from hermes_runtime.agent.settings import AgentSettings
 from hermes_runtime.agent.supervisor import Supervisor
+from hermes_runtime.backup import backup_status_path
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.common.logs import log_event
 from hermes_runtime.plugins import LinkReport, link_plugins, watch
@@ -95,7 +96,7 @@ def run_agent(settings: AgentSettings, metrics: AgentMetrics | None = None) -> i
     (graceful gateway restart when a plugin's commit or the spec changes) and the secrets file
     watcher (restart when Vault renders new values, so the gateway sees them in its env).
     """
-    metrics = metrics or AgentMetrics()
+    metrics = metrics or AgentMetrics(backup_status_file=backup_status_path(settings.data_dir))
     ensure_data_dir(settings)
     # One gateway per data volume: wait for the one before us (a pod being replaced) to exit
     # before touching config.yaml, the plugin links or the databases.

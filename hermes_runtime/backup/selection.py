@@ -36,6 +36,7 @@ DEFAULT_EXCLUDES: tuple[str, ...] = (
     "node_modules/",
     # runtime state that is wrong after a restore
     "gateway.pid",
+    ".hermes-runtime/backup-status.json",
     "auth.lock",
     # secrets (Hermes' own list of credential stores, agent/file_safety.py)
     ".env",

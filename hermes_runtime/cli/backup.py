@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from hermes_runtime.backup import (
     list_snapshots,
     open_target,
     prune_snapshots,
+    record_backup_outcome,
     restore_snapshot,
     verify_snapshot,
     write_backup_metrics,
@@ -91,6 +93,12 @@ def register(subparsers: Any) -> None:
     create.add_argument(
         "--metrics-file", type=Path, help="write Prometheus text-format figures to this file"
     )
+    create.add_argument(
+        "--status-file",
+        type=Path,
+        help="record the outcome (also a failure) as JSON for the agent's /metrics, e.g. "
+        "DATA_DIR/.hermes-runtime/backup-status.json",
+    )
 
     listing = add_verb(verbs, "list", "list complete snapshots", _list)
     _target_args(listing)
@@ -150,6 +158,7 @@ def register(subparsers: Any) -> None:
 
 
 def _create(args: argparse.Namespace) -> int:
+    started_at = time.time()
     try:
         summary = create_backup(
             args.data_dir,
@@ -158,12 +167,22 @@ def _create(args: argparse.Namespace) -> int:
             default_excludes=not args.no_default_excludes,
             work_dir=args.work_dir,
         )
-    except RuntimeFailure:
+    except Exception as exc:
         if args.metrics_file:
             write_backup_metrics(args.metrics_file, None)
+        if args.status_file:
+            record_backup_outcome(
+                args.status_file,
+                started_at=started_at,
+                summary=None,
+                error=str(exc) or type(exc).__name__,
+                target=args.target,
+            )
         raise
     if args.metrics_file:
         write_backup_metrics(args.metrics_file, summary)
+    if args.status_file:
+        record_backup_outcome(args.status_file, started_at=started_at, summary=summary)
     if args.json:
         print_json(dataclasses.asdict(summary))
     else:

@@ -44,6 +44,8 @@ def _pod_env(container: dict, dirs: dict[str, Path]) -> dict[str, str]:
     env["HOME"] = str(dirs["tmp"])
     if env.get("BACKUP_TARGET") == "file:///backup":
         env["BACKUP_TARGET"] = f"file://{dirs['backup']}"
+    if "BACKUP_WORK_DIR" in env:  # the scratch volume at /scratch
+        env["BACKUP_WORK_DIR"] = str(dirs["tmp"])
     if "HERMES_RUNTIME_SECRETS_ENV" in env:
         env["HERMES_RUNTIME_SECRETS_ENV"] = str(dirs["tmp"] / "secrets.env")
     env["PATH"] = f"{BIN}:{os.environ['PATH']}"
@@ -85,6 +87,9 @@ def test_cronjob_script_backs_up_then_restore_fills_an_empty_volume(
     assert done.returncode == 0, done.stderr
     snapshots = _snapshots(env["BACKUP_TARGET"])
     assert len(snapshots) == 1
+    # The outcome the agent's /metrics exports, on the data volume.
+    status = json.loads((dirs["data"] / ".hermes-runtime" / "backup-status.json").read_text())
+    assert (status["snapshot"], status["last_attempt_ok"]) == (snapshots[0]["id"], True)
 
     restore = render({"restore": {"fromSnapshot": "latest"}}).container("restore")
     restore_env = _pod_env(restore, dirs)

@@ -242,7 +242,7 @@ Pass (dict "root" $ "loop" bool).
 set -eu
 if [ -n "${HERMES_RUNTIME_SECRETS_ENV:-}" ]; then set -a; . "$HERMES_RUNTIME_SECRETS_ENV"; set +a; fi
 backup_once() {
-  hermes-runtime backup create --data-dir "$HERMES_HOME" --target "$BACKUP_TARGET"{{ range $b.excludes }} --exclude {{ squote . }}{{ end }} &&
+  hermes-runtime backup create --data-dir "$HERMES_HOME" --target "$BACKUP_TARGET" --work-dir "$BACKUP_WORK_DIR" --status-file "$HERMES_HOME/{{ include "hermes-agent.paths.backupStatus" . }}"{{ range $b.excludes }} --exclude {{ squote . }}{{ end }} &&
   hermes-runtime backup prune --target "$BACKUP_TARGET" --keep-last {{ int $b.retention.keepLast }}{{ if $b.retention.keepDaily }} --keep-daily {{ int $b.retention.keepDaily }}{{ end }}{{ if $b.retention.keepWeekly }} --keep-weekly {{ int $b.retention.keepWeekly }}{{ end }}
 }
 {{- if .loop }}
@@ -271,12 +271,16 @@ backup_once
       value: /tmp
     {{- include "hermes-agent.commonEnv" $root | nindent 4 }}
     {{- include "hermes-agent.backupEnv" $root | nindent 4 }}
+    - name: BACKUP_WORK_DIR
+      value: {{ include "hermes-agent.paths.backupScratch" . }}
   securityContext:
     {{- include "hermes-agent.containerSecurityContext" (dict "root" $root) | nindent 4 }}
   resources:
     {{- toYaml $root.Values.backup.resources | nindent 4 }}
   volumeMounts:
     {{- include "hermes-agent.dataMounts" $root | nindent 4 }}
+    - name: backup-scratch
+      mountPath: {{ include "hermes-agent.paths.backupScratch" . }}
     {{- if eq $root.Values.backup.target.type "pvc" }}
     - name: backup
       mountPath: /backup

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import secrets
 import stat
@@ -113,6 +114,23 @@ def run_cli(
         timeout=timeout,
         check=False,
     )
+
+
+def create_json(target: BackupTarget, data_dir: Path, *extra: str) -> dict:
+    """``backup create --json`` that must succeed; returns its summary."""
+    result = run_cli(
+        "create",
+        "--data-dir",
+        str(data_dir),
+        "--target",
+        target.url,
+        "--json",
+        *extra,
+        env=target.env,
+    )
+    assert result.returncode == 0, result.stderr
+    summary: dict = json.loads(result.stdout)
+    return summary
 
 
 def rows(db: Path, sql: str) -> list[tuple[object, ...]]:

@@ -8,6 +8,7 @@ PyPI) started here as a plain process, once per session.
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,3 +60,15 @@ def data_dir(tmp_path: Path) -> Path:
     (d / "cache" / "images").mkdir(parents=True)
     (d / "cache" / "images" / "a.png").write_bytes(b"\x89PNG" * 100)
     return d
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs: a real ENOSPC, not a simulated one (needs root, as in CI)."""
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)], check=True)
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=True)

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -180,18 +179,6 @@ def test_corrupt_manifest_is_named_by_verify_list_and_restore(
     )
     assert restore.returncode == 1 and key in restore.stderr
     assert not (tmp_path / "r").exists()
-
-
-@pytest.fixture
-def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
-    """A 1 MiB tmpfs: a real ENOSPC, not a simulated one (needs root, as in CI)."""
-    mount_point = tmp_path / "small"
-    mount_point.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)], check=True)
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=True)
 
 
 @pytest.mark.parametrize("layout", ["dir-on-small-disk", "data-dir-is-the-mount"])

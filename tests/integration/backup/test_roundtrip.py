@@ -6,22 +6,8 @@ import json
 from pathlib import Path
 
 from backup_testlib import BackupTarget, make_database, rows, run_cli, tree_fingerprint
+from backup_testlib import create_json as create
 from prometheus_client.parser import text_string_to_metric_families
-
-
-def create(target: BackupTarget, data_dir: Path, *extra: str) -> dict:
-    result = run_cli(
-        "create",
-        "--data-dir",
-        str(data_dir),
-        "--target",
-        target.url,
-        "--json",
-        *extra,
-        env=target.env,
-    )
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
 
 
 def test_restore_gives_back_the_data_dir_without_secrets_or_rebuildables(
