@@ -30,7 +30,8 @@ up() {
   ensure_image
   mkdir -p "$STORE"
   chown -R 0:0 "$STORE"
-  if [[ "$(podman inspect -f '{{.State.Running}}' "$REGISTRY_NAME" 2>/dev/null)" != true ]]; then
+  # A container left "running" by a killed session may answer nothing: probe, not trust.
+  if ! curl -fsS -m 2 "http://127.0.0.1:$REGISTRY_HOST_PORT/v2/" >/dev/null 2>&1; then
     podman rm -f "$REGISTRY_NAME" >/dev/null 2>&1 || true
     podman run -d --name "$REGISTRY_NAME" --network kind --user 0 \
       -p "127.0.0.1:$REGISTRY_HOST_PORT:5000" -v "$STORE:/var/lib/docker-registry" "$IMAGE" >/dev/null

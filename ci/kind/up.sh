@@ -10,7 +10,7 @@ HERE="$ROOT/ci/kind"
 source "$HERE/versions.sh"
 KIND_BIN="$ROOT/.cache/kind/bin"
 KUBECONFIG_PATH="$ROOT/.cache/kind/kubeconfig"
-export KIND_EXPERIMENTAL_PROVIDER=podman PATH="$KIND_BIN:$PATH"
+export KIND_EXPERIMENTAL_PROVIDER=podman PATH="$KIND_BIN:$ROOT/.cache/tools/bin:$PATH"
 log() { echo "kind-up: $*" >&2; }
 
 install_kind() {
@@ -19,8 +19,10 @@ install_kind() {
   GOFLAGS=-buildvcs=false GOBIN="$KIND_BIN" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kind@$KIND_VERSION"
 }
 
-running_image() { # the node image of the running cluster (empty: none runs)
+running_image() { # the node image of the running cluster (empty: none runs or answers)
   [[ "$(podman inspect -f '{{.State.Running}}' "$CLUSTER_NAME-control-plane" 2>/dev/null)" == true ]] &&
+    [[ -f "$KUBECONFIG_PATH" ]] &&
+    KUBECONFIG="$KUBECONFIG_PATH" kubectl get --raw /readyz --request-timeout=5s >/dev/null 2>&1 &&
     podman inspect -f '{{.ImageName}}' "$CLUSTER_NAME-control-plane"
   return 0
 }

@@ -19,7 +19,7 @@ CI_VALUES = kube.REPO_ROOT / "values-examples" / "ci.yaml"
 BACKENDS_CHART = Path(__file__).parent / "charts" / "ci-backends"
 PROBE_IMAGE = images.ref("busybox")
 RELEASE = "hermes"
-# What values-examples/ci.yaml and the backends chart run (imagePullPolicy Never).
+# What values-examples/ci.yaml and the backends chart run, pulled from the registry.
 IMAGES = [
     "agent",
     "git-server",
