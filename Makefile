@@ -9,21 +9,24 @@ TOOLS_BIN := $(CURDIR)/.cache/tools/bin
 # Heavy builds (tools, images, the Kubernetes binaries) live outside the checkout, so a fresh
 # clone on the same machine (CI) reuses them: .cache is a symlink to CACHE_HOME.
 CACHE_HOME ?= $(HOME)/.cache/hermes-runtime
-# Every image the e2e suite and the demo use (git-sync: the stand-in, docs/plugins.md).
-E2E_IMAGES := agent git-sync git-server seaweedfs openbao fake-llm pause
-KUBECONFIG_LOCAL := $(CURDIR)/.cache/k8s/kubeconfig
+# Every image the e2e suite and the demo use, pushed to the local registry (docs/cluster.md).
+E2E_IMAGES := agent git-sync git-server seaweedfs openbao fake-llm busybox
+# Where `make image-push` publishes the agent image (REGISTRY/hermes-runtime/agent:<appVersion>).
+REGISTRY ?= localhost:5001
+KUBECONFIG_LOCAL := $(CURDIR)/.cache/kind/kubeconfig
 export PATH := $(BIN):$(TOOLS_BIN):$(PATH)
 PYTEST := $(BIN)/pytest
 PYTEST_ARGS ?=
 
-.PHONY: help system-deps venv tools images unit integration chart image e2e test lint demo cluster cluster-down clean
+.PHONY: help system-deps venv tools images image image-push image-tests unit integration chart e2e test lint demo cluster cluster-down clean
 
 help:
 	@echo "make demo   - the main job: cluster, images, helm install, a conversation, a backup"
 	@echo "make test   - every test tier (installs what it needs)"
 	@echo "make lint   - ruff + mypy"
-	@echo "make unit | integration | chart | image | e2e   (benchmarks: docs/benchmarks.md)"
-	@echo "make cluster | cluster-down   - the local Kubernetes cluster (docs/cluster.md)"
+	@echo "make unit | integration | chart | image-tests | e2e   (benchmarks: docs/benchmarks.md)"
+	@echo "make image | image-push REGISTRY=...   - the agent image, tagged with the chart appVersion"
+	@echo "make cluster | cluster-down   - the kind cluster and local registry (docs/cluster.md)"
 
 .cache:
 	mkdir -p $(CACHE_HOME)
@@ -44,9 +47,10 @@ system-deps:
 
 tools: venv
 	ci/install-tools.sh $(CURDIR)/.cache/tools
+	ci/install-actionlint.sh $(CURDIR)/.cache/tools
 
 images: venv
-	ci/build-images.sh $(E2E_IMAGES)
+	REGISTRY=$(REGISTRY) ci/build-images.sh $(E2E_IMAGES)
 
 unit: venv
 	$(PYTEST) tests/unit $(PYTEST_ARGS)
@@ -57,7 +61,15 @@ integration: system-deps venv tools
 chart: venv tools
 	$(PYTEST) tests/chart $(PYTEST_ARGS)
 
-image: venv tools
+# The agent image, tagged with the chart's appVersion (hermes-runtime/agent:<appVersion>), and
+# `make image-push REGISTRY=registry.example.com` to publish it where your cluster pulls from.
+image:
+	NO_PUSH=1 ci/build-images.sh agent
+
+image-push:
+	REGISTRY=$(REGISTRY) ci/build-images.sh agent
+
+image-tests: venv tools
 	$(PYTEST) tests/image $(PYTEST_ARGS)
 
 cluster: venv tools
@@ -66,9 +78,11 @@ cluster: venv tools
 cluster-down:
 	ci/cluster-down.sh
 
-# Against the user's KUBECONFIG when set; otherwise the local cluster, brought up (warm: ~1 min).
+# Against the user's KUBECONFIG when set (images pushed to REGISTRY, which it must pull from);
+# otherwise the local kind cluster and registry, brought up first (warm: about a minute).
 e2e: venv tools
-	@if [ -z "$${KUBECONFIG:-}" ]; then ci/build-images.sh $(E2E_IMAGES) && ci/cluster-up.sh; fi
+	@if [ -z "$${KUBECONFIG:-}" ]; then ci/cluster-up.sh; fi
+	REGISTRY=$(REGISTRY) ci/build-images.sh $(E2E_IMAGES)
 	KUBECONFIG="$${KUBECONFIG:-$(KUBECONFIG_LOCAL)}" $(PYTEST) tests/e2e $(PYTEST_ARGS)
 
 test: system-deps venv tools
@@ -79,6 +93,8 @@ lint: venv
 	$(BIN)/ruff check hermes_runtime tests bench
 	$(BIN)/ruff format --check hermes_runtime tests bench
 	$(BIN)/mypy
+	ci/install-actionlint.sh $(CURDIR)/.cache/tools
+	$(TOOLS_BIN)/actionlint .github/workflows/*.yaml
 
 demo: system-deps venv tools
 	ci/demo.sh

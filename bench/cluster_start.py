@@ -1,13 +1,14 @@
-"""Local cluster figures: warm start, stop, memory, and (with --cold) the cold build.
+"""Test-cluster figures: kind create to Ready (warm), delete, memory, and the node image build.
 
-Usage: .venv/bin/python bench/cluster_start.py [--runs 2] [--cold]
+Usage: .venv/bin/python bench/cluster_start.py [--runs 3] [--node-image-cold]
 
-Warm start = `ci/cluster-down.sh` then `ci/cluster-up.sh` with the binaries,
-PKI and image tarballs already built (it re-imports every image tarball into a
-fresh containerd). Memory = resident set size of each cluster process with the
-add-ons running. --cold builds every Kubernetes binary and add-on from the Go
-module proxy into a fresh scratch cache (no module or build cache; about
-30 minutes on 2 shared cores) without touching .cache/k8s. Needs root.
+Warm create = `ci/cluster-down.sh` then `ci/cluster-up.sh` with the node image already built
+(kind create with the podman provider, registry start, hosts.toml, all nodes Ready).
+Memory = the node container's cgroup usage with the add-ons running (podman stats).
+--node-image-cold rebuilds the node image from cached binaries and image tarballs
+(`FORCE=1 ci/kind/build-node-image.sh`: base image, assembly, commit); the binaries' own
+cold build is timed by `.ci/run` on an empty cache (docs/benchmarks.md). Needs root.
+Prints one line per figure, with the 1-minute load average beside it.
 """
 
 from __future__ import annotations
@@ -16,21 +17,11 @@ import argparse
 import os
 import statistics
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-RUN_DIR = Path("/run/hermes-k8s")
-COMPONENTS = (
-    "etcd",
-    "kube-apiserver",
-    "kube-controller-manager",
-    "kube-scheduler",
-    "kubelet",
-    "kube-proxy",
-    "containerd",
-)
+NODE = "hermes-control-plane"
 
 
 def timed(cmd: list[str], env: dict[str, str] | None = None) -> float:
@@ -39,48 +30,42 @@ def timed(cmd: list[str], env: dict[str, str] | None = None) -> float:
     return time.monotonic() - start
 
 
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+def load() -> str:
+    return f"load {os.getloadavg()[0]:.2f}"
 
 
-def memory_report() -> None:
-    total = 0.0
-    for name in COMPONENTS:
-        pid = int((RUN_DIR / f"{name}.pid").read_text())
-        mb = rss_mb(pid)
-        total += mb
-        print(f"memory rss {name}: {mb:.0f} MB")
-    print(f"memory rss cluster processes total: {total:.0f} MB")
-
-
-def cold_build() -> None:
-    with tempfile.TemporaryDirectory(prefix="k8s-cold-") as scratch:
-        env = {**os.environ, "K8S_CACHE": scratch}
-        seconds = timed([str(REPO / "ci/k8s/build-kubernetes.sh")], env)
-        print(f"cold build kubernetes (download + compile, -p 1): {seconds:.0f} s")
-        seconds = timed([str(REPO / "ci/k8s/build-addons.sh")], env)
-        print(f"cold build add-ons (CoreDNS, local-path-provisioner): {seconds:.0f} s")
+def node_memory() -> str:
+    out = subprocess.run(
+        ["podman", "stats", "--no-stream", "--format", "{{.MemUsage}}", NODE],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return out.stdout.strip()
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=2)
-    parser.add_argument("--cold", action="store_true")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--node-image-cold", action="store_true")
     args = parser.parse_args()
-    if args.cold:
-        cold_build()
-    subprocess.run([str(REPO / "ci/cluster-up.sh")], check=True, stdout=subprocess.DEVNULL)
-    ups, downs = [], []
+    if args.node_image_cold:
+        seconds = timed(
+            [str(REPO / "ci/kind/build-node-image.sh")], env={**os.environ, "FORCE": "1"}
+        )
+        print(f"node image build (cached binaries), FORCE=1: {seconds:.1f} s ({load()})")
+    creates, deletes = [], []
     for _ in range(args.runs):
-        downs.append(timed([str(REPO / "ci/cluster-down.sh")]))
-        ups.append(timed([str(REPO / "ci/cluster-up.sh")]))
-    runs = args.runs
-    print(f"warm start, median (max) of {runs}: {statistics.median(ups):.0f} s ({max(ups):.0f})")
-    print(f"stop, median (max) of {runs}: {statistics.median(downs):.0f} s ({max(downs):.0f})")
-    memory_report()
+        deletes.append(timed([str(REPO / "ci/cluster-down.sh")]))
+        creates.append(timed([str(REPO / "ci/cluster-up.sh")]))
+        print(f"cluster create to Ready, warm: {creates[-1]:.1f} s ({load()})")
+    print(
+        f"cluster create to Ready, warm: median {statistics.median(creates):.1f} s, "
+        f"max {max(creates):.1f} s over {len(creates)} runs"
+    )
+    print(f"cluster delete: median {statistics.median(deletes):.1f} s")
+    time.sleep(20)  # let the add-ons settle before reading memory
+    print(f"memory of the node container with the add-ons running: {node_memory()} ({load()})")
 
 
 if __name__ == "__main__":

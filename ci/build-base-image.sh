@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Build the local base image `local/debian:bookworm` with no registry: debootstrap a minimal
 # Debian bookworm root filesystem from the apt mirror this machine already uses, then
-# `docker import` it. Cached: does nothing when the image already exists (FORCE=1 rebuilds).
+# import it into the container engine: Docker (image builds) or, with ENGINE=podman, podman
+# (the kind path). Cached: does nothing when the image already exists (FORCE=1 rebuilds).
 set -euo pipefail
+ENGINE="${ENGINE:-docker}"
 
 IMAGE="${BASE_IMAGE_NAME:-local/debian:bookworm}"
 SUITE=bookworm
@@ -19,7 +21,7 @@ mirror_url() {
   echo "${uri:-http://deb.debian.org/debian}"
 }
 
-if [[ "${FORCE:-0}" != 1 ]] && docker image inspect "$IMAGE" >/dev/null 2>&1; then
+if [[ "${FORCE:-0}" != 1 ]] && "$ENGINE" image inspect "$IMAGE" >/dev/null 2>&1; then
   log "$IMAGE exists (FORCE=1 rebuilds)"
   exit 0
 fi
@@ -43,7 +45,7 @@ deb $mirror $SUITE main
 deb $mirror $SUITE-updates main
 deb ${mirror%/debian}/debian-security $SUITE-security main
 SOURCES
-tar -C "$rootfs" -c . | docker import \
+tar -C "$rootfs" -c . | "$ENGINE" import \
   --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
   --change 'ENV LANG=C.UTF-8' \
   --change 'CMD ["/bin/bash"]' \

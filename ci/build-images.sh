@@ -1,38 +1,41 @@
 #!/usr/bin/env bash
-# Build every image the project needs with no container registry, and `docker save` each into
-# .cache/images/<name>.tar for the cluster (ci/k8s/load-images.sh imports them into containerd).
+# Build every image the project needs with no upstream registry, and push each to the registry
+# the clusters pull from (REGISTRY, default the local one `make cluster` starts on
+# 127.0.0.1:5001), the way a platform team publishes to theirs.
 #
 # Usage: ci/build-images.sh [IMAGE...]   IMAGE in: agent git-sync git-server seaweedfs openbao
-#                                        fake-llm pause (default: all)
+#                                        fake-llm busybox (default: all)
 # Env:   BASE_IMAGE    base for every Debian-based image (default: local/debian:bookworm, built
 #                      by ci/build-base-image.sh; e.g. python:3.11-slim-bookworm where Docker
 #                      Hub is reachable)
-#        NO_SAVE=1     skip the tarballs (image tests only need the images in Docker)
+#        REGISTRY      where to push (default localhost:5001); images are tagged
+#                      REGISTRY/hermes-runtime/<name>:<tag> (the agent: the chart's appVersion)
+#        NO_PUSH=1     build only (the image tests only need the images in Docker)
 #        NO_CACHE=1    cold build: ignore Docker's layer cache and re-debootstrap the base
 #
 # git-sync is the stand-in (ci/images/git-sync/git_sync.py), a test double of upstream git-sync
 # v4 for machines where registry.k8s.io/git-sync/git-sync cannot be pulled (docs/plugins.md).
 #
-# Cached: Docker's layer cache makes a warm run quick, and a tarball is rewritten only when its
-# image ID changed. An image that cannot be built is reported, the others are still built, and
-# the script exits 1 at the end.
+# Cached: Docker's layer cache makes a warm run quick, and an image is pushed only when its ID
+# changed since its last push. An image that cannot be built is reported, the others are still
+# built, and the script exits 1 at the end.
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 IMAGES_DIR="$REPO_ROOT/ci/images"
-OUT_DIR="$REPO_ROOT/.cache/images"
+STAMPS="$REPO_ROOT/.cache/images/pushed"
+REGISTRY="${REGISTRY:-localhost:5001}"
+APP_VERSION="$(awk -F'"' '/^appVersion:/ {print $2}' "$REPO_ROOT/charts/hermes-agent/Chart.yaml")"
 BASE_IMAGE="${BASE_IMAGE:-local/debian:bookworm}"
-ALL=(agent git-sync git-server seaweedfs openbao fake-llm pause)
+ALL=(agent git-sync git-server seaweedfs openbao fake-llm busybox)
 export DOCKER_BUILDKIT=0 # the legacy builder: Debian's docker.io 20.10 has no buildx plugin
 
 log() { echo "build-images: $*" >&2; }
 
 tag_of() {
   case "$1" in
-    agent) echo hermes-runtime/agent:dev ;;
-    git-sync) echo hermes-runtime/git-sync:v4 ;;
-    pause) echo hermes-runtime/pause:3.10 ;;
-    git-server | seaweedfs | openbao | fake-llm) echo "hermes-runtime/$1:dev" ;;
+    agent) echo "hermes-runtime/agent:$APP_VERSION" ;;
+    git-sync | git-server | seaweedfs | openbao | fake-llm | busybox) echo "hermes-runtime/$1:dev" ;;
     *) return 1 ;;
   esac
 }
@@ -88,26 +91,28 @@ build_one() {
       ctx="$(aux_context "$name")" || return 1
       docker_build "$tag" "$ctx" "$IMAGES_DIR/$name.Dockerfile" || return 1
       ;;
-    pause)
-      ctx="$(aux_context "$name" /usr/bin/catatonit)" || return 1
-      docker build -q -t "$tag" -f "$IMAGES_DIR/pause.Dockerfile" "$ctx" >/dev/null || return 1
+    busybox)
+      ctx="$(aux_context "$name" /bin/busybox)" || return 1
+      docker build -q -t "$tag" -f "$IMAGES_DIR/busybox.Dockerfile" "$ctx" >/dev/null || return 1
       ;;
   esac
-  save_tarball "$name" "$tag" || return 1
+  push "$name" "$tag" || return 1
 }
 
-save_tarball() { # NAME TAG: rewrite the tarball only when the image changed
-  [[ "${NO_SAVE:-0}" == 1 ]] && return 0
-  local name="$1" tag="$2" id tar stamp
+push() { # NAME TAG: push REGISTRY/TAG when the image changed since its last push
+  [[ "${NO_PUSH:-0}" == 1 ]] && return 0
+  local name="$1" tag="$2" id stamp remote
   id="$(docker image inspect -f '{{.Id}}' "$tag")" || return 1
-  tar="$OUT_DIR/${name}.tar"
-  stamp="$tar.id"
-  if [[ -f "$tar" && -f "$stamp" && "$(cat "$stamp")" == "$id" ]]; then
-    return 0
-  fi
-  docker save -o "$tar.tmp" "$tag" || return 1
-  mv -f "$tar.tmp" "$tar" || return 1
-  echo "$id" >"$stamp"
+  remote="$REGISTRY/$tag"
+  stamp="$STAMPS/$(echo "$remote" | tr '/:' '__')"
+  [[ -f "$stamp" && "$(cat "$stamp")" == "$id" ]] && curl -fsS -o /dev/null \
+    "http://$REGISTRY/v2/${tag%:*}/manifests/${tag##*:}" 2>/dev/null && return 0
+  docker tag "$tag" "$remote" || return 1
+  docker push -q "$remote" >/dev/null || {
+    log "push of $remote failed: is the registry up (make cluster starts it; REGISTRY=... for yours)?"
+    return 1
+  }
+  echo "$id" >"$stamp.tmp" && mv "$stamp.tmp" "$stamp"
 }
 
 main() {
@@ -123,7 +128,7 @@ main() {
   if [[ "$BASE_IMAGE" == local/debian:bookworm ]]; then
     FORCE="${NO_CACHE:-0}" "$REPO_ROOT/ci/build-base-image.sh"
   fi
-  mkdir -p "$OUT_DIR"
+  mkdir -p "$STAMPS"
   copy_build_cas
   WORK="$(mktemp -d /tmp/hermes-image-contexts.XXXXXX)"
   trap 'rm -rf "$WORK"' EXIT

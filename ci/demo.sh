@@ -15,7 +15,9 @@
 #   DEMO_LLM_BASE_URL, DEMO_LLM_MODEL   a real OpenAI-compatible endpoint instead of the fake LLM
 #   DEMO_LLM_API_KEY_SECRET             existing Secret (key `api-key`) in DEMO_NAMESPACE holding
 #                                       that endpoint's key; never pass a key on the command line
-#   DEMO_SKIP_IMAGES=1                  do not build images (a user cluster that already has them)
+#   REGISTRY (localhost:5001)           where images are pushed and pulled from; with your own
+#                                       KUBECONFIG, a registry that cluster pulls from
+#   DEMO_SKIP_IMAGES=1                  do not build/push images (they are in REGISTRY already)
 # On any failure the script prints the namespace's pods, events and logs, and exits non-zero.
 set -Eeuo pipefail
 
@@ -24,7 +26,10 @@ NS="${DEMO_NAMESPACE:-hermes-demo}"
 RELEASE="${DEMO_RELEASE:-hermes-agent}"
 CHART="$ROOT/charts/hermes-agent"
 BACKENDS_CHART="$ROOT/tests/e2e/charts/ci-backends"
-OWN_KUBECONFIG="$ROOT/.cache/k8s/kubeconfig"
+OWN_KUBECONFIG="$ROOT/.cache/kind/kubeconfig"
+REGISTRY="${REGISTRY:-localhost:5001}"
+APP_VERSION="$(awk -F'"' '/^appVersion:/ {print $2}' "$CHART/Chart.yaml")"
+AGENT_IMAGE="$REGISTRY/hermes-runtime/agent:$APP_VERSION"
 PY="$ROOT/.venv/bin/python" # has httpx; `make demo` creates the venv first
 export PATH="$ROOT/.venv/bin:$ROOT/.cache/tools/bin:$PATH"
 STARTED=$(date +%s)
@@ -74,28 +79,30 @@ ensure_tools() {
 }
 
 demo_images() {
-  # The fake LLM's chart (ci-backends) also runs a git server; pause is the cluster's sandbox.
-  if [[ -n "${DEMO_LLM_BASE_URL:-}" ]]; then echo agent pause; else echo agent fake-llm git-server pause; fi
+  # The fake LLM's chart (ci-backends) also runs a git server.
+  if [[ -n "${DEMO_LLM_BASE_URL:-}" ]]; then echo agent; else echo agent fake-llm git-server; fi
 }
 
 build_images() {
   [[ "${DEMO_SKIP_IMAGES:-0}" == 1 ]] && return 0
   # shellcheck disable=SC2046
-  step "building images: $(demo_images) (cached: quick when nothing changed)"
+  step "building images: $(demo_images), pushing to $REGISTRY (cached: quick when nothing changed)"
   # Docker's legacy builder warns on every image: keep the script's own lines only.
   # shellcheck disable=SC2046
-  "$ROOT/ci/build-images.sh" $(demo_images) 2>&1 |
+  REGISTRY="$REGISTRY" "$ROOT/ci/build-images.sh" $(demo_images) 2>&1 |
     { grep -v -e DEPRECATED -e 'BuildKit is currently' -e 'environment-variable' -e '^$' >&2 || true; }
 }
 
 # --- 2. cluster --------------------------------------------------------------------------
 ensure_cluster() {
   if [[ -z "${KUBECONFIG:-}" || "$KUBECONFIG" == "$OWN_KUBECONFIG" ]]; then
-    step "local cluster: ci/cluster-up.sh (a no-op when it runs; imports changed images)"
+    step "local cluster: ci/cluster-up.sh (kind + the local registry; quick when it runs)"
     "$ROOT/ci/cluster-up.sh" >/dev/null
     export KUBECONFIG="$OWN_KUBECONFIG"
   else
-    step "using your cluster (KUBECONFIG=$KUBECONFIG); it must already have the images"
+    [[ "$REGISTRY" != localhost:5001 || "${DEMO_SKIP_IMAGES:-0}" == 1 ]] ||
+      fail "with your own KUBECONFIG, set REGISTRY to a registry that cluster pulls from"
+    step "using your cluster (KUBECONFIG=$KUBECONFIG), images from $REGISTRY"
   fi
   kubectl get nodes -o wide >&2
 }
@@ -132,19 +139,14 @@ llm_values() { # writes the llm: overrides; the key only ever travels inside a S
 write_overrides() { # what cannot work here, on top of values-examples/dev.yaml
   {
     cat <<'EOF'
-# Images are built locally and imported into the cluster: there is no registry to pull from.
-image:
-  repository: hermes-runtime/agent
-  tag: dev
-  pullPolicy: Never
-# git-sync cannot be built on this machine (the Go proxy refuses k8s.io/git-sync): no plugins.
-plugins: []
 agent:
   startupProbe:
     periodSeconds: 5
     timeoutSeconds: 5
     failureThreshold: 120
 EOF
+    # The agent image this script built and pushed (REGISTRY/hermes-runtime/agent:<appVersion>).
+    printf 'image:\n  registry: %s\n  pullPolicy: Always\n' "$REGISTRY"
     llm_values
   } >"$WORK/overrides.yaml"
 }
@@ -280,8 +282,8 @@ spec:
               app.kubernetes.io/component: agent
   containers:
     - name: list
-      image: hermes-runtime/agent:dev
-      imagePullPolicy: Never
+      image: $AGENT_IMAGE
+      imagePullPolicy: IfNotPresent
       command:
         - /bin/sh
         - -c
@@ -371,8 +373,8 @@ main() {
   FULLNAME="$RELEASE"
   [[ "$RELEASE" == *hermes-agent* ]] || FULLNAME="$RELEASE-hermes-agent"
   ensure_tools
-  build_images
   ensure_cluster
+  build_images
   ensure_namespace
   write_overrides
   install_chart

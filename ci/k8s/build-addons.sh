@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
-# Builds the cluster add-ons from Go modules (CoreDNS, local-path-provisioner)
-# and assembles the FROM-scratch images the local cluster needs into
-# .cache/k8s/images/*.tar. Everything is skipped when already built.
-# `build-addons.sh busybox-only`: just the busybox image the e2e probes use
-# (the kind path, which has its own CoreDNS and storage).
+# Builds the cluster add-ons from Go modules (CoreDNS, local-path-provisioner) into
+# .cache/k8s/bin, and the busybox helper image of local-path-provisioner into
+# .cache/k8s/images/busybox.tar; ci/kind/build-node-image.sh makes the other images.
+# Everything is skipped when already built.
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -27,16 +26,8 @@ image() {  # image NAME TAG ARGS...
 }
 applets=()
 for a in sh mkdir rm rmdir chmod chown ls cat echo sleep test true false env id wget nslookup httpd nc hostname; do applets+=(--symlink "/bin/$a:busybox"); done
-image busybox hermes-runtime/busybox:dev --file /bin/busybox:/bin/busybox "${applets[@]}" \
+image busybox docker.io/hermes-runtime/busybox:dev --file /bin/busybox:/bin/busybox "${applets[@]}" \
   --entrypoint '["/bin/sh"]' --dir /tmp:1777
-[[ "${1:-}" == busybox-only ]] && exit 0
 
 build coredns coredns .
 build local-path-provisioner local-path github.com/rancher/local-path-provisioner
-# Fallback sandbox image; ci/build-images.sh's pause image (same tag) wins when imported later.
-image pause hermes-runtime/pause:3.10 --file /usr/bin/catatonit:/pause --entrypoint '["/pause","-P"]' --user 65535
-image coredns hermes-runtime/coredns:dev --file "$K8S_BIN/coredns:/coredns" \
-  --entrypoint '["/coredns"]' --user 65532
-image local-path-provisioner hermes-runtime/local-path-provisioner:dev \
-  --file "$K8S_BIN/local-path-provisioner:/usr/bin/local-path-provisioner" \
-  --entrypoint '["/usr/bin/local-path-provisioner"]' --dir /tmp:1777

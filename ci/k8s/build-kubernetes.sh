@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Builds the Kubernetes server binaries from the Go module proxy into
+# Builds the Kubernetes binaries (server, kubelet, kubeadm, kubectl) from the Go module proxy into
 # .cache/k8s/bin. Skips binaries that already exist for this version, so a warm
 # start costs nothing. -p 1 keeps the build polite on a shared 2-core machine.
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
-COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
+COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubeadm kubectl)
 PARALLEL="${K8S_BUILD_PARALLEL:-1}"
 mkdir -p "$K8S_BIN"
 stamp="$K8S_BIN/.version"

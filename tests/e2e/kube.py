@@ -85,18 +85,6 @@ def wait_until(
     poll(predicate, timeout, what, interval)
 
 
-def missing_images(cluster: Cluster, images: list[str]) -> list[str]:
-    """Images no node holds. With imagePullPolicy Never a missing image only shows
-    up as a pod stuck in ErrImageNeverPull; checking first fails in seconds and
-    says what to build (`ci/build-images.sh`, then `make cluster` to import)."""
-    present: set[str] = set()
-    for node in cluster.core.list_node().items:
-        for image in node.status.images or []:
-            present.update(image.names or [])
-    wanted = {name: {name, f"docker.io/{name}", f"docker.io/library/{name}"} for name in images}
-    return [name for name, aliases in wanted.items() if not aliases & present]
-
-
 def unique_name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
@@ -196,7 +184,7 @@ def restricted_pod(name: str, image: str, command: list[str], user: int = 65534)
     container = client.V1Container(
         name="main",
         image=image,
-        image_pull_policy="Never",
+        image_pull_policy="Always",
         command=command,
         security_context=security,
     )
@@ -352,7 +340,7 @@ def _container_logs(
 def kubeconfig_from_env() -> Path:
     """KUBECONFIG as `make e2e` exports it; the local cluster's path otherwise."""
     value = os.environ.get("KUBECONFIG", "")
-    return Path(value) if value else REPO_ROOT / ".cache" / "k8s" / "kubeconfig"
+    return Path(value) if value else REPO_ROOT / ".cache" / "kind" / "kubeconfig"
 
 
 def kubectl(cluster: Cluster, namespace: str, *args: str, timeout: float = 300) -> str:

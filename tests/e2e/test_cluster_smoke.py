@@ -13,10 +13,10 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from . import kube
+from . import images, kube
 
 SMOKE_CHART = Path(__file__).parent / "charts" / "smoke"
-BUSYBOX = "hermes-runtime/busybox:dev"
+BUSYBOX = images.ref("busybox")
 MESSAGE = "hello from the smoke chart"
 
 

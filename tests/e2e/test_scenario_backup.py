@@ -31,7 +31,7 @@ from botocore.config import Config
 from kubernetes import client
 from ruamel.yaml import YAML
 
-from . import kube
+from . import images, kube
 
 CHART = kube.REPO_ROOT / "charts" / "hermes-agent"
 CI_VALUES = kube.REPO_ROOT / "values-examples" / "ci.yaml"
@@ -39,10 +39,10 @@ BACKENDS_CHART = Path(__file__).parent / "charts" / "ci-backends"
 S3_CHART = Path(__file__).parent / "charts" / "s3-backend"
 HERMES_RUNTIME = Path(sys.executable).parent / "hermes-runtime"
 IMAGES = [
-    "hermes-runtime/agent:dev",
-    "hermes-runtime/fake-llm:dev",
-    "hermes-runtime/git-server:dev",
-    "hermes-runtime/seaweedfs:dev",
+    "agent",
+    "fake-llm",
+    "git-server",
+    "seaweedfs",
 ]
 SOURCE = "hermes"
 RESTORED = "restored"
@@ -329,8 +329,7 @@ def test_backup_under_load_to_s3_then_restore_into_a_new_release(
     tmp_path: Path,
     chat_load: list[ChatLoad],
 ) -> None:
-    missing = kube.missing_images(cluster, IMAGES)
-    assert not missing, f"images not loaded in the cluster: {missing} (ci/build-images.sh)"
+    images.require(IMAGES)
     helm.install("backends", BACKENDS_CHART, timeout="3m")
     helm.install("s3", S3_CHART, timeout="3m")
     helm.install(SOURCE, CHART, values=[CI_VALUES, s3_values(tmp_path)], timeout="5m")

@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
-from . import kube
+from . import images, kube
 
 CHART = kube.REPO_ROOT / "charts" / "hermes-agent"
 CI_VALUES = kube.REPO_ROOT / "values-examples" / "ci.yaml"
 BACKENDS_CHART = Path(__file__).parent / "charts" / "ci-backends"
 RELEASE = "hermes"
 AGENT_SELECTOR = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=agent"
-IMAGES = ["hermes-runtime/agent:dev", "hermes-runtime/fake-llm:dev"]
+IMAGES = ["agent", "fake-llm"]
 SESSION = "e2e-conversation"
 LAST_NUMBER = 103000  # the tool turn runs `seq 100000 LAST_NUMBER`: ~24 kB of output
 MIDDLE_NUMBER = 101500  # only the tool output holds it, not the turn that asked for it
@@ -187,8 +187,7 @@ def big_turn(index: int) -> str:
 def test_conversation_is_stored_externalized_and_compacted_by_lcm(
     cluster: kube.Cluster, namespace: str, helm: kube.Helm, tmp_path: Path
 ) -> None:
-    missing = kube.missing_images(cluster, IMAGES)
-    assert not missing, f"images not loaded in the cluster: {missing} (ci/build-images.sh)"
+    images.require(IMAGES)
     helm.install("backends", BACKENDS_CHART, timeout="3m")
     install_agent(helm, tmp_path, CONVERSATION_VALUES)
 

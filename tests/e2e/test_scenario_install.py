@@ -12,19 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from . import kube
+from . import images, kube
 
 CHART = kube.REPO_ROOT / "charts" / "hermes-agent"
 CI_VALUES = kube.REPO_ROOT / "values-examples" / "ci.yaml"
 BACKENDS_CHART = Path(__file__).parent / "charts" / "ci-backends"
-PROBE_IMAGE = "hermes-runtime/busybox:dev"
+PROBE_IMAGE = images.ref("busybox")
 RELEASE = "hermes"
-# What values-examples/ci.yaml and the backends chart run (imagePullPolicy Never).
+# What values-examples/ci.yaml and the backends chart run, pulled from the registry.
 IMAGES = [
-    "hermes-runtime/agent:dev",
-    "hermes-runtime/git-server:dev",
-    "hermes-runtime/fake-llm:dev",
-    PROBE_IMAGE,
+    "agent",
+    "git-server",
+    "fake-llm",
+    "busybox",
 ]
 
 
@@ -39,10 +39,7 @@ def agent_service(cluster: kube.Cluster, namespace: str) -> tuple[str, int]:
 def test_install_with_ci_values_is_ready_healthy_and_passes_helm_test(
     cluster: kube.Cluster, namespace: str, helm: kube.Helm
 ) -> None:
-    missing = kube.missing_images(cluster, IMAGES)
-    assert not missing, (
-        f"images not loaded in the cluster: {missing} (ci/build-images.sh, make cluster)"
-    )
+    images.require(IMAGES)
     helm.install("backends", BACKENDS_CHART, timeout="3m")
     helm.install(RELEASE, CHART, values=[CI_VALUES], timeout="5m")
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from kubernetes.client.rest import ApiException
 
-from . import kube
+from . import images, kube
 from .test_scenario_conversation import (
     AGENT_SELECTOR,
     BACKENDS_CHART,
@@ -100,8 +100,7 @@ def upgrade(helm: kube.Helm, tmp_path: Path, values: dict[str, Any]) -> None:
 def test_upgrade_uninstall_and_reinstall_keep_the_data(
     cluster: kube.Cluster, namespace: str, helm: kube.Helm, tmp_path: Path
 ) -> None:
-    missing = kube.missing_images(cluster, IMAGES)
-    assert not missing, f"images not loaded in the cluster: {missing} (ci/build-images.sh)"
+    images.require(IMAGES)
     helm.install("backends", BACKENDS_CHART, timeout="3m")
     install_agent(helm, tmp_path, V1)
 

@@ -14,7 +14,8 @@ enforces Pod Security "restricted". Checked from inside the agent, as an operato
 - `helm upgrade` that adds one plugin and removes another removes only that link.
 
 git-sync image: upstream registry.k8s.io/git-sync/git-sync where the cluster can pull it,
-else the stand-in hermes-runtime/git-sync:v4 (ci/images/git-sync); the suite prints which.
+else the stand-in localhost:5001/hermes-runtime/git-sync:dev (ci/images/git-sync); the suite
+prints which.
 E2E_GIT_SYNC=upstream|standin forces one.
 """
 
@@ -37,7 +38,7 @@ from typing import Any
 import pytest
 from kubernetes.client.rest import ApiException
 
-from . import kube
+from . import images, kube
 from .test_scenario_conversation import (
     BACKENDS_CHART,
     CHART,
@@ -49,12 +50,8 @@ from .test_scenario_conversation import (
 )
 from .test_scenario_lifecycle import upgrade
 
-IMAGES = [
-    "hermes-runtime/agent:dev",
-    "hermes-runtime/fake-llm:dev",
-    "hermes-runtime/git-server:dev",
-]
-STANDIN_IMAGE = "hermes-runtime/git-sync:v4"
+IMAGES = ["agent", "fake-llm", "git-server"]
+STANDIN_IMAGE = images.ref("git-sync")
 UPSTREAM = {"registry": "registry.k8s.io", "repository": "git-sync/git-sync", "tag": "v4.7.0"}
 GIT_SERVER = "http://git-server:8080"
 LOADS = "/opt/data/plugin-loads.log"
@@ -189,11 +186,14 @@ def choose_git_sync_image(
     if outcome == "pulled" or choice == "upstream":
         values = {**UPSTREAM, "digest": "", "pullPolicy": "IfNotPresent"}
         return values, f"e2e git-sync image: upstream {upstream} ({outcome})"
-    missing = kube.missing_images(cluster, [STANDIN_IMAGE])
-    assert not missing, (
-        f"the git-sync stand-in is not in the cluster: {missing} (ci/build-images.sh)"
-    )
-    values = {"registry": "", "repository": "hermes-runtime/git-sync", "tag": "v4", "digest": ""}
+    images.require(["git-sync"])
+    values = {
+        "registry": images.REGISTRY,
+        "repository": images.repository("git-sync"),
+        "tag": images.tag_of("git-sync"),
+        "digest": "",
+        "pullPolicy": images.PULL_POLICY,
+    }
     return values, f"e2e git-sync image: stand-in {STANDIN_IMAGE} (upstream {upstream}: {outcome})"
 
 
@@ -399,8 +399,7 @@ def test_plugins_from_git_load_once_reload_on_push_and_refuse_escapes(
     git_sync_image: dict[str, Any],
     pytestconfig: pytest.Config,
 ) -> None:
-    missing = kube.missing_images(cluster, IMAGES)
-    assert not missing, f"images not loaded in the cluster: {missing} (ci/build-images.sh)"
+    images.require(IMAGES)
     install(helm, tmp_path, git_sync_image, ["weather", "tools"], "scenario2")
 
     with git_remote(cluster, namespace) as remote:
@@ -518,8 +517,7 @@ def test_upgrade_adds_one_plugin_and_removes_only_the_removed_link(
     tmp_path: Path,
     git_sync_image: dict[str, Any],
 ) -> None:
-    missing = kube.missing_images(cluster, IMAGES)
-    assert not missing, f"images not loaded in the cluster: {missing} (ci/build-images.sh)"
+    images.require(IMAGES)
     install(helm, tmp_path, git_sync_image, ["weather", "tools"], "v1")
     # The user's own plugin folder, next to ours: never touched by the bootstrapper.
     agent_exec(cluster, namespace, ["mkdir", "-p", "/opt/data/plugins/my-own"])

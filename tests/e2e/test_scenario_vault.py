@@ -41,17 +41,17 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from . import kube
+from . import images, kube
 
 CHART = kube.REPO_ROOT / "charts" / "hermes-agent"
 CI_VALUES = kube.REPO_ROOT / "values-examples" / "ci.yaml"
 BACKENDS_CHART = Path(__file__).parent / "charts" / "ci-backends"
 OPENBAO_CHART = Path(__file__).parent / "charts" / "openbao"
 IMAGES = [
-    "hermes-runtime/agent:dev",
-    "hermes-runtime/fake-llm:dev",
-    "hermes-runtime/git-server:dev",
-    "hermes-runtime/openbao:dev",
+    "agent",
+    "fake-llm",
+    "git-server",
+    "openbao",
 ]
 RELEASE = "hermes"
 WRONG_RELEASE = "wrong"  # a role that does not exist
@@ -390,8 +390,7 @@ def test_agent_gets_its_keys_from_openbao_through_kubernetes_auth(
     tmp_path: Path,
     openbao_token_reviewer: str,
 ) -> None:
-    missing = kube.missing_images(cluster, IMAGES)
-    assert not missing, f"images not loaded in the cluster: {missing} (ci/build-images.sh)"
+    images.require(IMAGES)
     bao = install_openbao(cluster, namespace, helm, tmp_path)
     helm.install("backends", BACKENDS_CHART, timeout="3m")
 
@@ -507,8 +506,7 @@ def test_backup_cronjob_takes_its_s3_credentials_from_openbao(
     tmp_path: Path,
     openbao_token_reviewer: str,
 ) -> None:
-    missing = kube.missing_images(cluster, [*IMAGES, "hermes-runtime/seaweedfs:dev"])
-    assert not missing, f"images not loaded in the cluster: {missing} (ci/build-images.sh)"
+    images.require([*IMAGES, "seaweedfs"])
     bao = install_openbao(cluster, namespace, helm, tmp_path)
     helm.install("backends", BACKENDS_CHART, timeout="3m")
     access_key = "AK" + secrets.token_hex(8).upper()
@@ -622,8 +620,7 @@ def test_refresher_brings_a_key_rotated_in_openbao_over_tls_to_the_running_agent
     tmp_path: Path,
     openbao_token_reviewer: str,
 ) -> None:
-    missing = kube.missing_images(cluster, IMAGES)
-    assert not missing, f"images not loaded in the cluster: {missing} (ci/build-images.sh)"
+    images.require(IMAGES)
     bao = install_openbao(cluster, namespace, helm, tmp_path, tls=True)
     helm.install("backends", BACKENDS_CHART, timeout="3m")
     old_key = "sk-old-" + secrets.token_hex(16)

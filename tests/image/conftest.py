@@ -27,7 +27,7 @@ def agent_image() -> str:
     """Build (or reuse from cache) the agent image; a failed build fails loudly."""
     result = subprocess.run(
         [str(REPO / "ci" / "build-images.sh"), "agent"],
-        env={**os.environ, "NO_SAVE": "1"},
+        env={**os.environ, "NO_PUSH": "1"},
         capture_output=True,
         text=True,
         check=False,
@@ -42,7 +42,7 @@ AUX_IMAGES = {
     "fake-llm": "hermes-runtime/fake-llm:dev",
     "seaweedfs": "hermes-runtime/seaweedfs:dev",
     "openbao": "hermes-runtime/openbao:dev",
-    "pause": "hermes-runtime/pause:3.10",
+    "busybox": "hermes-runtime/busybox:dev",
 }
 
 
@@ -52,7 +52,7 @@ def aux_images() -> dict[str, str]:
     build belongs to ci/build-git-sync.sh and is not exercised here)."""
     result = subprocess.run(
         [str(REPO / "ci" / "build-images.sh"), *AUX_IMAGES],
-        env={**os.environ, "NO_SAVE": "1"},
+        env={**os.environ, "NO_PUSH": "1"},
         capture_output=True,
         text=True,
         check=False,

@@ -92,15 +92,17 @@ def test_seaweedfs_and_openbao_carry_their_real_binaries(aux_images: dict[str, s
     assert uid_of(aux_images["openbao"]) == "10003:10003"
 
 
-def test_pause_runs_and_stops_on_sigterm(aux_images: dict[str, str]) -> None:
-    image = aux_images["pause"]
-    name = f"hermes-pause-test-{os.getpid()}"
-    docker("run", "-d", "--name", name, "--read-only", "--cap-drop", "ALL", image)
-    try:
-        state = docker("inspect", "-f", "{{.State.Running}}", name).stdout.strip()
-        assert state == "true"
-        docker("stop", "-t", "10", name)
-        code = docker("inspect", "-f", "{{.State.ExitCode}}", name).stdout.strip()
-        assert code == "0"
-    finally:
-        docker("rm", "-f", name, check=False)
+def test_busybox_probe_has_the_applets_the_e2e_suite_uses(aux_images: dict[str, str]) -> None:
+    """tests/e2e probes Services with busybox's sh, wget and nc, as nobody, read-only."""
+    image = aux_images["busybox"]
+    out = docker(
+        "run",
+        "--rm",
+        "--read-only",
+        "--cap-drop",
+        "ALL",
+        image,
+        "-c",
+        "id -u; ls /bin/wget /bin/nc /bin/sleep /bin/nslookup",
+    ).stdout.split()
+    assert out == ["65534", "/bin/nc", "/bin/nslookup", "/bin/sleep", "/bin/wget"], out

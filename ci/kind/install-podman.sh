@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Podman for kind's podman provider, configured for this VM (facts in docs/cluster.md):
+#  - runc, not crun: crun refuses the VM's hybrid cgroups;
+#  - default_ulimits = []: podman's default nofile ulimit needs CAP_SYS_RESOURCE, which the
+#    VM's capability bounding set lacks (Docker 20.10's --privileged asks for it too, which is
+#    why kind's docker provider cannot start a node here);
+#  - an empty /lib/modules: kind mounts it into the node, and this kernel has no module tree.
+# Also the base image local/debian:bookworm in podman's store (debootstrapped, no registry).
+# Idempotent.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+PACKAGES=(podman runc containernetworking-plugins iptables catatonit busybox-static debootstrap jq ca-certificates)
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  echo "install-podman: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+conf=/etc/containers/containers.conf
+want=$'[containers]\ndefault_ulimits = []\n[engine]\nruntime = "runc"'
+if [[ "$(cat "$conf" 2>/dev/null)" != "$want" ]]; then
+  mkdir -p /etc/containers
+  printf '%s\n' "$want" >"$conf.tmp" && mv "$conf.tmp" "$conf"
+fi
+mkdir -p /lib/modules
+command -v go >/dev/null || [[ -x /usr/local/go/bin/go ]] || {
+  echo "install-podman: Go (>= 1.24) is required to build kind and Kubernetes; /usr/local/go/bin/go not found" >&2; exit 1; }
+ENGINE=podman "$ROOT/ci/build-base-image.sh"
