@@ -68,8 +68,10 @@ scratch_image() { # NAME TAG BINARY... : FROM-scratch image with static binaries
 }
 
 debian_image() { # NAME TAG BINARY : Debian + iptables/ipset/conntrack + the binary (kube-proxy, kube-router)
-  local name="$1" tag="$2" bin="$3" out="$IMAGES/$1.tar" ctx
-  [[ -f "$out" && "$out" -nt "$bin" && "$out" -nt "$HERE/netutils.Dockerfile" && "$out" -nt "$HERE/iptables-wrapper.sh" ]] && return 0
+  local name="$1" tag="$2" bin="$3" out="$IMAGES/$1.tar" ctx sum
+  # By content, not mtime: a fresh clone (CI) has new mtimes but the same inputs.
+  sum=$(cat "$bin" "$HERE/netutils.Dockerfile" "$HERE/iptables-wrapper.sh" | sha256sum | cut -c1-64)
+  [[ -f "$out" && "$(cat "$out.inputs" 2>/dev/null)" == "$sum" ]] && return 0
   ctx=$(mktemp -d)
   cp "$bin" "$HERE/iptables-wrapper.sh" "$ctx/" && cp -r "$ROOT/ci/images/build-ca" "$ctx/"
   podman build -q --network host --build-arg "BINARY=$(basename "$bin")" -t "$tag" \
@@ -77,6 +79,7 @@ debian_image() { # NAME TAG BINARY : Debian + iptables/ipset/conntrack + the bin
   rm -rf "$ctx"
   podman save --format docker-archive -o "$out.tmp" "$tag" >/dev/null
   mv "$out.tmp" "$out"
+  echo "$sum" >"$out.inputs"
 }
 
 build_images() {

@@ -25,11 +25,13 @@ RELEASE = "hermes"
 FULLNAME = f"{RELEASE}-hermes-agent"
 CLIENT_LABEL = f"{FULLNAME}-client"
 POLICY_VALUES = {"networkPolicy": {"enabled": True, "allowExternal": False}}
-# Each probe prints one verdict line; `timeout` bounds a connect that a policy drops.
+# Each probe prints one verdict line. It retries: a new pod may be refused for a moment until
+# the CNI has programmed its rules, so only a refusal that lasts counts as BLOCKED.
 PROBE = (
+    'n=0; while [ "$n" -lt 10 ]; do '
     'if timeout 8 wget -q -O /tmp/body --header "Authorization: Bearer $KEY" '
     '--header "Content-Type: application/json" --post-data "$BODY" "$URL"; '
-    "then echo REACHED; cat /tmp/body; else echo BLOCKED; fi"
+    "then echo REACHED; cat /tmp/body; exit 0; fi; n=$((n + 1)); sleep 1; done; echo BLOCKED"
 )
 
 
