@@ -21,6 +21,7 @@ from hermes_runtime.cli._shared import (
     positive_int,
     print_json,
 )
+from hermes_runtime.common.errors import RuntimeFailure
 
 
 def register(subparsers: Any) -> None:
@@ -182,6 +183,10 @@ def _import(args: argparse.Namespace) -> int:
         raise UsageError("--session goes with FILE; --hermes-state keeps each session's id")
     if args.file and (args.prefix or args.before is not None):
         raise UsageError("--prefix and --before go with --hermes-state")
+    source = args.file or args.hermes_state
+    if not source.is_file():
+        named = f"--hermes-state {source}" if args.hermes_state else str(source)
+        raise RuntimeFailure(f"{named}: {'not a file' if source.exists() else 'no such file'}")
     result = import_history(
         _config(args),
         args.budget,

@@ -148,8 +148,11 @@ def test_examples_cover_what_each_environment_promises() -> None:
     ci = render(examples=("ci",))
     for _, pod in pod_specs(ci):
         for container in all_containers(pod):
-            assert container["imagePullPolicy"] == "Never", container["name"]
-            assert container["image"].startswith("hermes-runtime/"), container["image"]
+            # Pulled from the local registry like any user's, never imported (docs/cluster.md).
+            assert container["imagePullPolicy"] == "Always", container["name"]
+            assert container["image"].startswith("localhost:5001/hermes-runtime/"), container[
+                "image"
+            ]
 
 
 @pytest.mark.parametrize("name", EXAMPLE_NAMES)

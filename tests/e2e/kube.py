@@ -448,3 +448,20 @@ def _forwarded_port(process: subprocess.Popen[str], resource: str, timeout: floa
         stderr = process.stderr.read() if process.stderr else ""
         raise AssertionError(f"kubectl port-forward {resource} did not start: {stderr}")
     return found[0]
+
+
+def run_job_from_cronjob(
+    cluster: Cluster, namespace: str, cronjob: str, timeout: float = 300
+) -> str:
+    """`kubectl create job --from=cronjob/...` (what an operator does); waits for success."""
+    batch = client.BatchV1Api(cluster.api)
+    job = unique_name(f"{cronjob[:40]}-now")
+    kubectl(cluster, namespace, "create", "job", job, f"--from=cronjob/{cronjob}")
+
+    def finished() -> bool:
+        status = batch.read_namespaced_job_status(job, namespace).status
+        assert not status.failed, f"job {job} failed: {status.conditions}"
+        return bool(status.succeeded)
+
+    wait_until(finished, timeout, f"job {job} to succeed")
+    return job

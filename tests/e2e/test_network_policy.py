@@ -60,19 +60,6 @@ def verdict(logs: str) -> str:
     return line
 
 
-def run_backup_job(cluster: kube.Cluster, namespace: str) -> None:
-    batch = client.BatchV1Api(cluster.api)
-    job = kube.unique_name("backup-now")
-    kube.kubectl(cluster, namespace, "create", "job", job, f"--from=cronjob/{FULLNAME}-backup")
-
-    def finished() -> bool:
-        status = batch.read_namespaced_job_status(job, namespace).status
-        assert not status.failed, f"backup job {job} failed under the policy: {status.conditions}"
-        return bool(status.succeeded)
-
-    kube.wait_until(finished, 300, f"backup job {job} to succeed under the policy")
-
-
 @pytest.mark.timeout(900)
 def test_policy_blocks_unlabelled_pods_and_allows_what_the_release_needs(
     cluster: kube.Cluster, namespace: str, helm: kube.Helm, tmp_path: Path
@@ -97,4 +84,4 @@ def test_policy_blocks_unlabelled_pods_and_allows_what_the_release_needs(
     assert '"choices"' not in blocked, blocked
 
     helm.test(RELEASE)
-    run_backup_job(cluster, namespace)
+    kube.run_job_from_cronjob(cluster, namespace, f"{FULLNAME}-backup")

@@ -184,22 +184,13 @@ def start_load(loads: list[ChatLoad], base: str, key: str) -> threading.Thread:
 
 
 def run_backup_job(cluster: kube.Cluster, namespace: str) -> str:
-    """`kubectl create job --from=cronjob/...` (what an operator does) and wait for it."""
+    """A backup now, from the release's CronJob (what an operator does)."""
     batch = client.BatchV1Api(cluster.api)
     cronjobs = batch.list_namespaced_cron_job(
         namespace, label_selector=selector(SOURCE, "backup")
     ).items
     cronjob = only_item(cronjobs, "backup CronJob").metadata.name
-    job = kube.unique_name("backup-now")
-    kube.kubectl(cluster, namespace, "create", "job", job, f"--from=cronjob/{cronjob}")
-
-    def finished() -> bool:
-        status = batch.read_namespaced_job_status(job, namespace).status
-        assert not status.failed, f"backup job {job} failed: {status.conditions}"
-        return bool(status.succeeded)
-
-    kube.wait_until(finished, 300, f"backup job {job} to succeed")
-    return job
+    return kube.run_job_from_cronjob(cluster, namespace, cronjob)
 
 
 @dataclass(frozen=True)
