@@ -87,11 +87,11 @@ class Entrypoint:
     def output(self) -> str:
         return self.log.read_text(errors="replace")
 
-    def get(self, path: str, port: int | None = None) -> tuple[int, str]:
+    def get(self, path: str, port: int | None = None, timeout: float = 5) -> tuple[int, str]:
         """``(status, body)`` of a GET on the metrics port (or ``port``)."""
         url = f"http://127.0.0.1:{port or self.metrics_port}{path}"
         try:
-            with urllib.request.urlopen(url, timeout=5) as response:
+            with urllib.request.urlopen(url, timeout=timeout) as response:
                 return response.status, response.read().decode()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode()
@@ -151,7 +151,7 @@ def history(data: Path) -> list[Event]:
     return events
 
 
-def wait_for(predicate: Callable[[], object], timeout: float = 20.0, what: str = "") -> None:
+def wait_for(predicate: Callable[[], object], timeout: float = 60.0, what: str = "") -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s: {what}"

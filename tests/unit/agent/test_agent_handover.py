@@ -46,7 +46,8 @@ def test_pre_stop_turns_the_pod_unready_while_the_gateway_still_serves(tmp_path:
         tmp_path,
         "agent",
         HERMES_RUNTIME_TERMINATION_GRACE_SECONDS="60",
-        HERMES_RUNTIME_PRESTOP_SECONDS="2",
+        # A preStop wait long enough that "unready while still serving" is seen on a loaded box.
+        HERMES_RUNTIME_PRESTOP_SECONDS="10",
     )
     try:
         wait_for(lambda: agent.get("/ready")[0] == 200, what="/ready")
@@ -56,16 +57,16 @@ def test_pre_stop_turns_the_pod_unready_while_the_gateway_still_serves(tmp_path:
             "checks": {"gateway": "ok", "data": "ok", "lcm": "ok"},
         }
         env = json.loads((data / "gateway-env.log").read_text().splitlines()[-1])
-        assert env["HERMES_RESTART_DRAIN_TIMEOUT"] == "53"  # 60 - 2 - 2 - 3
+        assert env["HERMES_RESTART_DRAIN_TIMEOUT"] == "45"  # 60 - 10 - 2 - 3
         # The kubelet calls the preStop hook: unready at once, the gateway keeps serving.
         hook: list[tuple[int, str]] = []
-        caller = threading.Thread(target=lambda: hook.append(agent.get("/pre-stop")))
+        caller = threading.Thread(target=lambda: hook.append(agent.get("/pre-stop", timeout=30)))
         caller.start()
-        wait_for(lambda: agent.get("/ready")[0] == 503, timeout=1.5, what="unready")
+        wait_for(lambda: agent.get("/ready")[0] == 503, timeout=8, what="unready")
         assert json.loads(agent.get("/ready")[1])["checks"] == {"stopping": "the pod is stopping"}
         assert agent.get("/health", agent.api_port)[0] == 200
         assert caller.is_alive()  # the hook holds the kubelet for the preStop wait
-        caller.join(10)
+        caller.join(20)
         assert hook and hook[0][0] == 200
         assert agent.get("/health", agent.api_port)[0] == 200  # SIGTERM has not come yet
     finally:
