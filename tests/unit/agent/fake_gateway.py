@@ -98,7 +98,7 @@ class Entrypoint:
         except OSError as exc:  # not listening (yet, or any more): status 0
             return 0, str(exc)
 
-    def stop(self, timeout: float = 30) -> int:
+    def stop(self, timeout: float = 90) -> int:
         self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout)
 
