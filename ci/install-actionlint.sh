@@ -6,7 +6,7 @@ set -euo pipefail
 DEST=${1:-$(pwd)/.cache/tools}
 VERSION=v1.7.12
 mkdir -p "$DEST/bin"
-if [[ -x "$DEST/bin/actionlint" ]] && "$DEST/bin/actionlint" -version | head -n1 | grep -qx "${VERSION#v}"; then
+if [[ -x "$DEST/bin/actionlint" ]] && "$DEST/bin/actionlint" -version | head -n1 | grep -qx "$VERSION"; then
   exit 0
 fi
 echo "install-actionlint: building actionlint $VERSION" >&2
