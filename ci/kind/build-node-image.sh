@@ -57,21 +57,36 @@ build_binaries() {
   fi
 }
 
+# An image tarball is rebuilt only when its inputs changed, judged by content (a fresh clone
+# has new mtimes but the same inputs): OUT.inputs holds the sha256 of what made OUT.
+inputs_sum() { # TEXT FILE...: sha256 of a description and the files' contents
+  { [[ -z "$1" ]] || echo "$1"; shift; cat "$@"; } | sha256sum | cut -c1-64
+}
+up_to_date() { [[ -f "$1" && "$(cat "$1.inputs" 2>/dev/null)" == "$2" ]]; }
+
+mkimage() { # OUT MKIMAGE-ARGS...: a single-layer image written by ci/k8s/mkimage.py
+  local out="$1" sum arg files=()
+  shift
+  for arg in "$@"; do [[ "$arg" == /*:/* && -f "${arg%%:*}" ]] && files+=("${arg%%:*}"); done
+  sum=$(inputs_sum "$*" "$ROOT/ci/k8s/mkimage.py" "${files[@]}")
+  up_to_date "$out" "$sum" && return 0
+  python3 "$ROOT/ci/k8s/mkimage.py" --out "$out" "$@"
+  echo "$sum" >"$out.inputs"
+}
+
 scratch_image() { # NAME TAG BINARY... : FROM-scratch image with static binaries in /usr/local/bin
-  local name="$1" tag="$2" out="$IMAGES/$1.tar" args=() bin
+  local name="$1" tag="$2" args=() bin
   shift 2
-  [[ -f "$out" && "$out" -nt "$1" ]] && return 0
   for bin in "$@"; do args+=(--file "$bin:/usr/local/bin/$(basename "$bin")"); done
-  python3 "$ROOT/ci/k8s/mkimage.py" --tag "$tag" --out "$out" "${args[@]}" \
+  mkimage "$IMAGES/$name.tar" --tag "$tag" "${args[@]}" \
     --entrypoint "[\"/usr/local/bin/$(basename "$1")\"]" --dir /tmp:1777 --dir /var/lib:0755 \
     --env PATH=/usr/local/bin:/usr/bin:/bin
 }
 
 debian_image() { # NAME TAG BINARY : Debian + iptables/ipset/conntrack + the binary (kube-proxy, kube-router)
   local name="$1" tag="$2" bin="$3" out="$IMAGES/$1.tar" ctx sum
-  # By content, not mtime: a fresh clone (CI) has new mtimes but the same inputs.
-  sum=$(cat "$bin" "$HERE/netutils.Dockerfile" "$HERE/iptables-wrapper.sh" | sha256sum | cut -c1-64)
-  [[ -f "$out" && "$(cat "$out.inputs" 2>/dev/null)" == "$sum" ]] && return 0
+  sum=$(inputs_sum "" "$bin" "$HERE/netutils.Dockerfile" "$HERE/iptables-wrapper.sh")
+  up_to_date "$out" "$sum" && return 0
   ctx=$(mktemp -d)
   cp "$bin" "$HERE/iptables-wrapper.sh" "$ctx/" && cp -r "$ROOT/ci/images/build-ca" "$ctx/"
   podman build -q --network host --build-arg "BINARY=$(basename "$bin")" -t "$tag" \
@@ -90,15 +105,15 @@ build_images() {
   scratch_image etcd "$k/etcd:$ETCD_IMAGE_TAG" "$KIND_BIN/etcd" "$KIND_BIN/etcdctl"
   # Upstream's image runs as 65532 with a file capability (cap_net_bind_service) on /coredns;
   # this one runs as root instead, and kubeadm's Deployment drops every capability but that one.
-  python3 "$ROOT/ci/k8s/mkimage.py" --tag "$k/coredns/coredns:$COREDNS_VERSION" --out "$IMAGES/coredns.tar" \
+  mkimage "$IMAGES/coredns.tar" --tag "$k/coredns/coredns:$COREDNS_VERSION" \
     --file "$K8S_BIN/coredns:/coredns" --entrypoint '["/coredns"]' --user 0
-  python3 "$ROOT/ci/k8s/mkimage.py" --tag "$k/pause:$PAUSE_VERSION" --out "$IMAGES/pause.tar" \
+  mkimage "$IMAGES/pause.tar" --tag "$k/pause:$PAUSE_VERSION" \
     --file /usr/bin/catatonit:/pause --entrypoint '["/pause","-P"]' --user 65535
-  python3 "$ROOT/ci/k8s/mkimage.py" --tag "docker.io/hermes-runtime/local-path-provisioner:$LOCAL_PATH_VERSION" \
-    --out "$IMAGES/local-path-provisioner.tar" \
+  mkimage "$IMAGES/local-path-provisioner.tar" \
+    --tag "docker.io/hermes-runtime/local-path-provisioner:$LOCAL_PATH_VERSION" \
     --file "$K8S_BIN/local-path-provisioner:/usr/bin/local-path-provisioner" \
     --entrypoint '["/usr/bin/local-path-provisioner"]' --dir /tmp:1777
-  cp -f "$K8S_IMAGES/busybox.tar" "$IMAGES/busybox.tar"
+  cmp -s "$K8S_IMAGES/busybox.tar" "$IMAGES/busybox.tar" || cp -f "$K8S_IMAGES/busybox.tar" "$IMAGES/busybox.tar"
   debian_image kube-proxy "$k/kube-proxy:$K8S_VERSION" "$K8S_BIN/kube-proxy"
   debian_image kube-router "docker.io/hermes-runtime/kube-router:$KUBE_ROUTER_VERSION" "$KIND_BIN/kube-router"
 }
@@ -143,12 +158,12 @@ assemble_node() { # TAG
   podman exec "$id" pkill containerd || true
   sleep 1
   podman commit -q --change 'ENTRYPOINT [ "/usr/local/bin/entrypoint", "/sbin/init" ]' "$id" "$tag" >/dev/null
-  podman rm -f -v "$id" >/dev/null
+  podman rm -f -t 0 -v "$id" >/dev/null
   BUILD_CONTAINER=""
 }
 
 BUILD_CONTAINER=""
-remove_build_container() { [[ -z "$BUILD_CONTAINER" ]] || podman rm -f -v "$BUILD_CONTAINER" >/dev/null 2>&1 || true; }
+remove_build_container() { [[ -z "$BUILD_CONTAINER" ]] || podman rm -f -t 0 -v "$BUILD_CONTAINER" >/dev/null 2>&1 || true; }
 trap remove_build_container EXIT
 
 main() {

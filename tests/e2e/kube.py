@@ -25,6 +25,8 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from support.wait import wait_until as poll
 
+from . import images
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOOLS_BIN = REPO_ROOT / ".cache" / "tools" / "bin"
 RESTRICTED_LABELS = {
@@ -184,7 +186,7 @@ def restricted_pod(name: str, image: str, command: list[str], user: int = 65534)
     container = client.V1Container(
         name="main",
         image=image,
-        image_pull_policy="Always",
+        image_pull_policy=images.PULL_POLICY,
         command=command,
         security_context=security,
     )
