@@ -189,15 +189,16 @@ def test_new_commit_swaps_the_link_atomically_and_removes_the_old_worktree(
             assert (root / "current" / "plugin.yaml").read_text() == plugin_files(
                 "weather", version
             )["plugin.yaml"]
-            # Only the linked worktree is left, and git forgot the old ones.
-            wait_for(
-                lambda sha=sha: sorted(os.listdir(root / ".worktrees")) == [sha],
-                10,
-                f"old worktrees removed after {version}",
-            )
-            registered = git("worktree", "list", "--porcelain", cwd=root)
-            for old in seen[:-1]:
-                assert old not in registered, f"git still lists the worktree of {old}"
+            # Only the linked worktree is left, and git forgot the old ones. Like
+            # upstream, the stand-in deletes the directory first and then runs
+            # `git worktree prune`, so both are awaited together.
+            def only_current_left(sha: str = sha, seen: list[str] = list(seen)) -> bool:
+                if sorted(os.listdir(root / ".worktrees")) != [sha]:
+                    return False
+                registered = git("worktree", "list", "--porcelain", cwd=root)
+                return not any(old in registered for old in seen[:-1])
+
+            wait_for(only_current_left, 10, f"old worktrees removed and pruned after {version}")
     finally:
         stop.set()
         reader.join()
