@@ -8,7 +8,8 @@
 # Env:   BASE_IMAGE    base for every Debian-based image (default: local/debian:bookworm, built
 #                      by ci/build-base-image.sh; e.g. python:3.11-slim-bookworm where Docker
 #                      Hub is reachable)
-#        REGISTRY      where to push (default localhost:5001); images are tagged
+#        REGISTRY      where to push (default localhost:5001; a path is allowed, e.g.
+#                      localhost:5001/mine to keep a branch's images apart); images are tagged
 #                      REGISTRY/hermes-runtime/<name>:<tag> (the agent: the chart's appVersion)
 #        NO_PUSH=1     build only (the image tests only need the images in Docker)
 #        NO_CACHE=1    cold build: ignore Docker's layer cache and re-debootstrap the base
@@ -99,6 +100,12 @@ build_one() {
   push "$name" "$tag" || return 1
 }
 
+manifest_url() { # TAG: its manifest in REGISTRY, which may carry a path (host:port/team)
+  local host="${REGISTRY%%/*}" path=""
+  [[ "$REGISTRY" == */* ]] && path="${REGISTRY#*/}/"
+  echo "http://$host/v2/$path${1%:*}/manifests/${1##*:}"
+}
+
 push() { # NAME TAG: push REGISTRY/TAG when the image changed since its last push
   [[ "${NO_PUSH:-0}" == 1 ]] && return 0
   local name="$1" tag="$2" id stamp remote
@@ -106,7 +113,7 @@ push() { # NAME TAG: push REGISTRY/TAG when the image changed since its last pus
   remote="$REGISTRY/$tag"
   stamp="$STAMPS/$(echo "$remote" | tr '/:' '__')"
   [[ -f "$stamp" && "$(cat "$stamp")" == "$id" ]] && curl -fsS -o /dev/null \
-    "http://$REGISTRY/v2/${tag%:*}/manifests/${tag##*:}" 2>/dev/null && return 0
+    "$(manifest_url "$tag")" 2>/dev/null && return 0
   docker tag "$tag" "$remote" || return 1
   docker push -q "$remote" >/dev/null || {
     log "push of $remote failed: is the registry up (make cluster starts it; REGISTRY=... for yours)?"

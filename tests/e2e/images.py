@@ -61,7 +61,9 @@ def missing(names: list[str]) -> list[str]:
     absent = []
     with httpx.Client(timeout=10) as http:
         for name in names:
-            url = f"http://{REGISTRY}/v2/{repository(name)}/manifests/{tag_of(name)}"
+            host, _, path = REGISTRY.partition("/")  # a registry may carry a path: host/team
+            prefix = f"{path}/" if path else ""
+            url = f"http://{host}/v2/{prefix}{repository(name)}/manifests/{tag_of(name)}"
             try:
                 answer = http.head(url, headers={"Accept": MANIFEST_TYPES})
             except httpx.HTTPError as exc:
