@@ -33,6 +33,7 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(REPO_ROOT / "tests"))  # the suites' shared helpers (`support`)
 
 from tests.e2e import kube  # noqa: E402  (the e2e suite's cluster helpers)
 from tests.e2e.test_scenario_conversation import agent_exec, service_url  # noqa: E402
@@ -52,6 +53,7 @@ spec = json.load(sys.stdin)
 started = time.time()
 probes = failures = 0
 slowest = 0.0
+reasons = {}
 first_failure = last_failure = loaded_at = None
 while time.time() - started < spec["timeout"]:
     now = time.time()
@@ -59,8 +61,10 @@ while time.time() - started < spec["timeout"]:
         # A client's patience (the OpenAI SDK waits 600 s): a held request is slow, not failed.
         with urllib.request.urlopen(spec["health"], timeout=30) as response:
             ok = response.status == 200
-    except Exception:
+    except Exception as exc:
         ok = False
+        reason = f"HTTP {exc.code}" if hasattr(exc, "code") else type(exc).__name__
+        reasons[reason] = reasons.get(reason, 0) + 1
     slowest = max(slowest, time.time() - now)
     probes += 1
     if not ok:
@@ -78,7 +82,7 @@ while time.time() - started < spec["timeout"]:
         break
     time.sleep(0.1)
 print(json.dumps({"started": started, "loaded_at": loaded_at, "probes": probes,
-                  "failures": failures, "first_failure": first_failure, "slowest": slowest,
+                  "failures": failures, "first_failure": first_failure, "slowest": slowest, "reasons": reasons,
                   "last_failure": last_failure}))
 """
 
@@ -117,6 +121,7 @@ def one_push(
         "health_failures": row["failures"],
         "health_down_s": round((row["last_failure"] or 0) - (row["first_failure"] or 0), 2),
         "health_slowest_s": round(row["slowest"], 2),
+        "health_failure_kinds": row["reasons"],
     }
 
 
