@@ -127,6 +127,7 @@ def start(
         "HERMES_RUNTIME_PRESTOP_SECONDS": "1",
         "API_SERVER_HOST": "127.0.0.1",
         "API_SERVER_PORT": str(api),
+        "HERMES_RUNTIME_GATEWAY_PORT": str(free_port()),
     }
     with open(log, "ab") as out:
         return subprocess.Popen(
