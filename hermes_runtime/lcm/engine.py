@@ -33,6 +33,7 @@ from hermes_runtime.lcm.embeddings import (
     VectorIndex,
     offline_embedder,
 )
+from hermes_runtime.lcm.replay import collapse_merged_replay
 from hermes_runtime.lcm.store import LcmStore
 from hermes_runtime.lcm.summarize import OpenAISummarizer, Summarizer
 
@@ -290,9 +291,16 @@ class LcmEngine:
                 self.store.set_host_state(session_id, host_state)
             return 0
         started = time.perf_counter()
-        stored = self.store.ingest_many(session_id, messages, host_state=host_state)
+        window = self.config.replay_window_seconds
+        now = time.time()
+        collapsed = [collapse_merged_replay(m, now, window) for m in messages]
+        stored = self.store.ingest_many(
+            session_id, collapsed, host_state=host_state, replay_window=window
+        )
         metrics.INGEST_SECONDS.observe(time.perf_counter() - started)
         metrics.INGESTED.inc(len(stored))
+        merged = sum(1 for a, b in zip(messages, collapsed, strict=True) if a is not b)
+        metrics.REPLAYED_TURNS.inc(max(merged, len(messages) - len(stored)))
         metrics.EXTERNALIZED.inc(sum(1 for m in stored if m.output_id))
         if self.worker is not None:
             self.worker.wake()
