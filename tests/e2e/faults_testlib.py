@@ -70,20 +70,14 @@ def api_secret(cluster: kube.Cluster, namespace: str) -> str:
     secrets = cluster.core.list_namespaced_secret(
         namespace, label_selector=f"app.kubernetes.io/instance={RELEASE}"
     ).items
-    return str(
-        _named(
-            [s for s in secrets if s.data and "api-key" in s.data], "API key Secret"
-        ).metadata.name
-    )
+    holders = [s for s in secrets if s.data and "api-key" in s.data]
+    return str(_named(holders, "API key Secret").metadata.name)
 
 
 def backup_claim(cluster: kube.Cluster, namespace: str) -> str:
     claims = cluster.core.list_namespaced_persistent_volume_claim(namespace).items
-    return str(
-        _named(
-            [c for c in claims if c.metadata.name.endswith("-backup")], "backup PVC"
-        ).metadata.name
-    )
+    backups = [c for c in claims if c.metadata.name.endswith("-backup")]
+    return str(_named(backups, "backup PVC").metadata.name)
 
 
 def api_base_url(cluster: kube.Cluster, namespace: str) -> str:

@@ -48,18 +48,39 @@ SETTLE = 3.0  # seconds of records kept after recovery, so the window holds the 
 SYNC_GRACE = 5.0  # answered this recently: the turn's LCM sync may still be pending
 # Makes a backup run last seconds (incompressible, so no target shortens it).
 BALLAST = "head -c 536870912 /dev/urandom > /opt/data/fault-ballast.bin"
-# SIGKILL of `hermes-runtime backup create` in the backup container; prints the pid.
+# Run in the backup container as soon as it runs: SIGKILL of `hermes-runtime backup create`
+# while it has the ballast open (so mid-run on any machine speed); prints the pid.
 KILL_BACKUP = """
-import os, signal
-for pid in filter(str.isdigit, os.listdir("/proc")):
+import os, signal, sys, time
+
+def creator():
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                command = handle.read().split(b"\\0")
+        except OSError:
+            continue
+        if b"backup" in command and b"create" in command:
+            return int(pid)
+
+def reading_ballast(pid):
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            command = handle.read().split(b"\\0")
+        return any(
+            os.readlink(f"/proc/{pid}/fd/{fd}").endswith("fault-ballast.bin")
+            for fd in os.listdir(f"/proc/{pid}/fd")
+        )
     except OSError:
-        continue
-    if b"backup" in command and b"create" in command:
-        os.kill(int(pid), signal.SIGKILL)
+        return False
+
+deadline = time.monotonic() + 120
+while time.monotonic() < deadline:
+    pid = creator()
+    if pid and reading_ballast(pid):
+        os.kill(pid, signal.SIGKILL)
         print(pid)
+        sys.exit(0)
+    time.sleep(0.005)
+sys.exit("backup create never opened the ballast")
 """
 # SIGKILL of the gateway child: its pid file is the gateway's own (bench/agent_faults.py too).
 KILL_GATEWAY = (
@@ -122,33 +143,29 @@ def backup_cronjob(cluster: kube.Cluster, namespace: str) -> str:
 def kill_backup_job(cluster: kube.Cluster, namespace: str) -> None:
     """A backup Job's `backup create` killed with SIGKILL mid-run, then the Job deleted.
 
-    A ballast file makes the run last seconds (small databases back up in well under one),
-    and the kill comes from inside the container, at once, instead of racing a pod deletion
-    against the upload. The killed run must not have finished: the test says "mid-run".
+    A ballast file makes the run last (small databases back up in well under a second), and
+    the kill comes from inside the container the moment `backup create` reads the ballast,
+    instead of racing a pod deletion against the upload on a fast machine. The killed run
+    must not have finished: the test says "mid-run".
     """
     agent_exec(cluster, namespace, ["sh", "-c", BALLAST])
     job = kube.unique_name("backup-killed")
     cronjob = backup_cronjob(cluster, namespace)
     kube.kubectl(cluster, namespace, "create", "job", job, f"--from=cronjob/{cronjob}")
-    started: list[str] = []
+    running: list[str] = []
 
-    def backup_started() -> bool:
+    def backup_running() -> bool:
         pods = cluster.core.list_namespaced_pod(namespace, label_selector=f"job-name={job}")
-        for pod in pods.items:
-            if pod.status.phase == "Running":
-                log = kube.pod_log(cluster, namespace, pod.metadata.name, "backup")
-                if "backup.create.started" in log:
-                    started.append(pod.metadata.name)
-                    return True
-        return False
+        running.extend(p.metadata.name for p in pods.items if p.status.phase == "Running")
+        return bool(running)
 
-    kube.wait_until(backup_started, 240, f"backup job {job} to start", interval=0.3)
+    kube.wait_until(backup_running, 240, f"backup job {job} running", interval=0.2)
     killed = kube.exec_in_container(
-        cluster, namespace, started[0], "backup", ["python3", "-c", KILL_BACKUP], timeout=60
+        cluster, namespace, running[0], "backup", ["python3", "-c", KILL_BACKUP], timeout=180
     )
-    log = kube.pod_log(cluster, namespace, started[0], "backup")
+    log = kube.pod_log(cluster, namespace, running[0], "backup")
     kube.kubectl(cluster, namespace, "delete", "job", job, "--wait=false")
-    assert killed.returncode == 0 and killed.stdout.strip(), f"no backup process: {killed}"
+    assert killed.returncode == 0 and killed.stdout.strip(), f"backup not killed: {killed}"
     assert "backup.create.finished" not in log, f"the backup finished before the kill:\n{log}"
 
 
