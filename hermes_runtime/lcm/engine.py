@@ -285,22 +285,20 @@ class LcmEngine:
         session_id: str,
         messages: list[dict[str, Any]],
         host_state: dict[str, Any] | None = None,
+        replay_window: float = 0.0,
     ) -> int:
+        """Store ``messages`` as they are (an import keeps every row); ``replay_window``: see
+        ``LcmStore.ingest_many``. Returns how many were stored."""
         if not messages:
             if host_state is not None:
                 self.store.set_host_state(session_id, host_state)
             return 0
         started = time.perf_counter()
-        window = self.config.replay_window_seconds
-        now = time.time()
-        collapsed = [collapse_merged_replay(m, now, window) for m in messages]
         stored = self.store.ingest_many(
-            session_id, collapsed, host_state=host_state, replay_window=window
+            session_id, messages, host_state=host_state, replay_window=replay_window
         )
         metrics.INGEST_SECONDS.observe(time.perf_counter() - started)
         metrics.INGESTED.inc(len(stored))
-        merged = sum(1 for a, b in zip(messages, collapsed, strict=True) if a is not b)
-        metrics.REPLAYED_TURNS.inc(max(merged, len(messages) - len(stored)))
         metrics.EXTERNALIZED.inc(sum(1 for m in stored if m.output_id))
         if self.worker is not None:
             self.worker.wake()
@@ -348,9 +346,14 @@ class LcmEngine:
         saved = self.store.host_state(session_id)
         prints = [fingerprint(m) for m in candidates]
         overlap = known_overlap(saved, block, prints)
-        fresh = candidates[overlap:]
         state = next_host_state(saved, block, prints, overlap)
-        count = self.ingest(session_id, fresh, host_state=state if state != saved else None)
+        # A host's transcript may replay a turn a client retried (replay.py): stored once.
+        window, now = self.config.replay_window_seconds, time.time()
+        fresh = [collapse_merged_replay(m, now, window) for m in candidates[overlap:]]
+        changed = state if state != saved else None
+        count = self.ingest(session_id, fresh, host_state=changed, replay_window=window)
+        merged = sum(1 for a, b in zip(candidates[overlap:], fresh, strict=True) if a is not b)
+        metrics.REPLAYED_TURNS.inc(max(merged, len(fresh) - count))
         return SyncResult(count, host_messages[:head])
 
     def _split_at_last_block(

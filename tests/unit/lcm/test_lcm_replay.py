@@ -71,31 +71,40 @@ def test_the_retry_of_a_stored_unanswered_turn_is_not_stored_again(engine: LcmEn
 
 
 def test_the_same_text_after_a_reply_is_a_new_turn(engine: LcmEngine) -> None:
-    engine.ingest(SESSION, [{"role": "user", "content": "continue"}])
-    engine.ingest(SESSION, [{"role": "assistant", "content": "more"}])
-    engine.ingest(SESSION, [{"role": "user", "content": "continue"}])
+    asked = [{"role": "user", "content": "continue"}]
+    engine.sync(SESSION, asked)
+    answered = [*asked, {"role": "assistant", "content": "more"}]
+    engine.sync(SESSION, answered)
+    engine.sync(SESSION, [*answered, *asked])
     assert user_texts(engine) == ["continue", "continue"]
 
 
 def test_a_repeat_after_the_window_is_a_new_turn(engine: LcmEngine) -> None:
     engine.store.ingest(SESSION, {"role": "user", "content": "ping"}, created_at=time.time() - 600)
-    engine.ingest(SESSION, [{"role": "user", "content": "ping"}])
+    engine.sync(SESSION, [{"role": "user", "content": "ping"}])
     assert user_texts(engine) == ["ping", "ping"]
+
+
+def test_an_import_keeps_every_row(engine: LcmEngine) -> None:
+    """``ingest`` (imports, the day-one archive) is lossless: no replay folding there."""
+    twice = [{"role": "user", "content": "same"}, merged("same", age=1)]
+    assert engine.ingest(SESSION, [*twice, {"role": "user", "content": "same"}]) == 3
+    assert user_texts(engine) == ["same", "same\n\nsame", "same"]
 
 
 def test_window_zero_turns_the_dedupe_off(tmp_path: Path) -> None:
     config = LcmConfig.for_home(tmp_path, {"embeddings": "off", "replay_window_seconds": 0})
     engine = LcmEngine(config)
     try:
-        engine.ingest(SESSION, [{"role": "user", "content": "x"}])
-        engine.ingest(SESSION, [merged("x", age=1)])
+        engine.sync(SESSION, [{"role": "user", "content": "x"}])
+        engine.sync(SESSION, [merged("x", age=1), {"role": "assistant", "content": "y"}])
         assert user_texts(engine) == ["x", "x\n\nx"]
     finally:
         engine.close()
 
 
 def test_a_negative_window_is_refused_naming_the_setting(tmp_path: Path) -> None:
-    with pytest.raises(RuntimeFailure, match="lcm.replay_window_seconds"):
+    with pytest.raises(RuntimeFailure, match=r"lcm\.replay_window_seconds"):
         LcmConfig.for_home(tmp_path, {"replay_window_seconds": -1})
 
 
