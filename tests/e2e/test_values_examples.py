@@ -20,6 +20,7 @@ import json
 import secrets
 import subprocess
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -203,9 +204,11 @@ def prepare_dev(setup: Setup) -> dict[str, Any]:
 def prepare_staging(setup: Setup) -> dict[str, Any]:
     """staging.yaml: four Secrets, S3, two plugin repositories (one over SSH), the host key."""
     deploy_private, deploy_public = ssh_keypair(setup.tmp_path, "deploy-key")
-    install_git_and_llm(setup, ssh_deploy_key=deploy_public)
-    s3 = setup.example["backup"]["target"]["s3"]
-    access_key, secret_key = install_s3(setup, s3["bucket"])
+    bucket = setup.example["backup"]["target"]["s3"]["bucket"]
+    with ThreadPoolExecutor(1) as pool:  # the servers start side by side
+        s3_keys = pool.submit(install_s3, setup, bucket)
+        install_git_and_llm(setup, ssh_deploy_key=deploy_public)
+        access_key, secret_key = s3_keys.result()
     setup.secret("hermes-llm", {"api-key": "sk-" + secrets.token_hex(16)})
     setup.secret("hermes-api", {"api-key": secrets.token_hex(32)})
     setup.secret(
@@ -222,10 +225,15 @@ def prepare_staging(setup: Setup) -> dict[str, Any]:
 
 def prepare_production(setup: Setup) -> dict[str, Any]:
     """production.yaml: Vault (Kubernetes auth, KV v2), Secret vault-ca, S3, the plugin."""
-    install_git_and_llm(setup)
     bucket = setup.example["backup"]["target"]["s3"]["bucket"]
-    access_key, secret_key = install_s3(setup, bucket)
-    bao = install_openbao(setup.cluster, setup.namespace, setup.helm, setup.tmp_path, tls=True)
+    with ThreadPoolExecutor(2) as pool:  # the servers start side by side
+        s3_keys = pool.submit(install_s3, setup, bucket)
+        vault = pool.submit(
+            install_openbao, setup.cluster, setup.namespace, setup.helm, setup.tmp_path, tls=True
+        )
+        install_git_and_llm(setup)
+        access_key, secret_key = s3_keys.result()
+        bao = vault.result()
     kv = {
         "hermes/prod": {
             "api_server_key": secrets.token_hex(32),
