@@ -82,8 +82,8 @@ while time.time() - started < spec["timeout"]:
         break
     time.sleep(0.1)
 print(json.dumps({"started": started, "loaded_at": loaded_at, "probes": probes,
-                  "failures": failures, "first_failure": first_failure, "slowest": slowest, "reasons": reasons,
-                  "last_failure": last_failure}))
+                  "failures": failures, "first_failure": first_failure, "slowest": slowest,
+                  "reasons": reasons, "last_failure": last_failure}))
 """
 
 
