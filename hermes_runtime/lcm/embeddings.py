@@ -240,17 +240,43 @@ def _embedded(
     ]
 
 
-# Texts per embedder call. The static model's Rust code keeps the GIL for a
-# whole call (64 texts: 50-140 ms on a loaded 2-core machine), which froze the
-# gateway's event loop; 16 a call, with a yield between, keeps each hold short
-# (bench/lcm_loop_lag.py).
+# Texts and characters per embedder call. The static model's Rust code keeps
+# the GIL for a whole call, and its cost grows with the characters it reads:
+# 64 texts froze the gateway's event loop for 50-140 ms on a loaded 2-core
+# machine, and 16 texts of 2,000 characters still cost ~18 ms of CPU (35 ms
+# and more of wall time under load). A call reads at most EMBED_CHUNK texts and
+# EMBED_CHUNK_CHARS characters (~4 ms of CPU), and
+# the worker yields between calls (bench/lcm_loop_lag.py). e5 runs through
+# ctypes, which releases the GIL, so its calls cost the loop nothing.
 EMBED_CHUNK = 16
+EMBED_CHUNK_CHARS = 4_000
+
+
+def embed_chunks(texts: list[str], max_chars: int = EMBED_CHUNK_CHARS) -> list[list[str]]:
+    """``texts`` in order, cut into calls of at most EMBED_CHUNK texts and ``max_chars``.
+
+    Characters are counted as an embedder reads them (clipped to
+    MAX_EMBED_CHARS); a text over ``max_chars`` makes a call of its own.
+    """
+    chunks: list[list[str]] = []
+    current: list[str] = []
+    size = 0
+    for text in texts:
+        length = min(len(text), MAX_EMBED_CHARS)
+        if current and (len(current) == EMBED_CHUNK or size + length > max_chars):
+            chunks.append(current)
+            current, size = [], 0
+        current.append(text)
+        size += length
+    if current:
+        chunks.append(current)
+    return chunks
 
 
 def _embed_in_chunks(embedder: Embedder, texts: list[str]) -> np.ndarray:
     parts = []
-    for start in range(0, len(texts), EMBED_CHUNK):
-        parts.append(embedder.embed(texts[start : start + EMBED_CHUNK]))
+    for chunk in embed_chunks(texts):
+        parts.append(embedder.embed(chunk))
         time.sleep(0)  # let the event loop's thread take the GIL
     if not parts:
         return np.zeros((0, embedder.dim), dtype=np.float32)
