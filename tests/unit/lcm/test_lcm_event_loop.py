@@ -63,11 +63,7 @@ def test_the_loop_ticks_through_a_long_compaction_and_embedding(
 ) -> None:
     fake_llm.set_mode("hang", hang_seconds=HANG_SECONDS)
     policy = CompactionPolicy(
-        fresh_tail_messages=4,
-        leaf_chunk_tokens=2_500,
-        leaf_target_tokens=200,
-        call_timeout_seconds=10.0,
-        deadline_seconds=60.0,
+        fresh_tail_messages=4, leaf_chunk_tokens=2_500, leaf_target_tokens=200
     )
     base = LcmConfig.for_home(tmp_path, {"embeddings": "off"})
     ticks = _Ticks()
