@@ -34,7 +34,7 @@ MAX_EMBED_CHARS = 2_000
 # characters on one core here; 1,000 characters (~250 tokens) is ~3x faster
 # and still covers a message's opening, where a fact usually sits.
 E5_MAX_CHARS = 1_000
-REFRESH_PAGE = 50_000  # rows read at a time when the vector index catches up
+REFRESH_PAGE = 20_000  # rows read at a time when the vector index catches up
 
 
 class Embedder(Protocol):
@@ -443,6 +443,18 @@ def _sign_codes(quantized: np.ndarray, center: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(bits).view(np.uint64)
 
 
+CODE_BLOCK = 8_192  # rows converted to float32 at a time while vectors are appended
+
+
+def _mean_vector(quantized: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """The mean of the rows' float values, summed a block at a time (bounded memory)."""
+    total = np.zeros(quantized.shape[1], dtype=np.float64)
+    for start in range(0, len(quantized), CODE_BLOCK):
+        rows = slice(start, start + CODE_BLOCK)
+        total += (quantized[rows].astype(np.float32) * scales[rows, None]).sum(axis=0)
+    return (total / max(1, len(quantized))).astype(np.float32)
+
+
 @dataclass
 class _ModelVectors:
     """Every vector of one model, in memory, in arrays with spare room at the end.
@@ -481,13 +493,18 @@ class _ModelVectors:
         if end > len(self.items):
             self._grow(max(end, len(self.items) * 3 // 2, 1_024))
         if self.center is None:
-            self.center = (quantized.astype(np.float32) * scales[:, None]).mean(axis=0)
+            self.center = _mean_vector(quantized, scales)
         self.kinds[self.count : end] = kinds
         self.items[self.count : end] = items
         self.sessions[self.count : end] = sessions
         self.scales[self.count : end] = scales
         self.matrix[self.count : end] = quantized
-        self.codes[self.count : end] = _sign_codes(quantized, self.center / scales[:, None])
+        # float32 copies of a block at a time: a 50k-row page at once took
+        # 4 x 77 MB of temporaries (e5) on top of the index while it loaded
+        for start in range(0, len(items), CODE_BLOCK):
+            rows = slice(start, start + CODE_BLOCK)
+            at = slice(self.count + start, self.count + min(start + CODE_BLOCK, len(items)))
+            self.codes[at] = _sign_codes(quantized[rows], self.center / scales[rows, None])
         self.count = end
 
     def _grow(self, capacity: int) -> None:
