@@ -43,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hermes_runtime.backup import create_backup, open_target
+from hermes_runtime.backup import create_backup, open_repository
 from hermes_runtime.backup.dbsnap import snapshot_database
 from hermes_runtime.common.sqlite import connect
 
@@ -153,12 +153,14 @@ def full_create(data_dir: Path, target_dir: Path, work: Path, secret: str | None
 
 
 def create_to(data_dir: Path, url: str, work: Path, secret: str | None = None) -> str:
-    target = open_target(url, encryption_secret=secret)
+    target = open_repository(url)
     summary = create_backup(data_dir, target, work_dir=work)
     return f"uploaded {summary.bytes_uploaded / 1e6:.0f} MB (zstd)"
 
 
 def main() -> int:
+    # restic encrypts every repository; a bench repository is thrown away after the run.
+    os.environ.setdefault("RESTIC_PASSWORD", "hermes-bench")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=int, default=500)
     parser.add_argument("--interval", type=float, default=0.01)
@@ -198,12 +200,12 @@ ONE_CREATE = """
 import os, sys, time
 from pathlib import Path
 import hermes_runtime
-from hermes_runtime.backup import create_backup, open_target
+from hermes_runtime.backup import create_backup, open_repository
 data, target = Path(sys.argv[1]), Path(sys.argv[2])
 target.mkdir()
 started = time.monotonic()
 with open(os.devnull, "w") as quiet:
-    create_backup(data, open_target(f"file://{target}"), work_dir=target.parent, stream=quiet)
+    create_backup(data, open_repository(f"file://{target}"), work_dir=target.parent, stream=quiet)
 print(f"{time.monotonic() - started:.3f} {os.getloadavg()[0]:.2f} {hermes_runtime.__file__}")
 """
 

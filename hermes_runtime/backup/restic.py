@@ -16,8 +16,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
-from collections.abc import Mapping, Sequence
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ PASSWORD_VARIABLES = ("RESTIC_PASSWORD", "RESTIC_PASSWORD_FILE", "RESTIC_PASSWOR
 EXIT_NO_REPOSITORY = 10
 EXIT_WRONG_PASSWORD = 12
 STDERR_TAIL = 1500
+CONNECT_TIMEOUT_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,30 @@ def open_repository(
     raise RuntimeFailure(f"--target {url}: expected file:///path or s3://bucket/prefix")
 
 
+def _command(repo: ResticRepository, args: Sequence[str]) -> list[str]:
+    """The argv of one restic run, after a quick reachability check of an S3 endpoint.
+
+    restic retries an unreachable backend for minutes; a refused or unroutable endpoint
+    should fail now, naming it, as every other command of ours does.
+    """
+    if repo.repository.startswith("s3:"):
+        _check_reachable(repo)
+    return [restic_binary(), "--repo", repo.repository, *repo.options, *args]
+
+
+def _check_reachable(repo: ResticRepository) -> None:
+    endpoint = urlsplit(repo.repository.removeprefix("s3:"))
+    host = endpoint.hostname or ""
+    port = endpoint.port or (80 if endpoint.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_SECONDS).close()
+    except OSError as exc:
+        raise RuntimeFailure(
+            f"backup repository {repo.url}: cannot reach the S3 endpoint "
+            f"{endpoint.scheme}://{host}:{port}: {exc}"
+        ) from exc
+
+
 def run_restic(
     repo: ResticRepository,
     args: Sequence[str],
@@ -92,7 +119,7 @@ def run_restic(
     check: bool = True,
 ) -> subprocess.CompletedProcess[str]:
     """Run one restic command on ``repo``; a failure names the repository and restic's words."""
-    command = [restic_binary(), "--repo", repo.repository, *repo.options, *args]
+    command = _command(repo, args)
     done = subprocess.run(
         command,
         cwd=cwd,
@@ -102,11 +129,41 @@ def run_restic(
         check=False,
     )
     if check and done.returncode != 0:
-        raise RuntimeFailure(_failure(repo, args, done))
+        raise RuntimeFailure(failure_message(repo, args, done))
     return done
 
 
-def _failure(
+def stream_restic(
+    repo: ResticRepository,
+    args: Sequence[str],
+    on_record: Callable[[dict[str, Any]], None],
+    *,
+    cwd: Path | None = None,
+) -> list[dict[str, Any]]:
+    """Run a ``--json`` restic command, handing each line's record to ``on_record`` as it comes.
+
+    A long backup then moves a progress bar (or logs progress lines) while restic works.
+    """
+    command = _command(repo, args)
+    records: list[dict[str, Any]] = []
+    with tempfile.TemporaryFile(mode="w+", encoding="utf-8") as errors:
+        with subprocess.Popen(
+            command, cwd=cwd, env=dict(repo.env), stdout=subprocess.PIPE, stderr=errors, text=True
+        ) as process:
+            assert process.stdout is not None
+            for line in process.stdout:
+                for record in json_lines(line):
+                    records.append(record)
+                    on_record(record)
+        errors.seek(0)
+        stderr = errors.read()
+    if process.returncode != 0:
+        done = subprocess.CompletedProcess(command, process.returncode, "", stderr)
+        raise RuntimeFailure(failure_message(repo, args, done))
+    return records
+
+
+def failure_message(
     repo: ResticRepository, args: Sequence[str], done: subprocess.CompletedProcess[str]
 ) -> str:
     tail = done.stderr.strip()[-STDERR_TAIL:] or done.stdout.strip()[-STDERR_TAIL:]
@@ -115,14 +172,27 @@ def _failure(
     return f"restic {args[0] if args else ''} on {repo.url} failed (exit {done.returncode}): {tail}"
 
 
+def repository_missing(done: subprocess.CompletedProcess[str]) -> bool:
+    """restic's answer when no repository is at the location (exit 10 since 0.17)."""
+    return done.returncode == EXIT_NO_REPOSITORY or "Is there a repository" in done.stderr
+
+
 def ensure_repository(repo: ResticRepository) -> bool:
-    """Create the repository on first use; True when it was created now."""
+    """Create the repository on first use; True when it was created now.
+
+    A ``file://`` folder must exist already: a backup volume that is not mounted
+    must fail the backup, not grow a repository in the container's own filesystem.
+    """
+    if not repo.repository.startswith("s3:") and not Path(repo.repository).is_dir():
+        raise RuntimeFailure(
+            f"--target {repo.url}: {repo.repository} is not a folder "
+            "(is the backup volume mounted?)"
+        )
     done = run_restic(repo, ["cat", "config"], check=False)
     if done.returncode == 0:
         return False
-    missing = done.returncode == EXIT_NO_REPOSITORY or "Is there a repository" in done.stderr
-    if not missing:
-        raise RuntimeFailure(_failure(repo, ["cat"], done))
+    if not repository_missing(done):
+        raise RuntimeFailure(failure_message(repo, ["cat"], done))
     run_restic(repo, ["init"])
     return True
 

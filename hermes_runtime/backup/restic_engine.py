@@ -21,39 +21,52 @@ import json
 import os
 import platform
 import shutil
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
-from hermes_runtime.backup.create import BackupSummary
 from hermes_runtime.backup.dbsnap import check_database, snapshot_database
-from hermes_runtime.backup.prune import PrunePolicy, PruneReport
+from hermes_runtime.backup.reports import (
+    BackupSummary,
+    PrunePolicy,
+    PruneReport,
+    RestoreReport,
+    SnapshotInfo,
+    VerifyReport,
+)
 from hermes_runtime.backup.restic import (
     ResticRepository,
     ensure_repository,
+    failure_message,
     json_document,
-    json_lines,
+    repository_missing,
     run_restic,
+    stream_restic,
 )
 from hermes_runtime.backup.restore import (
-    RestoreReport,
-    _remove_stale_stages,
-    _staging_root,
-    _swap_in,
     data_dir_entries,
+    remove_stale_stages,
+    staging_root,
+    swap_in,
 )
-from hermes_runtime.backup.selection import STAGING_PREFIX, make_excluder, scan_data_dir
-from hermes_runtime.backup.verify import SnapshotInfo, VerifyReport
-from hermes_runtime.common.errors import RuntimeFailure
-from hermes_runtime.common.logs import log_event
+from hermes_runtime.backup.selection import (
+    STAGING_PREFIX,
+    Selection,
+    make_excluder,
+    scan_data_dir,
+)
+from hermes_runtime.common.errors import RuntimeFailure, name_list
+from hermes_runtime.common.logs import Reporter, log_event, reporter
 
 TAG = "hermes-runtime"
 HOST = "hermes-runtime"  # fixed: pods change names, and forget groups by host
 MANIFEST_DIR = ".hermes-backup"
 MANIFEST_RELPATH = f"{MANIFEST_DIR}/manifest.json"
 STAGE_NAME = "hermes-restic-stage"
+PROGRESS_EVERY_SECONDS = 10.0
 MANIFEST_FORMAT = 1
 
 
@@ -77,6 +90,8 @@ def create_restic_backup(
     default_excludes: bool = True,
     work_dir: Path | None = None,
     db_attempts: int = 5,
+    stream: TextIO | None = None,
+    progress_every: float = PROGRESS_EVERY_SECONDS,
 ) -> BackupSummary:
     """Stage ``data_dir`` (database snapshots, other files, manifest) and back it up with restic."""
     if not data_dir.is_dir():
@@ -85,7 +100,7 @@ def create_restic_backup(
     started = time.monotonic()
     excluder = make_excluder(excludes, defaults=default_excludes)
     selection = scan_data_dir(data_dir, excluder)
-    stage = Path(work_dir or os.environ.get("TMPDIR") or "/tmp") / STAGE_NAME
+    stage = Path(work_dir or tempfile.gettempdir()) / STAGE_NAME
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir(mode=0o700, parents=True)
     manifest = TreeManifest(
@@ -93,28 +108,35 @@ def create_restic_backup(
         source={"data_dir": str(data_dir), "host": platform.node()},
         excludes=list(excluder.patterns),
     )
-    try:
+    with reporter("backup.create", stream) as progress:
+        progress.step("started", target=repo.url, data_dir=str(data_dir))
+        progress.start_task(f"backup {data_dir.name}", total=selection.total_bytes)
         try:
-            _stage_tree(data_dir, stage, selection, manifest, db_attempts)
-        except OSError as exc:
-            raise RuntimeFailure(
-                f"backup of {data_dir} failed: {exc} (scratch space: {stage})"
-            ) from exc
-        ensure_repository(repo)
-        args = ["backup", "--json", "--host", HOST, "--tag", TAG]
-        args += ["--ignore-inode", "--ignore-ctime", "."]
-        done = run_restic(repo, args, cwd=stage)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
-    summary = next((r for r in json_lines(done.stdout) if r.get("message_type") == "summary"), {})
-    if not summary.get("snapshot_id"):
-        raise RuntimeFailure(f"restic backup on {repo.url} printed no snapshot id")
+            try:
+                _stage_tree(data_dir, stage, selection, manifest, db_attempts, progress)
+            except OSError as exc:
+                raise RuntimeFailure(
+                    f"backup of {data_dir} failed: {exc} (scratch space: {stage})"
+                ) from exc
+            ensure_repository(repo)
+            args = ["backup", "--json", "--host", HOST, "--tag", TAG]
+            args += ["--ignore-inode", "--ignore-ctime", "."]
+            meter = _Meter(progress, progress_every)
+            records = stream_restic(repo, args, meter.record, cwd=stage)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+        summary = next((r for r in records if r.get("message_type") == "summary"), {})
+        if not summary.get("snapshot_id"):
+            raise RuntimeFailure(f"restic backup on {repo.url} printed no snapshot id")
+        snapshot_id = resolve_restic_snapshot(repo, str(summary["snapshot_id"]))  # 0.14: short
+        added = int(summary.get("data_added_packed", summary.get("data_added", 0)))
+        progress.step("finished", snapshot=snapshot_id, bytes_uploaded=added)
     return BackupSummary(
-        id=resolve_restic_snapshot(repo, str(summary["snapshot_id"])),  # restic 0.14: short id
+        id=snapshot_id,
         target=repo.url,
         duration_seconds=round(time.monotonic() - started, 3),
         bytes_read=int(summary.get("total_bytes_processed", 0)),
-        bytes_uploaded=int(summary.get("data_added_packed", summary.get("data_added", 0))),
+        bytes_uploaded=added,
         files=manifest.files,
         files_uploaded=int(summary.get("files_new", 0)) + int(summary.get("files_changed", 0)),
         files_unchanged=int(summary.get("files_unmodified", 0)),
@@ -123,8 +145,36 @@ def create_restic_backup(
     )
 
 
+@dataclass
+class _Meter:
+    """Turns restic's status records into our bar, or a progress line every few seconds."""
+
+    progress: Reporter
+    every: float
+    done: int = 0
+    last_line: float = field(default_factory=time.monotonic)
+
+    def record(self, record: dict[str, Any]) -> None:
+        if record.get("message_type") != "status":
+            return
+        bytes_done = int(record.get("bytes_done", 0))
+        self.progress.advance(max(0, bytes_done - self.done))
+        self.done = max(self.done, bytes_done)
+        now = time.monotonic()
+        if not self.progress.interactive and now - self.last_line >= self.every:
+            self.last_line = now
+            self.progress.step(
+                "progress", bytes_done=bytes_done, bytes_total=int(record.get("total_bytes", 0))
+            )
+
+
 def _stage_tree(
-    data_dir: Path, stage: Path, selection: Any, manifest: TreeManifest, attempts: int
+    data_dir: Path,
+    stage: Path,
+    selection: Selection,
+    manifest: TreeManifest,
+    attempts: int,
+    progress: Reporter,
 ) -> None:
     for directory in selection.dirs:
         (stage / directory.relpath).mkdir(parents=True, exist_ok=True)
@@ -147,7 +197,7 @@ def _stage_tree(
             "size": dest.stat().st_size,
             "snapshot_seconds": round(seconds, 4),
         }
-        log_event("backup.create.database", path=found.relpath, seconds=round(seconds, 3))
+        progress.step("database", path=found.relpath, seconds=round(seconds, 3))
     for found in selection.files:
         dest = stage / found.relpath
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -166,9 +216,16 @@ def _stage_tree(
     (stage / MANIFEST_RELPATH).write_text(json.dumps(asdict(manifest), indent=2, sort_keys=True))
 
 
-def list_restic_snapshots(repo: ResticRepository) -> list[SnapshotInfo]:
-    """Our snapshots in the repository, oldest first."""
-    done = run_restic(repo, ["snapshots", "--json", "--tag", TAG])
+def list_restic_snapshots(
+    repo: ResticRepository, extra: list[str] | None = None
+) -> list[SnapshotInfo]:
+    """Our snapshots in the repository, oldest first; none when it does not exist yet."""
+    args = [*(extra or []), "snapshots", "--json", "--tag", TAG]
+    done = run_restic(repo, args, check=False)
+    if done.returncode != 0:
+        if repository_missing(done):
+            return []
+        raise RuntimeFailure(failure_message(repo, args, done))
     infos = []
     for snap in json_document(done.stdout) or []:
         summary = snap.get("summary") or {}
@@ -186,10 +243,12 @@ def list_restic_snapshots(repo: ResticRepository) -> list[SnapshotInfo]:
     return infos
 
 
-def resolve_restic_snapshot(repo: ResticRepository, snapshot: str) -> str:
-    infos = list_restic_snapshots(repo)
+def resolve_restic_snapshot(
+    repo: ResticRepository, snapshot: str, extra: list[str] | None = None
+) -> str:
+    infos = list_restic_snapshots(repo, extra)
     if not infos:
-        raise RuntimeFailure(f"backup repository {repo.url}: no snapshot")
+        raise RuntimeFailure(f"backup repository {repo.url} holds no snapshot")
     if snapshot == "latest":
         return infos[-1].id
     matches = [i.id for i in infos if i.id.startswith(snapshot)]
@@ -198,9 +257,11 @@ def resolve_restic_snapshot(repo: ResticRepository, snapshot: str) -> str:
     return matches[0]
 
 
-def _restore_tree(repo: ResticRepository, snapshot_id: str, dest: Path) -> TreeManifest:
+def _restore_tree(
+    repo: ResticRepository, snapshot_id: str, dest: Path, extra: list[str] | None = None
+) -> TreeManifest:
     """``restic restore`` into ``dest``, then check every database against the manifest."""
-    run_restic(repo, ["restore", snapshot_id, "--target", str(dest)])
+    run_restic(repo, [*(extra or []), "restore", snapshot_id, "--target", str(dest)])
     try:
         raw = json.loads((dest / MANIFEST_RELPATH).read_text())
         manifest = TreeManifest(**raw)
@@ -220,15 +281,24 @@ def _restore_tree(repo: ResticRepository, snapshot_id: str, dest: Path) -> TreeM
 
 
 def verify_restic_snapshot(
-    repo: ResticRepository, snapshot: str = "latest", *, scratch: Path | None = None
+    repo: ResticRepository,
+    snapshot: str = "latest",
+    *,
+    scratch: Path | None = None,
+    lock: bool = True,
 ) -> VerifyReport:
-    """Read back every pack (``check --read-data``), then restore to scratch and check the DBs."""
-    snapshot_id = resolve_restic_snapshot(repo, snapshot)
-    run_restic(repo, ["check", "--read-data"])
-    dest = Path(scratch or os.environ.get("TMPDIR") or "/tmp") / f"hermes-verify-{snapshot_id[:8]}"
+    """Read back every pack (``check --read-data``), then restore to scratch and check the DBs.
+
+    ``lock=False`` (``verify --no-mark``) works on a read-only repository: restic's
+    ``--no-lock``, at the price of not excluding a concurrent prune.
+    """
+    no_lock = [] if lock else ["--no-lock"]
+    snapshot_id = resolve_restic_snapshot(repo, snapshot, no_lock)
+    run_restic(repo, [*no_lock, "check", "--read-data"])
+    dest = Path(scratch or tempfile.gettempdir()) / f"hermes-verify-{snapshot_id[:8]}"
     shutil.rmtree(dest, ignore_errors=True)
     try:
-        manifest = _restore_tree(repo, snapshot_id, dest)
+        manifest = _restore_tree(repo, snapshot_id, dest, no_lock)
         size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
     finally:
         shutil.rmtree(dest, ignore_errors=True)
@@ -250,15 +320,18 @@ def restore_restic_snapshot(
         return RestoreReport(None, str(data_dir), False, "data dir already holds data")
     if existing and not force:
         raise RuntimeFailure(
-            f"--data-dir {data_dir} is not empty ({', '.join(existing[:5])}...); "
+            f"--data-dir {data_dir} is not empty ({name_list(existing)}); "
             "pass --force to replace its content, or --if-empty to skip"
         )
     snapshot_id = resolve_restic_snapshot(repo, snapshot)
     data_dir.mkdir(parents=True, exist_ok=True)
-    stage_root = _staging_root(data_dir)
+    stage_root = staging_root(data_dir)
     tag = f"{STAGING_PREFIX}{data_dir.name}-{os.urandom(4).hex()}"
     stage = stage_root / f"{tag}-stage"
-    _remove_stale_stages(stage_root, data_dir.name)
+    remove_stale_stages(stage_root, data_dir.name)
+    log_event(
+        "backup.restore.started", snapshot=snapshot_id, data_dir=str(data_dir), staging=str(stage)
+    )
     try:
         manifest = _restore_tree(repo, snapshot_id, stage)
     except (OSError, RuntimeFailure) as exc:
@@ -267,7 +340,7 @@ def restore_restic_snapshot(
             f"restore of snapshot {snapshot_id} into {data_dir} failed while staging in "
             f"{stage}: {exc}; {data_dir} is unchanged"
         ) from exc
-    _swap_in(stage, data_dir, stage_root / f"{tag}-old", existing)
+    swap_in(stage, data_dir, stage_root / f"{tag}-old", existing)
     return RestoreReport(
         snapshot_id,
         str(data_dir),
@@ -290,6 +363,7 @@ def prune_restic_snapshots(
     if policy.keep_weekly:
         args += ["--keep-weekly", str(policy.keep_weekly)]
     args += ["--dry-run"] if dry_run else ["--prune"]
+    run_restic(repo, ["unlock"])  # only stale locks: those of a killed backup
     done = run_restic(repo, args)
     groups = json_document(done.stdout) or []
     kept = [s["id"] for g in groups for s in g.get("keep") or []]

@@ -21,6 +21,7 @@ import pytest
 from chart_testlib import env_map, render
 
 BIN = Path(sys.executable).parent
+PASSWORD = "the password the chart's Secret would hold"
 
 
 @pytest.fixture
@@ -46,6 +47,11 @@ def _pod_env(container: dict, dirs: dict[str, Path]) -> dict[str, str]:
         env["BACKUP_TARGET"] = f"file://{dirs['backup']}"
     if "BACKUP_WORK_DIR" in env:  # the scratch volume at /scratch
         env["BACKUP_WORK_DIR"] = str(dirs["tmp"])
+        env["RESTIC_CACHE_DIR"] = str(dirs["tmp"] / "restic-cache")
+    if "RESTIC_PASSWORD" in env_map(container):  # from the chart's Secret in a pod
+        env["RESTIC_PASSWORD"] = PASSWORD
+    if "HERMES_RUNTIME_RESTIC" in os.environ:
+        env["HERMES_RUNTIME_RESTIC"] = os.environ["HERMES_RUNTIME_RESTIC"]
     if "HERMES_RUNTIME_SECRETS_ENV" in env:
         env["HERMES_RUNTIME_SECRETS_ENV"] = str(dirs["tmp"] / "secrets.env")
     env["PATH"] = f"{BIN}:{os.environ['PATH']}"
@@ -66,6 +72,7 @@ def _snapshots(target: str) -> list[dict]:
         text=True,
         check=True,
         timeout=120,
+        env={**os.environ, "RESTIC_PASSWORD": PASSWORD},
     )
     snapshots: list[dict] = json.loads(done.stdout)
     return snapshots

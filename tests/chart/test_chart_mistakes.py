@@ -233,6 +233,10 @@ TEMPLATE_MISTAKES: dict[str, tuple[dict[str, Any], str]] = {
         },
         "backup.target.s3.bucket",
     ),
+    "backup password from Vault without a Vault secret for it": (
+        {"backup": {"repository": {"fromVault": True}}},
+        "backup.repository.fromVault",
+    ),
     "ServiceMonitor without prometheus-operator": (
         {"metrics": {"serviceMonitor": {"enabled": True}}},
         "metrics.serviceMonitor.enabled",

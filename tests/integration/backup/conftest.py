@@ -13,8 +13,30 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from backup_testlib import BackupTarget, file_target, make_database, s3_target
+from backup_testlib import PASSWORD_ENV, BackupTarget, file_target, make_database, s3_target
 from support.seaweedfs import SeaweedServer, seaweedfs_server
+
+REPO = Path(__file__).resolve().parents[3]
+PINNED_RESTIC = REPO / ".cache" / "tools" / "bin" / "restic"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def restic_binary() -> str:
+    """The pinned restic (v0.18.1 from ci/install-tools.sh, built on demand), for every run here."""
+    if not PINNED_RESTIC.exists():
+        subprocess.run(
+            [str(REPO / "ci" / "install-tools.sh"), str(PINNED_RESTIC.parents[1])], check=True
+        )
+    assert PINNED_RESTIC.exists(), f"{PINNED_RESTIC} missing after ci/install-tools.sh"
+    os.environ["HERMES_RUNTIME_RESTIC"] = str(PINNED_RESTIC)  # CLI subprocesses inherit it
+    return str(PINNED_RESTIC)
+
+
+@pytest.fixture(autouse=True)
+def restic_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every CLI run and library call here gets the repository password from restic's variable."""
+    for name, value in PASSWORD_ENV.items():
+        monkeypatch.setenv(name, value)
 
 
 @pytest.fixture(scope="session")

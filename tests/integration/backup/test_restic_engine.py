@@ -7,9 +7,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from backup_testkit import BackupTarget, make_database, rows, tree_fingerprint
+from backup_testlib import BackupTarget, make_database, rows, tree_fingerprint
 
-from hermes_runtime.backup.prune import PrunePolicy
+from hermes_runtime.backup import PrunePolicy
 from hermes_runtime.backup.restic import open_repository, restic_binary
 from hermes_runtime.backup.restic_engine import (
     MANIFEST_RELPATH,
