@@ -17,12 +17,15 @@ copies them). Restore keeps our staged, verified, all-or-nothing swap.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import platform
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -54,6 +57,7 @@ from hermes_runtime.backup.restore import (
 )
 from hermes_runtime.backup.selection import (
     STAGING_PREFIX,
+    Excluder,
     Selection,
     make_excluder,
     scan_data_dir,
@@ -101,6 +105,40 @@ def create_restic_backup(
     excluder = make_excluder(excludes, defaults=default_excludes)
     selection = scan_data_dir(data_dir, excluder)
     stage = Path(work_dir or tempfile.gettempdir()) / STAGE_NAME
+    with _exclusive(stage):
+        return _create_staged(
+            data_dir, repo, stage, selection, excluder, started, db_attempts, stream, progress_every
+        )
+
+
+@contextlib.contextmanager
+def _exclusive(stage: Path) -> Iterator[None]:
+    """One backup at a time per scratch folder: the stage path is fixed (restic's parent)."""
+    stage.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(stage.parent, os.O_RDONLY | os.O_DIRECTORY)  # a lock that leaves no file
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise RuntimeFailure(
+                f"another backup is staging in {stage}: wait for it or pass another --work-dir"
+            ) from exc
+        yield
+    finally:
+        os.close(fd)
+
+
+def _create_staged(
+    data_dir: Path,
+    repo: ResticRepository,
+    stage: Path,
+    selection: Selection,
+    excluder: Excluder,
+    started: float,
+    db_attempts: int,
+    stream: TextIO | None,
+    progress_every: float,
+) -> BackupSummary:
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir(mode=0o700, parents=True)
     manifest = TreeManifest(
@@ -161,7 +199,8 @@ class _Meter:
         self.progress.advance(max(0, bytes_done - self.done))
         self.done = max(self.done, bytes_done)
         now = time.monotonic()
-        if not self.progress.interactive and now - self.last_line >= self.every:
+        due = now - self.last_line >= self.every and bytes_done > 0
+        if not self.progress.interactive and due:
             self.last_line = now
             self.progress.step(
                 "progress", bytes_done=bytes_done, bytes_total=int(record.get("total_bytes", 0))
