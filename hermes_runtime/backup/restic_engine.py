@@ -66,6 +66,7 @@ from hermes_runtime.common.errors import RuntimeFailure, name_list
 from hermes_runtime.common.logs import Reporter, log_event, reporter
 
 TAG = "hermes-runtime"
+DATABASES_TAG = "hermes-databases="
 HOST = "hermes-runtime"  # fixed: pods change names, and forget groups by host
 MANIFEST_DIR = ".hermes-backup"
 MANIFEST_RELPATH = f"{MANIFEST_DIR}/manifest.json"
@@ -157,7 +158,8 @@ def _create_staged(
                     f"backup of {data_dir} failed: {exc} (scratch space: {stage})"
                 ) from exc
             ensure_repository(repo)
-            args = ["backup", "--json", "--host", HOST, "--tag", TAG]
+            count = f"{DATABASES_TAG}{len(manifest.databases)}"  # shown by list, no dump needed
+            args = ["backup", "--json", "--host", HOST, "--tag", TAG, "--tag", count]
             args += ["--ignore-inode", "--ignore-ctime", "."]
             meter = _Meter(progress, progress_every)
             records = stream_restic(repo, args, meter.record, cwd=stage)
@@ -273,13 +275,20 @@ def list_restic_snapshots(
                 id=snap["id"],
                 created_at=snap["time"],
                 files=int(summary.get("total_files_processed", 0)),
-                databases=0,
+                databases=_databases(snap.get("tags") or []),
                 bytes=int(summary.get("total_bytes_processed", 0)),
                 verified=False,
-                status="complete",
+                status="ok",
             )
         )
     return infos
+
+
+def _databases(tags: list[str]) -> int:
+    for tag in tags:
+        if tag.startswith(DATABASES_TAG) and tag.removeprefix(DATABASES_TAG).isdigit():
+            return int(tag.removeprefix(DATABASES_TAG))
+    return 0
 
 
 def resolve_restic_snapshot(
@@ -395,7 +404,7 @@ def prune_restic_snapshots(
     repo: ResticRepository, policy: PrunePolicy, *, dry_run: bool = False
 ) -> PruneReport:
     """``restic forget --prune`` with our keep flags, on our snapshots only."""
-    args = ["forget", "--json", "--tag", TAG, "--group-by", "host,tags"]
+    args = ["forget", "--json", "--tag", TAG, "--group-by", "host"]
     args += ["--keep-last", str(policy.keep_last)]
     if policy.keep_daily:
         args += ["--keep-daily", str(policy.keep_daily)]

@@ -16,7 +16,9 @@ def test_restore_gives_back_the_data_dir_without_secrets_or_rebuildables(
     summary = create(target, data_dir)
     assert summary["databases"] == {"lcm.db": {"messages": 300}, "state.db": {"messages": 500}}
     listed = run_cli("list", "--target", target.url, "--json", env=target.env)
-    assert [s["id"] for s in json.loads(listed.stdout)] == [summary["id"]]
+    assert [(s["id"], s["databases"], s["status"]) for s in json.loads(listed.stdout)] == [
+        (summary["id"], 2, "ok")
+    ]
 
     verified = run_cli("verify", "--target", target.url, env=target.env)
     assert verified.returncode == 0, verified.stderr
