@@ -66,25 +66,27 @@ def open_repository(
     A missing password is refused here, before anything runs, with the variables named.
     """
     env = dict(os.environ if environ is None else environ)
+    parts = urlsplit(url)
+    if not (parts.scheme == "file" and parts.path and not parts.netloc) and not (
+        parts.scheme == "s3" and parts.netloc
+    ):
+        raise RuntimeFailure(f"--target {url}: expected file:///path or s3://bucket/prefix")
     if not any(env.get(name) for name in PASSWORD_VARIABLES):
         raise RuntimeFailure(
             f"backup repository {url}: no password: set RESTIC_PASSWORD or RESTIC_PASSWORD_FILE "
             "(restic encrypts every repository; losing the password loses the backups)"
         )
-    parts = urlsplit(url)
-    if parts.scheme == "file" and parts.path and not parts.netloc:
+    if parts.scheme == "file":
         return ResticRepository(url, parts.path, env)
-    if parts.scheme == "s3" and parts.netloc:
-        endpoint = s3_endpoint or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
-        base = (endpoint or "https://s3.amazonaws.com").rstrip("/")
-        prefix = parts.path.strip("/")
-        repository = f"s3:{base}/{parts.netloc}" + (f"/{prefix}" if prefix else "")
-        if env.get("AWS_REGION") and not env.get("AWS_DEFAULT_REGION"):
-            env["AWS_DEFAULT_REGION"] = env["AWS_REGION"]
-        # Self-hosted S3 (SeaweedFS, MinIO, Ceph) serves path-style buckets.
-        options = ("-o", "s3.bucket-lookup=path") if endpoint else ()
-        return ResticRepository(url, repository, env, options)
-    raise RuntimeFailure(f"--target {url}: expected file:///path or s3://bucket/prefix")
+    endpoint = s3_endpoint or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    base = (endpoint or "https://s3.amazonaws.com").rstrip("/")
+    prefix = parts.path.strip("/")
+    repository = f"s3:{base}/{parts.netloc}" + (f"/{prefix}" if prefix else "")
+    if env.get("AWS_REGION") and not env.get("AWS_DEFAULT_REGION"):
+        env["AWS_DEFAULT_REGION"] = env["AWS_REGION"]
+    # Self-hosted S3 (SeaweedFS, MinIO, Ceph) serves path-style buckets.
+    options = ("-o", "s3.bucket-lookup=path") if endpoint else ()
+    return ResticRepository(url, repository, env, options)
 
 
 def _command(repo: ResticRepository, args: Sequence[str]) -> list[str]:
@@ -177,17 +179,22 @@ def repository_missing(done: subprocess.CompletedProcess[str]) -> bool:
     return done.returncode == EXIT_NO_REPOSITORY or "Is there a repository" in done.stderr
 
 
+def require_folder(repo: ResticRepository) -> None:
+    """A ``file://`` repository's folder must exist: an unmounted backup volume is an error."""
+    if not repo.repository.startswith("s3:") and not Path(repo.repository).is_dir():
+        raise RuntimeFailure(
+            f"--target {repo.url}: {repo.repository} is not a folder "
+            "(is the backup volume mounted?)"
+        )
+
+
 def ensure_repository(repo: ResticRepository) -> bool:
     """Create the repository on first use; True when it was created now.
 
     A ``file://`` folder must exist already: a backup volume that is not mounted
     must fail the backup, not grow a repository in the container's own filesystem.
     """
-    if not repo.repository.startswith("s3:") and not Path(repo.repository).is_dir():
-        raise RuntimeFailure(
-            f"--target {repo.url}: {repo.repository} is not a folder "
-            "(is the backup volume mounted?)"
-        )
+    require_folder(repo)
     done = run_restic(repo, ["cat", "config"], check=False)
     if done.returncode == 0:
         return False

@@ -46,6 +46,7 @@ from hermes_runtime.backup.restic import (
     failure_message,
     json_document,
     repository_missing,
+    require_folder,
     run_restic,
     stream_restic,
 )
@@ -261,6 +262,7 @@ def list_restic_snapshots(
     repo: ResticRepository, extra: list[str] | None = None
 ) -> list[SnapshotInfo]:
     """Our snapshots in the repository, oldest first; none when it does not exist yet."""
+    require_folder(repo)
     args = [*(extra or []), "snapshots", "--json", "--tag", TAG]
     done = run_restic(repo, args, check=False)
     if done.returncode != 0:
@@ -296,7 +298,9 @@ def resolve_restic_snapshot(
 ) -> str:
     infos = list_restic_snapshots(repo, extra)
     if not infos:
-        raise RuntimeFailure(f"backup repository {repo.url} holds no snapshot")
+        raise RuntimeFailure(
+            f"backup repository {repo.url} holds no snapshot (asked for {snapshot})"
+        )
     if snapshot == "latest":
         return infos[-1].id
     matches = [i.id for i in infos if i.id.startswith(snapshot)]

@@ -123,7 +123,12 @@ def register(subparsers: Any) -> None:
         "--if-empty", action="store_true", help="do nothing (exit 0) if the data dir holds data"
     )
 
-    prune = add_verb(verbs, "prune", "forget old snapshots and prune unreferenced data (restic forget --prune)", _prune)
+    prune = add_verb(
+        verbs,
+        "prune",
+        "forget old snapshots and prune unreferenced data (restic forget --prune)",
+        _prune,
+    )
     _target_args(prune)
     prune.add_argument(
         "--keep-last",

@@ -281,7 +281,6 @@ def test_repository_password_comes_from_a_secret_never_a_literal() -> None:
     assert env_map(cron["containers"][0])["RESTIC_PASSWORD"]["secretKeyRef"]["name"] == "my-restic"
 
 
-
 def test_a_password_listed_in_vault_secrets_replaces_the_generated_secret() -> None:
     values = {
         "vault": {

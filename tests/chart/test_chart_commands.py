@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 from chart_testlib import env_map, render
+from support.restic import restic_env
 
 BIN = Path(sys.executable).parent
-PASSWORD = "the password the chart's Secret would hold"
 
 
 @pytest.fixture
@@ -49,9 +49,7 @@ def _pod_env(container: dict, dirs: dict[str, Path]) -> dict[str, str]:
         env["BACKUP_WORK_DIR"] = str(dirs["tmp"])
         env["RESTIC_CACHE_DIR"] = str(dirs["tmp"] / "restic-cache")
     if "RESTIC_PASSWORD" in env_map(container):  # from the chart's Secret in a pod
-        env["RESTIC_PASSWORD"] = PASSWORD
-    if "HERMES_RUNTIME_RESTIC" in os.environ:
-        env["HERMES_RUNTIME_RESTIC"] = os.environ["HERMES_RUNTIME_RESTIC"]
+        env.update(restic_env())
     if "HERMES_RUNTIME_SECRETS_ENV" in env:
         env["HERMES_RUNTIME_SECRETS_ENV"] = str(dirs["tmp"] / "secrets.env")
     env["PATH"] = f"{BIN}:{os.environ['PATH']}"
@@ -72,7 +70,7 @@ def _snapshots(target: str) -> list[dict]:
         text=True,
         check=True,
         timeout=120,
-        env={**os.environ, "RESTIC_PASSWORD": PASSWORD},
+        env={**os.environ, **restic_env()},
     )
     snapshots: list[dict] = json.loads(done.stdout)
     return snapshots

@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from support.restic import TEST_PASSWORD
 from support.seaweedfs import SeaweedServer
 
 from hermes_runtime.common.sqlite import connect
@@ -61,7 +62,7 @@ class BackupTarget:
 
 
 # restic encrypts every repository: each target gets a password through restic's variable.
-PASSWORD_ENV = {"RESTIC_PASSWORD": "correct horse battery staple"}
+PASSWORD_ENV = {"RESTIC_PASSWORD": TEST_PASSWORD}
 
 
 def file_target(tmp_path: Path) -> BackupTarget:

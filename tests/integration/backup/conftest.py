@@ -14,22 +14,16 @@ from pathlib import Path
 
 import pytest
 from backup_testlib import PASSWORD_ENV, BackupTarget, file_target, make_database, s3_target
+from support.restic import pinned_restic
 from support.seaweedfs import SeaweedServer, seaweedfs_server
-
-REPO = Path(__file__).resolve().parents[3]
-PINNED_RESTIC = REPO / ".cache" / "tools" / "bin" / "restic"
 
 
 @pytest.fixture(scope="session", autouse=True)
 def restic_binary() -> str:
     """The pinned restic (v0.18.1 from ci/install-tools.sh, built on demand), for every run here."""
-    if not PINNED_RESTIC.exists():
-        subprocess.run(
-            [str(REPO / "ci" / "install-tools.sh"), str(PINNED_RESTIC.parents[1])], check=True
-        )
-    assert PINNED_RESTIC.exists(), f"{PINNED_RESTIC} missing after ci/install-tools.sh"
-    os.environ["HERMES_RUNTIME_RESTIC"] = str(PINNED_RESTIC)  # CLI subprocesses inherit it
-    return str(PINNED_RESTIC)
+    binary = str(pinned_restic())
+    os.environ["HERMES_RUNTIME_RESTIC"] = binary  # CLI subprocesses inherit it
+    return binary
 
 
 @pytest.fixture(autouse=True)

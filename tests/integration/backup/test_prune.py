@@ -56,5 +56,5 @@ def test_prune_keeps_last_n_exactly_and_dry_run_deletes_nothing(
 def test_prune_refuses_a_policy_that_keeps_nothing(target: BackupTarget, data_dir: Path) -> None:
     snapshots_with_unique_files(target, data_dir, 1)
     result = run_cli("prune", "--target", target.url, "--keep-last", "0", env=target.env)
-    assert result.returncode == 1
-    assert "must keep something" in result.stderr
+    assert result.returncode == 2  # a usage error: nothing was contacted or deleted
+    assert "--keep-last: must be 1 or more" in result.stderr

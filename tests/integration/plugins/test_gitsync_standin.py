@@ -189,14 +189,15 @@ def test_new_commit_swaps_the_link_atomically_and_removes_the_old_worktree(
             assert (root / "current" / "plugin.yaml").read_text() == plugin_files(
                 "weather", version
             )["plugin.yaml"]
+
             # Only the linked worktree is left, and git forgot the old ones. Like
             # upstream, the stand-in deletes the directory first and then runs
             # `git worktree prune`, so both are awaited together.
-            def only_current_left(sha: str = sha, seen: list[str] = list(seen)) -> bool:
+            def only_current_left(sha: str = sha, old: tuple[str, ...] = tuple(seen[:-1])) -> bool:
                 if sorted(os.listdir(root / ".worktrees")) != [sha]:
                     return False
                 registered = git("worktree", "list", "--porcelain", cwd=root)
-                return not any(old in registered for old in seen[:-1])
+                return not any(gone in registered for gone in old)
 
             wait_for(only_current_left, 10, f"old worktrees removed and pruned after {version}")
     finally:
