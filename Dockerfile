@@ -87,13 +87,13 @@ RUN set -eux; \
         apt-get update -qq; apt-get install -y -qq --no-install-recommends restic >/dev/null; \
         cp /usr/bin/restic /build/bin/restic; \
     else \
-        apt-get update -qq; apt-get install -y -qq --no-install-recommends unzip >/dev/null; \
         arch=$(dpkg --print-architecture); \
         zip="v0.0.1-${GO_TOOLCHAIN}.linux-${arch}.zip"; \
         python3.11 -c "import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], 'go.zip')" \
             "${GOPROXY%%,*}/golang.org/toolchain/@v/${zip}"; \
         [ "${arch}" != amd64 ] || echo "${GO_TOOLCHAIN_SHA256}  go.zip" | sha256sum -c -; \
-        unzip -q go.zip -d /opt; \
+        python3.11 -c "import os, sys, zipfile; z = zipfile.ZipFile('go.zip'); \
+[os.chmod(z.extract(i, '/opt'), (i.external_attr >> 16) & 0o777 or 0o644) for i in z.infolist() if not i.is_dir()]"; \
         export GOROOT="/opt/golang.org/toolchain@v0.0.1-${GO_TOOLCHAIN}.linux-${arch}"; \
         GOTOOLCHAIN=local GOPATH=/tmp/gopath GOFLAGS=-modcacherw CGO_ENABLED=0 GOBIN=/build/bin \
             "$GOROOT/bin/go" install -trimpath -ldflags=-s \
