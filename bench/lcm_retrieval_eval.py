@@ -287,6 +287,7 @@ class CachedEmbedder:
 
     def __init__(self, inner: Embedder, path: Path | None = None) -> None:
         self.inner, self.model, self.dim, self.path = inner, inner.model, inner.dim, path
+        self.rank_weight = inner.rank_weight
         self.cache: dict[str, np.ndarray] = {}
         if path is not None and path.exists():
             with np.load(path) as saved:
@@ -324,6 +325,7 @@ class Float32Reference:
 
     def __init__(self, inner: Embedder) -> None:
         self.inner, self.model, self.dim = inner, inner.model + "-float32", inner.dim
+        self.rank_weight = inner.rank_weight
 
     def embed(self, texts: list[str]) -> np.ndarray:
         return self.inner.embed(texts)

@@ -10,8 +10,10 @@ What it does: a fresh namespace enforcing Pod Security "restricted", the e2e bac
 plugin to the in-cluster Git server through a port-forward, and from inside the agent
 container poll both the agent Service's /health (every 0.1 s) and the plugin's load log.
 The clock starts before `git push` and stops when the new version's register() ran in the
-new gateway process. Reported: seconds per push (median, max) and /health probes that
-failed while the reload ran. The namespace is deleted at the end (--keep keeps it).
+new gateway process. Reported: seconds per push (median, max), /health probes that
+failed while the reload ran (30 s client timeout), and the slowest /health answer (the
+front door holds requests while the gateway restarts). The namespace is deleted at the
+end (--keep keeps it).
 
 Needs the cluster and images of `make e2e` (ci/build-images.sh, `make cluster`) or a
 KUBECONFIG. The git-sync image is chosen as in the e2e suite (upstream where pullable).
@@ -31,6 +33,7 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(REPO_ROOT / "tests"))  # the suites' shared helpers (`support`)
 
 from tests.e2e import kube  # noqa: E402  (the e2e suite's cluster helpers)
 from tests.e2e.test_scenario_conversation import agent_exec, service_url  # noqa: E402
@@ -49,14 +52,20 @@ import json, sys, time, urllib.request
 spec = json.load(sys.stdin)
 started = time.time()
 probes = failures = 0
+slowest = 0.0
+reasons = {}
 first_failure = last_failure = loaded_at = None
 while time.time() - started < spec["timeout"]:
     now = time.time()
     try:
-        with urllib.request.urlopen(spec["health"], timeout=2) as response:
+        # A client's patience (the OpenAI SDK waits 600 s): a held request is slow, not failed.
+        with urllib.request.urlopen(spec["health"], timeout=30) as response:
             ok = response.status == 200
-    except Exception:
+    except Exception as exc:
         ok = False
+        reason = f"HTTP {exc.code}" if hasattr(exc, "code") else type(exc).__name__
+        reasons[reason] = reasons.get(reason, 0) + 1
+    slowest = max(slowest, time.time() - now)
     probes += 1
     if not ok:
         failures += 1
@@ -73,8 +82,8 @@ while time.time() - started < spec["timeout"]:
         break
     time.sleep(0.1)
 print(json.dumps({"started": started, "loaded_at": loaded_at, "probes": probes,
-                  "failures": failures, "first_failure": first_failure,
-                  "last_failure": last_failure}))
+                  "failures": failures, "first_failure": first_failure, "slowest": slowest,
+                  "reasons": reasons, "last_failure": last_failure}))
 """
 
 
@@ -111,6 +120,8 @@ def one_push(
         "health_probes": row["probes"],
         "health_failures": row["failures"],
         "health_down_s": round((row["last_failure"] or 0) - (row["first_failure"] or 0), 2),
+        "health_slowest_s": round(row["slowest"], 2),
+        "health_failure_kinds": row["reasons"],
     }
 
 
@@ -153,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         "push_to_running_max_s": max(seconds),
         "health_failures_total": sum(r["health_failures"] for r in rows),
         "health_probes_total": sum(r["health_probes"] for r in rows),
+        "health_slowest_s": max(r["health_slowest_s"] for r in rows),
         "rows": rows,
     }
     if args.json:
@@ -162,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{summary['pushes']} pushes, period {args.period}: push -> new code running "
             f"median {summary['push_to_running_median_s']} s, max "
             f"{summary['push_to_running_max_s']} s; /health failures during reloads: "
-            f"{summary['health_failures_total']} of {summary['health_probes_total']} probes"
+            f"{summary['health_failures_total']} of {summary['health_probes_total']} probes, "
+            f"slowest answer {summary['health_slowest_s']} s"
         )
     return 0
 

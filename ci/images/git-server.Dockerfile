@@ -1,14 +1,17 @@
 # A tiny git server for tests: `git http-backend` behind Python's http.server on :8080,
 # serving bare repositories from /srv/git (a volume), pushes allowed. Non-root (UID 10001).
 # Directories under /srv/seed/<name>/ (e.g. a ConfigMap) become /srv/git/<name>.git at start.
+# Also an SSH server for plugins fetched over SSH (tests/e2e/charts/ci-backends runs `sshd` as
+# this non-root user, which can then log in only as itself: git, shell git-shell).
 ARG BASE_IMAGE=debian:bookworm-slim
 FROM ${BASE_IMAGE}
 RUN set -eux; \
     apt-get update -qq; \
-    apt-get install -y -qq --no-install-recommends git python3 >/dev/null; \
+    apt-get install -y -qq --no-install-recommends git python3 openssh-server >/dev/null; \
     rm -rf /var/lib/apt/lists/*; \
     groupadd --gid 10001 git; \
-    useradd --uid 10001 --gid 10001 --home-dir /tmp --no-create-home --shell /usr/sbin/nologin git; \
+    useradd --uid 10001 --gid 10001 --home-dir /tmp --no-create-home --shell /usr/bin/git-shell git; \
+    usermod -p '*' git; \
     git config --system safe.directory '*'; \
     git config --system http.receivepack true; \
     git config --system init.defaultBranch main; \

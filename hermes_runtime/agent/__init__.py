@@ -9,7 +9,8 @@ Public surface:
 - ``run_agent(settings) -> int``: wait for the data volume's lock, ``prepare``, then the Hermes
   gateway in the foreground with its API server: signals forwarded, hand-over on stop
   (``/ready``, ``/pre-stop``, drain), crashes restarted in place, graceful restarts on
-  plugin/secret changes, metrics.
+  plugin/secret changes, metrics; the front door (``frontdoor.py``) owns the API port and
+  holds clients while the gateway is replaced.
 - ``Supervisor``: the child-process supervisor (``request_restart(reason)``: the one restart
   path, also used for plugin and secret changes).
 - ``GatewayRestarter``: the same restart for ``plugins watch`` outside the entrypoint.

@@ -1,8 +1,9 @@
 """The entrypoint's HTTP endpoints for the kubelet and Prometheus: one port, three paths.
 
 - ``/metrics``: the ``AgentMetrics`` registry.
-- ``/ready``: 200 only while the gateway answers ``/health``, the data volume takes a write and
-  LCM's database (when LCM is the context engine) answers a read; 503 with the failing checks
+- ``/ready``: 200 only while the gateway answers ``/health`` (or is being replaced behind the
+  front door, which holds requests meanwhile), the data volume takes a write and LCM's
+  database (when LCM is the context engine) answers a read; 503 with the failing checks
   otherwise, and from the moment the pod starts stopping.
 - ``/pre-stop``: the container's preStop hook. It turns ``/ready`` to 503 at once, then holds
   the kubelet for ``prestop_seconds`` so the endpoints drop the pod while the gateway still
@@ -47,6 +48,8 @@ class Readiness:
     health_url: str
     gateway_running: Callable[[], bool]
     stop_requested: Callable[[], bool]
+    # A replacement gateway is on its way and the front door holds requests until it answers.
+    gateway_restarting: Callable[[], bool] = lambda: False
     prestop_seconds: float = 0.0
     pre_stop: threading.Event = field(default_factory=threading.Event)
 
@@ -66,6 +69,12 @@ class Readiness:
             log_event("agent.pre_stop", wait_seconds=self.prestop_seconds)
 
     def _gateway(self) -> str:
+        verdict = self._gateway_health()
+        if verdict != "ok" and self.gateway_restarting():
+            return "ok"  # requests wait at the front door for the new gateway: still ready
+        return verdict
+
+    def _gateway_health(self) -> str:
         if not self.gateway_running():
             return "the gateway process is not running"
         try:

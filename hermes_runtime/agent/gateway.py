@@ -43,8 +43,8 @@ def gateway_env(settings: AgentSettings, base: Mapping[str, str] | None = None) 
             "HERMES_HOME": str(settings.data_dir),
             "HOME": env.get("HOME") or str(settings.home_dir),
             "API_SERVER_ENABLED": "true",
-            "API_SERVER_HOST": settings.api_host,
-            "API_SERVER_PORT": str(settings.api_port),
+            "API_SERVER_HOST": settings.gateway_address[0],
+            "API_SERVER_PORT": str(settings.gateway_address[1]),
             "HERMES_GATEWAY_EXTERNAL_SUPERVISOR": "1",
             # agent.restart_drain_timeout (an explicit value in config.yaml still wins):
             # Hermes' default 0 interrupted every in-flight turn on SIGTERM.

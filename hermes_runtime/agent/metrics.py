@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -58,6 +58,19 @@ class AgentMetrics:
             "hermes_runtime_plugin_link_runs",
             "Plugin link passes, by outcome (ok / failed).",
             ["outcome"],
+            registry=self.registry,
+        )
+        self.front_door_connections = Counter(
+            "hermes_runtime_front_door_connections",
+            "Client connections on the API port, by outcome: forwarded to a gateway, or "
+            "gave_up (no gateway accepted within the hold time, or the pod is stopping).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.front_door_wait = Histogram(
+            "hermes_runtime_front_door_wait_seconds",
+            "Seconds a client connection waited for a gateway (long while one restarts).",
+            buckets=(0.005, 0.05, 0.25, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
             registry=self.registry,
         )
         uptime = Gauge(

@@ -14,6 +14,7 @@ from typing import Any
 
 from hermes_runtime.agent.datalock import DataDirLock, hold_data_dir_lock, lock_path
 from hermes_runtime.agent.endpoints import Readiness, serve_endpoints
+from hermes_runtime.agent.frontdoor import DoorPolicy, FrontDoor, GatewayState
 from hermes_runtime.agent.gateway import gateway_command, gateway_env, mark_planned_stop
 from hermes_runtime.agent.metrics import AgentMetrics
 from hermes_runtime.agent.seed import SeedResult, seed_config, seed_soul
@@ -23,6 +24,8 @@ from hermes_runtime.backup import backup_status_path
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.common.logs import log_event
 from hermes_runtime.plugins import LinkReport, link_plugins, watch
+
+DOOR_POLICY = DoorPolicy()
 
 
 @dataclass
@@ -122,12 +125,45 @@ def _run_locked(settings: AgentSettings, metrics: AgentMetrics, lock: DataDirLoc
     supervisor.install_signal_handlers()
     stop = threading.Event()
     with (
+        _front_door(settings, supervisor, metrics),
         _endpoints(metrics, settings, supervisor),
         _side_jobs(settings, supervisor, metrics, report, stop),
     ):
         status = supervisor.run()
     log_event("agent.run.exit", status=status)
     return status
+
+
+@contextlib.contextmanager
+def _front_door(
+    settings: AgentSettings, supervisor: Supervisor, metrics: AgentMetrics
+) -> Iterator[None]:
+    """Own the API port for the container's life, so gateway restarts never close it."""
+    if not settings.front_door:
+        yield
+        return
+    door = FrontDoor(
+        (settings.api_host, settings.api_port),
+        settings.gateway_address,
+        GatewayState(
+            replacing=lambda: supervisor.replacing,
+            stopping=lambda: supervisor.stop_requested,
+            running=lambda: supervisor.running,
+        ),
+        policy=DOOR_POLICY,
+        metrics=metrics,
+    )
+    try:
+        door.start()
+    except OSError as exc:
+        raise RuntimeFailure(
+            f"cannot listen on the API port {settings.api_host}:{settings.api_port} "
+            f"(API_SERVER_PORT): {exc.strerror}"
+        ) from exc
+    try:
+        yield
+    finally:
+        door.stop()
 
 
 @contextlib.contextmanager
@@ -138,12 +174,19 @@ def _endpoints(
     if settings.metrics_port == 0:
         yield
         return
-    local = "127.0.0.1" if settings.api_host in ("0.0.0.0", "::", "") else settings.api_host
+    host, port = settings.gateway_address
+    local = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     readiness = Readiness(
         data_dir=settings.data_dir,
         state_dir=settings.state_dir,
-        health_url=f"http://{local}:{settings.api_port}/health",
+        health_url=f"http://{local}:{port}/health",
         gateway_running=lambda: supervisor.running,
+        # Behind the front door a restart only delays requests: stay ready meanwhile.
+        gateway_restarting=(
+            (lambda: supervisor.restarting(DOOR_POLICY.hold_seconds))
+            if settings.front_door
+            else (lambda: False)
+        ),
         stop_requested=lambda: supervisor.stop_requested,
         prestop_seconds=settings.prestop_seconds,
     )

@@ -16,6 +16,8 @@ N = TypeVar("N", int, float)
 DEFAULT_DATA_DIR = Path("/opt/data")
 DEFAULT_METRICS_PORT = 9090
 DEFAULT_API_PORT = 8642
+# The gateway's own port, on loopback, behind the front door on the API port (frontdoor.py).
+DEFAULT_GATEWAY_PORT = 18642
 DEFAULT_GRACE_SECONDS = 30.0  # Kubernetes' default terminationGracePeriodSeconds
 EXIT_MARGIN_SECONDS = 2.0  # after killing the gateway: our own exit, before the kubelet's SIGKILL
 DRAIN_MARGIN_SECONDS = 3.0  # after Hermes' drain: its shutdown (adapters, state files)
@@ -35,6 +37,7 @@ class AgentSettings:
     metrics_host: str = "0.0.0.0"
     api_host: str = "0.0.0.0"
     api_port: int = DEFAULT_API_PORT
+    gateway_port: int = DEFAULT_GATEWAY_PORT  # 0: no front door, the gateway owns api_port
     grace_seconds: float = DEFAULT_GRACE_SECONDS
     prestop_seconds: float = 0.0
     stop_timeout: float | None = None  # None: derived from the grace period (``stop_budget``)
@@ -62,6 +65,18 @@ class AgentSettings:
         return max(1.0, self.stop_budget - DRAIN_MARGIN_SECONDS)
 
     @property
+    def front_door(self) -> bool:
+        """Whether the entrypoint owns the API port and holds clients across gateway restarts."""
+        return self.gateway_port != 0
+
+    @property
+    def gateway_address(self) -> tuple[str, int]:
+        """Where the gateway itself listens: loopback behind the front door, else the API port."""
+        if self.front_door:
+            return ("127.0.0.1", self.gateway_port)
+        return (self.api_host, self.api_port)
+
+    @property
     def home_dir(self) -> Path:
         """``$HOME`` for the gateway: writable and persistent even on a read-only root."""
         return self.data_dir / "home"
@@ -76,7 +91,9 @@ class AgentSettings:
         the data dir lock), ``HERMES_RUNTIME_TERMINATION_GRACE_SECONDS`` and
         ``HERMES_RUNTIME_PRESTOP_SECONDS`` (the pod's ``terminationGracePeriodSeconds`` and
         preStop wait, from which the drain time follows), ``API_SERVER_HOST`` and
-        ``API_SERVER_PORT``.
+        ``API_SERVER_PORT`` (where clients connect: the front door), and
+        ``HERMES_RUNTIME_GATEWAY_PORT`` (the gateway's loopback port behind it; 0 turns the
+        front door off and lets the gateway listen on the API port itself).
         """
         env = os.environ if env is None else env
 
@@ -93,6 +110,7 @@ class AgentSettings:
             metrics_port=_port(env, "HERMES_RUNTIME_METRICS_PORT", DEFAULT_METRICS_PORT),
             api_host=env.get("API_SERVER_HOST", "").strip() or "0.0.0.0",
             api_port=_port(env, "API_SERVER_PORT", DEFAULT_API_PORT),
+            gateway_port=_port(env, "HERMES_RUNTIME_GATEWAY_PORT", DEFAULT_GATEWAY_PORT),
             lock_timeout=_seconds(env, "HERMES_RUNTIME_LOCK_TIMEOUT", DEFAULT_LOCK_TIMEOUT),
             grace_seconds=_seconds(
                 env, "HERMES_RUNTIME_TERMINATION_GRACE_SECONDS", DEFAULT_GRACE_SECONDS

@@ -126,6 +126,9 @@ class Supervisor:
         self._max_defer_seconds = max_defer_seconds
         self._restart_lock = threading.Lock()
         self._restart_reasons: list[str] = []
+        # True from a planned restart's quiesce (or a crash) until the next child is spawned.
+        self._replacing = False
+        self._spawns = 0
         self._stop_signal: int | None = None  # set from signal handlers: plain attribute only
         self._hangup = False
         self.child: subprocess.Popen[bytes] | None = None
@@ -139,6 +142,23 @@ class Supervisor:
     @property
     def stop_requested(self) -> bool:
         return self._stop_signal is not None
+
+    @property
+    def replacing(self) -> bool:
+        """Whether the gateway is being replaced: the old one quiesced or stopped for a planned
+        restart, or a crashed one waiting for its back-off. The front door holds new
+        connections meanwhile (the old gateway may still listen, but refuses new turns)."""
+        return self._replacing and self._stop_signal is None
+
+    def restarting(self, grace_seconds: float) -> bool:
+        """Whether a replacement gateway is on its way: ``replacing``, or a gateway started by a
+        restart less than ``grace_seconds`` ago (it needs seconds to import and bind). Not the
+        first start: a pod is not ready before its first gateway answers."""
+        if self._stop_signal is not None:
+            return False
+        if self._replacing:
+            return True
+        return self._spawns > 1 and time.monotonic() - self._started_at < grace_seconds
 
     # -- requests (any thread / signal handler) ------------------------------------------------
     def request_restart(self, reason: str) -> None:
@@ -185,10 +205,12 @@ class Supervisor:
                     self._before_stop(child.pid)
                 return self._terminate(child, outcome.signum)
             if outcome.kind == "restart":
+                self._replacing = True
                 stopped = self._restart(child, outcome.reason)
                 if stopped is not None:
                     return stopped
                 continue
+            self._replacing = True  # a restart or a crash: the next child is on its way
             if outcome.code in self._restart_exit_codes and self._stop_signal is None:
                 self._count_restart("gateway-requested")  # e.g. /restart in a chat
                 continue
@@ -256,6 +278,8 @@ class Supervisor:
         )
         self.child = child
         self._started_at = time.monotonic()
+        self._spawns += 1
+        self._replacing = False
         log_event("agent.gateway.start", pid=child.pid, command=self._command[:6])
         if self._metrics is not None:
             self._metrics.gateway_starts.inc()

@@ -295,10 +295,32 @@ def compact(
             report.levels.append(result.level)
         if result.error:
             report.errors.append(result.error)
-        items = store.context_items(session_id)
-    report.tokens_after = _total(items) + extra_tokens
+        items = _after_replace(store, session_id, items, step, created)
+    report.tokens_after = _total(store.context_items(session_id)) + extra_tokens
     report.seconds = time.monotonic() - started
     return report
+
+
+def _after_replace(
+    store: LcmStore,
+    session_id: str,
+    items: list[ContextItem],
+    step: Step,
+    created: Summary | None,
+) -> list[ContextItem]:
+    """The context after ``step``'s run became ``created``, without reading it again.
+
+    ``replace_run`` swapped exactly that run (its positions held nothing
+    else) for one item at the run's first position. Re-reading the whole
+    context after every summary made a compaction O(summaries x context):
+    two thirds of its CPU, all of it holding the GIL beside the gateway's
+    event loop. A run that was no longer there (another process compacted
+    it) is read back from the database.
+    """
+    if created is None:
+        return store.context_items(session_id)
+    folded = ContextItem(position=items[step.start].position, summary=created)
+    return [*items[: step.start], folded, *items[step.end :]]
 
 
 def _shrinking_can_fit(

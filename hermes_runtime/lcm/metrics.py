@@ -10,6 +10,10 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge, Histogram
 
 INGESTED = Counter("lcm_messages_ingested_total", "Messages stored by LCM")
+REPLAYED_TURNS = Counter(
+    "lcm_replayed_turns_total",
+    "User turns a client's retry replayed, stored once (lcm.replay_window_seconds)",
+)
 EXTERNALIZED = Counter("lcm_outputs_externalized_total", "Message contents moved to outputs/")
 INGEST_SECONDS = Histogram(
     "lcm_ingest_seconds",

@@ -43,7 +43,7 @@ class Fusion:
 
     rrf_k: int = 60
     fts_weight: float = 1.0
-    vector_weight: float = 1.0
+    vector_weight: float | None = None  # None: the embedder's own ``rank_weight``
     depth: int = 60  # candidates taken from each ranking (at least 3x the limit)
     prefix: bool = False  # full-text terms also match as prefixes ("meet" finds "meeting")
     # Rank messages only: a summary restates messages that are indexed too,
@@ -404,7 +404,8 @@ def hybrid_search(
             rankings.append((fusion.fts_weight, ranking))
     if mode in ("hybrid", "vector") and embedder is not None:
         vector = _vector_ranking(store, embedder, query, session_id, pool, index)
-        rankings.append((fusion.vector_weight, vector))
+        weight = fusion.vector_weight
+        rankings.append((embedder.rank_weight if weight is None else weight, vector))
     if not fusion.summaries:
         rankings = [(w, [r for r in ranking if r[0] == "message"]) for w, ranking in rankings]
     copies = _copies(store, [item for _, ranking in rankings for item in ranking])

@@ -33,6 +33,7 @@ from hermes_runtime.lcm.records import (
     message_text,
     message_tokens,
 )
+from hermes_runtime.lcm.replay import is_repeated_turn
 from hermes_runtime.lcm.schema import (
     check_lcm_database,
     fetch_all,
@@ -261,12 +262,17 @@ class LcmStore:
         messages: Sequence[dict[str, Any]],
         created_at: float | None = None,
         host_state: dict[str, Any] | None = None,
+        replay_window: float = 0.0,
     ) -> list[StoredMessage]:
         """Store messages in one transaction (batched import); outputs are written first.
 
         ``host_state`` is saved in the same transaction, so what the host is
         known to hold never disagrees with what was stored (no re-ingest
-        after a crash between the two).
+        after a crash between the two). With ``replay_window`` > 0, a user
+        message repeating the session's newest stored message, a user message
+        stored at most that many seconds ago, is the retry of a cut turn and
+        is not stored again (``replay.is_repeated_turn``); deciding inside the
+        transaction means two writers can never both store it.
         """
         _validate_session_id(session_id)
         prepared = [self._prepare(m) for m in messages]
@@ -274,8 +280,12 @@ class LcmStore:
         stored: list[StoredMessage] = []
         with self._write_lock, write_transaction(self.conn):
             seq, pos = self._ensure_session(session_id)
+            last = self._newest_message(session_id) if replay_window > 0 else None
             for row in prepared:
+                if is_repeated_turn(last, row["role"], row["content"], stamp, replay_window):
+                    continue
                 stored.append(self._insert_message(session_id, seq, pos, row, stamp))
+                last = (row["role"], row["content"], stamp)
                 seq, pos = seq + 1, pos + 1
             self.conn.execute(
                 "UPDATE sessions SET next_seq = ?, next_pos = ? WHERE id = ?",
@@ -287,6 +297,16 @@ class LcmStore:
                     (json.dumps(host_state), session_id),
                 )
         return stored
+
+    def _newest_message(self, session_id: str) -> tuple[str, str | None, float] | None:
+        """(role, content, created_at) of the session's last stored message (the seq index)."""
+        row = fetch_one(
+            self.conn,
+            "SELECT role, content, created_at FROM messages WHERE session_id = ? "
+            "ORDER BY seq DESC LIMIT 1",
+            (session_id,),
+        )
+        return (str(row[0]), row[1], float(row[2])) if row else None
 
     def _prepare(self, message: dict[str, Any]) -> dict[str, Any]:
         """Split a message into columns; externalize big or base64 content (outside the lock)."""

@@ -1,9 +1,10 @@
 """Converge ``D/plugins`` and ``plugins.enabled`` onto the spec.
 
 Rules (issue 2): each plugin is a relative link through git-sync's
-``current``, swapped in atomically; a bad plugin fails alone; entries we did
-not make are never touched; our links whose plugin left the spec are removed;
-running twice changes nothing.
+``current``, swapped in atomically; a bad plugin fails alone, and a refused commit
+loses its link (it sits behind ``current`` already); entries we did not make are
+never touched; our links whose plugin left the spec are removed; running twice
+changes nothing.
 """
 
 from __future__ import annotations
@@ -143,11 +144,32 @@ def _link_one(layout: Layout, entry: SpecEntry, deadline: float) -> PluginResult
     try:
         check: TargetCheck = wait_for_target(layout, entry.name, entry.sub_path, deadline)
     except PluginProblem as problem:
-        return PluginResult(entry.name, FAILED, link=target, error=str(problem))
+        return PluginResult(entry.name, FAILED, link=target, error=_refuse(layout, link, problem))
     status = UNCHANGED if owned_link_target(link) == target else LINKED
     if status == LINKED:
         _atomic_symlink(layout, target, link)
     return PluginResult(entry.name, status, link=target, commit=check.commit, enabled=entry.enabled)
+
+
+def _refuse(layout: Layout, link: Path, problem: PluginProblem) -> str:
+    """Why the plugin failed; a refused tree also loses its link.
+
+    The link goes through ``current``, which git-sync has already swapped to the refused
+    commit: left in place, the next gateway start (any plugin's change, a rotated secret, a
+    crash) would load the refused code. The running gateway keeps the last good code in
+    memory until then; a later good commit links the plugin again. A transient problem (no
+    ``current`` yet) keeps the link.
+    """
+    if problem.transient or owned_link_target(link) is None:
+        return str(problem)
+    try:
+        link.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        return f"{problem}; and its link {link} could not be removed: {exc}"
+    fsync_dir(layout.plugins_dir)
+    return f"{problem}; {link} removed, so no gateway start loads this commit"
 
 
 def _remove_link(layout: Layout, name: str) -> PluginResult:

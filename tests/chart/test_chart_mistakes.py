@@ -104,6 +104,7 @@ SCHEMA_MISTAKES: dict[str, tuple[dict[str, Any], str]] = {
     ),
     "vault address without a scheme": ({"vault": {"address": "vault:8200"}}, "/vault/address"),
     "port out of range": ({"metrics": {"port": 90900}}, "/metrics/port"),
+    "gateway port out of range": ({"apiServer": {"gatewayPort": 70000}}, "/apiServer/gatewayPort"),
     "cron with four fields": (cron("0 3 * *"), "/backup/schedule"),
     "host alias without an ip": (
         {"agent": {"hostAliases": [{"hostnames": ["llm.internal"]}]}},
@@ -167,6 +168,14 @@ TEMPLATE_MISTAKES: dict[str, tuple[dict[str, Any], str]] = {
         "gitSync.httpPort+1",
     ),
     "metrics on the API port": ({"metrics": {"port": 8642}}, "metrics.port"),
+    "gateway port behind the front door on the API port": (
+        {"apiServer": {"gatewayPort": 8642}},
+        "apiServer.gatewayPort",
+    ),
+    "git-sync port on the gateway's loopback port": (
+        {"plugins": [plugin()], "gitSync": {"httpPort": 18642}},
+        "gitSync.httpPort+0",
+    ),
     "LCM metrics on the runtime metrics port": ({"metrics": {"lcmPort": 9090}}, "metrics.lcmPort"),
     "LCM target equal to threshold": (
         {"lcm": {"thresholdPercent": 0.6, "targetPercent": 0.6}},

@@ -12,6 +12,7 @@ install what the scenario needs, and use `kube.run_pod` for in-cluster probes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
@@ -52,11 +53,19 @@ def cluster(kube_config: str) -> kube.Cluster:
     return kube.connect(Path(kube_config))
 
 
+def namespace_prefix(test_name: str) -> str:
+    """`e2e-<test name>`, made a DNS label; a parametrised test keeps its id at the end."""
+    base, _, param = test_name.removeprefix("test_").partition("[")
+    label = re.sub(r"[^a-z0-9]+", "-", base.lower())[: 40 - min(len(param), 12)].strip("-")
+    if param:
+        label += "-" + re.sub(r"[^a-z0-9]+", "-", param.rstrip("]").lower())[:11].strip("-")
+    return f"e2e-{label}"
+
+
 @pytest.fixture
 def namespace(request: pytest.FixtureRequest, cluster: kube.Cluster) -> Iterator[str]:
     """A fresh restricted namespace; diagnostics printed if the test failed, then deleted."""
-    prefix = "e2e-" + request.node.name.removeprefix("test_").replace("_", "-").lower()[:40]
-    name = kube.create_restricted_namespace(cluster, prefix.rstrip("-"))
+    name = kube.create_restricted_namespace(cluster, namespace_prefix(request.node.name))
     yield name
     report = getattr(request.node, "rep_call", None)
     if report is None or report.failed:

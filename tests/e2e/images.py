@@ -13,10 +13,14 @@ says what to build.
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 
 import httpx
 
-REGISTRY = os.environ.get("HERMES_E2E_REGISTRY", "localhost:5001")
+DEFAULT_REGISTRY = "localhost:5001"
+REGISTRY = os.environ.get("HERMES_E2E_REGISTRY", DEFAULT_REGISTRY)
+CI_VALUES_FILE = Path(__file__).resolve().parents[2] / "values-examples" / "ci.yaml"
 PULL_POLICY = "Always"
 # The agent is tagged with the chart's appVersion, as `make image` tags it.
 AGENT_TAG = "0.1.0"
@@ -54,6 +58,24 @@ def agent_values() -> dict[str, object]:
             "pullPolicy": PULL_POLICY,
         }
     }
+
+
+def ci_values() -> Path:
+    """values-examples/ci.yaml, pulling from REGISTRY.
+
+    The file names the registry `make cluster` starts; with another HERMES_E2E_REGISTRY (a
+    branch's own path, say localhost:5001/mine) the suite installs a copy that names it, so
+    the images under test are the ones that were pushed there.
+    """
+    if REGISTRY == DEFAULT_REGISTRY:
+        return CI_VALUES_FILE
+    text = CI_VALUES_FILE.read_text(encoding="utf-8")
+    rewritten = text.replace(f"registry: {DEFAULT_REGISTRY}", f"registry: {REGISTRY}")
+    target = Path(tempfile.gettempdir()) / f"hermes-e2e-ci-{REGISTRY.replace('/', '_')}.yaml"
+    partial = target.with_suffix(f".{os.getpid()}.tmp")
+    partial.write_text(rewritten, encoding="utf-8")
+    partial.replace(target)
+    return target
 
 
 def missing(names: list[str]) -> list[str]:

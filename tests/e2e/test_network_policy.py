@@ -19,7 +19,7 @@ from . import images, kube
 from .test_scenario_conversation import api_key
 
 CHART = kube.REPO_ROOT / "charts" / "hermes-agent"
-CI_VALUES = kube.REPO_ROOT / "values-examples" / "ci.yaml"
+CI_VALUES = images.ci_values()  # values-examples/ci.yaml, pulling from the registry
 BACKENDS_CHART = Path(__file__).parent / "charts" / "ci-backends"
 RELEASE = "hermes"
 FULLNAME = f"{RELEASE}-hermes-agent"

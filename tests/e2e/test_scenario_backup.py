@@ -36,7 +36,7 @@ from support.restic import pinned_restic
 from . import images, kube
 
 CHART = kube.REPO_ROOT / "charts" / "hermes-agent"
-CI_VALUES = kube.REPO_ROOT / "values-examples" / "ci.yaml"
+CI_VALUES = images.ci_values()  # values-examples/ci.yaml, pulling from the registry
 BACKENDS_CHART = Path(__file__).parent / "charts" / "ci-backends"
 S3_CHART = Path(__file__).parent / "charts" / "s3-backend"
 HERMES_RUNTIME = Path(sys.executable).parent / "hermes-runtime"

@@ -20,7 +20,7 @@ import pytest
 from . import images, kube
 
 CHART = kube.REPO_ROOT / "charts" / "hermes-agent"
-CI_VALUES = kube.REPO_ROOT / "values-examples" / "ci.yaml"
+CI_VALUES = images.ci_values()  # values-examples/ci.yaml, pulling from the registry
 BACKENDS_CHART = Path(__file__).parent / "charts" / "ci-backends"
 RELEASE = "hermes"
 AGENT_SELECTOR = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=agent"

@@ -497,6 +497,11 @@ def test_plugins_from_git_load_once_reload_on_push_and_refuse_escapes(
                 "tools": "1",
             }
             assert agent_ready(cluster, namespace), "the agent is not Ready after an escape"
+            # `current` already points at the refused commit: its link is gone, so no later
+            # gateway start can load it.
+            probe = "import os; print(os.path.lexists('/opt/data/plugins/tools'))"
+            linked = agent_exec(cluster, namespace, ["python3", "-c", probe]).strip()
+            assert linked == "False", "the refused commit still sits behind plugins/tools"
         assert agent_container_restarts(cluster, namespace) == 0
 
 

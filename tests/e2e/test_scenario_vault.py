@@ -44,7 +44,7 @@ from kubernetes.client.rest import ApiException
 from . import images, kube
 
 CHART = kube.REPO_ROOT / "charts" / "hermes-agent"
-CI_VALUES = kube.REPO_ROOT / "values-examples" / "ci.yaml"
+CI_VALUES = images.ci_values()  # values-examples/ci.yaml, pulling from the registry
 BACKENDS_CHART = Path(__file__).parent / "charts" / "ci-backends"
 OPENBAO_CHART = Path(__file__).parent / "charts" / "openbao"
 IMAGES = [

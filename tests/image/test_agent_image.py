@@ -180,6 +180,7 @@ def test_agent_run_serves_health_and_stops_gracefully_under_restricted_settings(
         "-v", f"{secrets}:/run/hermes/secrets:ro",
         "-e", "HERMES_RUNTIME_SECRETS_ENV=/run/hermes/secrets/env",
         "-e", f"API_SERVER_PORT={api_port}", "-e", f"HERMES_RUNTIME_METRICS_PORT={metrics_port}",
+        "-e", f"HERMES_RUNTIME_GATEWAY_PORT={free_port()}",  # host network: no fixed port
         agent_image, *command,
     )  # fmt: skip
     try:

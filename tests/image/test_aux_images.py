@@ -61,6 +61,65 @@ def test_git_server_serves_seeded_repos_and_accepts_pushes(
         docker("rm", "-f", name, check=False)
 
 
+SSHD_CONFIG = """\
+Port {port}
+HostKey /etc/ssh-server/host_key
+PidFile none
+AuthorizedKeysFile /etc/ssh-server/authorized_keys
+StrictModes no
+UsePAM no
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+AllowUsers git
+"""
+
+
+def keypair(directory: Path, name: str) -> Path:
+    key = directory / name
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    return key
+
+
+def test_git_server_serves_ssh_as_its_non_root_user(
+    aux_images: dict[str, str], tmp_path: Path
+) -> None:
+    """sshd as UID 10001 (as tests/e2e/charts/ci-backends runs it): a deploy key fetches."""
+    image = aux_images["git-server"]
+    config = tmp_path / "ssh-server"
+    config.mkdir()
+    host = keypair(tmp_path, "host")
+    deploy = keypair(tmp_path, "deploy")
+    other = keypair(tmp_path, "other")
+    (config / "host_key").write_text(host.read_text())
+    (config / "host_key").chmod(0o644)  # root-owned in the container, as a Secret volume
+    (config / "authorized_keys").write_text(deploy.with_suffix(".pub").read_text())
+    port = free_port()
+    (config / "sshd_config").write_text(SSHD_CONFIG.format(port=port))
+    name = f"hermes-git-server-ssh-test-{os.getpid()}"
+    sshd = "exec /usr/sbin/sshd -D -e -f /etc/ssh-server/sshd_config"
+    script = f"git init -q --bare /srv/git/t.git && {sshd}"
+    docker("run", "-d", "--name", name, "--network", "host", "--read-only",
+           "--tmpfs", "/tmp", "--tmpfs", "/srv/git:uid=10001,gid=10001",
+           "-v", f"{config}:/etc/ssh-server:ro",
+           "--entrypoint", "sh", image, "-c", script)  # fmt: skip
+    known = tmp_path / "known_hosts"
+    known.write_text(f"[127.0.0.1]:{port} {host.with_suffix('.pub').read_text()}")
+    url = f"ssh://git@127.0.0.1:{port}/srv/git/t.git"
+
+    def ls_remote(key: Path) -> subprocess.CompletedProcess[str]:
+        ssh = f"ssh -i {key} -o IdentitiesOnly=yes -o UserKnownHostsFile={known}"
+        ssh += " -o StrictHostKeyChecking=yes"
+        env = {**os.environ, "GIT_SSH_COMMAND": ssh, "HOME": str(tmp_path)}
+        return subprocess.run(["git", "ls-remote", url], env=env, capture_output=True, text=True)
+
+    try:
+        wait_until(lambda: ls_remote(deploy).returncode == 0, 30, "git over ssh")
+        refused = ls_remote(other)
+        assert refused.returncode != 0 and "Permission denied" in refused.stderr, refused.stderr
+    finally:
+        docker("rm", "-f", name, check=False)
+
+
 def test_fake_llm_answers_chat_completions(aux_images: dict[str, str]) -> None:
     image = aux_images["fake-llm"]
     port = free_port()

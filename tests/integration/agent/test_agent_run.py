@@ -127,6 +127,7 @@ def start_agent(layout: dict[str, Path], tmp_path: Path, **extra_env: str) -> Ag
         "HERMES_RUNTIME_METRICS_PORT": str(metrics_port),
         "API_SERVER_HOST": "127.0.0.1",
         "API_SERVER_PORT": str(api_port),
+        "HERMES_RUNTIME_GATEWAY_PORT": str(free_port()),  # the gateway behind the front door
         **extra_env,
     }
     env.pop("API_SERVER_KEY", None)

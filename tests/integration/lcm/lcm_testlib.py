@@ -71,6 +71,7 @@ class Gateway:
             "HERMES_RUNTIME_METRICS_PORT": str(free_port()),
             "API_SERVER_HOST": "127.0.0.1",
             "API_SERVER_PORT": str(self.port),
+            "HERMES_RUNTIME_GATEWAY_PORT": str(free_port()),
         }
         env.pop("API_SERVER_KEY", None)
         self.starts += 1

@@ -15,11 +15,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import apsw
+from fakes.fixtures import FakeLLM
+from lcm_testlib import Gateway, gateway_config
 
 from hermes_runtime.lcm import LcmConfig, LcmEngine, LcmStore
 from hermes_runtime.lcm.embeddings import embed_all, offline_embedder
@@ -62,8 +65,34 @@ def integrity(db: Path) -> str:
         conn.close()
 
 
-def test_processes_starting_at_once_on_a_fresh_database(tmp_path: Path) -> None:
-    db = tmp_path / "lcm.db"
+def chat_at_go(gateway: Gateway, go: Path, text: str) -> tuple[threading.Thread, list[str]]:
+    """A thread that sends one chat turn to the gateway the moment ``go`` appears.
+
+    The gateway's LCM engine opens ``lcm.db`` lazily, for its first agent:
+    the turn makes the gateway open the fresh file with the other processes.
+    """
+    answers: list[str] = []
+
+    def run() -> None:
+        deadline = time.monotonic() + 120
+        while not go.exists() and time.monotonic() < deadline:
+            time.sleep(0.002)
+        answers.append(gateway.chat(text).text)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, answers
+
+
+def test_processes_starting_at_once_on_a_fresh_database(
+    tmp_path: Path, make_gateway: Any, fake_llm: FakeLLM
+) -> None:
+    gateway = make_gateway(gateway_config(fake_llm, {}))
+    gateway.start()  # the real Hermes gateway (hermes-runtime agent run), lcm.db not opened yet
+    db = gateway.db_path
+    assert not db.exists()
+    turn = "The gateway's first turn names pier amaranth-41."
+    chatting, answers = chat_at_go(gateway, tmp_path / "go", turn)
     jsonl = tmp_path / "chat.jsonl"
     jsonl.write_text(
         "".join(json.dumps({"role": "user", "content": f"imported {i}"}) + "\n" for i in range(50))
@@ -74,6 +103,8 @@ def test_processes_starting_at_once_on_a_fresh_database(tmp_path: Path) -> None:
     reader = [["cli", "lcm", "stats", "--db", str(db), "--json"]]
     backup = [["backup", str(db), str(tmp_path), "3"]]
     results = start_together(tmp_path, engines + imports + reader + backup)
+    chatting.join(240)
+    assert answers and answers[0], "the gateway never answered"
 
     assert all(r["errors"] == [] and r["stored"] == 30 for r in results[:4]), results[:4]
     assert all(r["code"] == 0 for r in results[4:6]), results[4:6]
@@ -89,10 +120,16 @@ def test_processes_starting_at_once_on_a_fresh_database(tmp_path: Path) -> None:
 
     store = LcmStore(db, readonly=True)
     counts = dict(fetch_all(store.conn, "SELECT session_id, count(*) FROM messages GROUP BY 1"))
-    assert counts == {**{f"s{i}": 30 for i in range(4)}, "imp0": 50, "imp1": 50}
+    workers = {**{f"s{i}": 30 for i in range(4)}, "imp0": 50, "imp1": 50}
+    assert {k: v for k, v in counts.items() if k in workers} == workers
+    stored_turn = fetch_all(
+        store.conn, "SELECT session_id FROM messages WHERE content = ?", (turn,)
+    )
+    assert len(stored_turn) == 1 and stored_turn[0][0] not in workers  # the gateway's session
     assert schema_version(store.conn) == len(MIGRATIONS)
     store.close()
     assert integrity(db) == "ok"
+    assert gateway.healthy()
 
 
 def schema_2_database(db: Path) -> None:

@@ -230,6 +230,32 @@ def test_symlink_inside_plugin_pointing_outside_is_rejected(
     assert "data/secret" in (result.error or "") and "outside" in (result.error or "")
 
 
+def test_a_refused_commit_loses_its_link_and_a_good_one_links_again(
+    data_dir: Path, synced_plugin, tmp_path: Path
+) -> None:
+    synced = synced_plugin("turncoat")
+    spec = write_spec(tmp_path / "plugins.yaml", [{"name": "turncoat"}])
+    link = data_dir / "plugins" / "turncoat"
+    assert link_plugins(data_dir, spec).ok and (link / "plugin.yaml").is_file()
+    # git-sync swaps `current` to a commit that escapes: the link must not keep pointing
+    # through it, or the next gateway start would load it.
+    secret = tmp_path / "secret.txt"
+    secret.write_text("s3cret")
+    synced.repo.symlink("data/secret", str(secret))
+    synced.repo.commit({})
+    synced.sync()
+    [refused] = link_plugins(data_dir, spec).results
+    assert refused.status == "failed" and "outside" in (refused.error or "")
+    assert "removed" in (refused.error or "")
+    assert not os.path.lexists(link)
+    # The author reverts: the plugin is linked again.
+    synced.repo.commit({}, remove=("data/secret",))
+    synced.sync()
+    [fixed] = link_plugins(data_dir, spec).results
+    assert fixed.status == "linked", fixed
+    assert os.readlink(link) == "../.git-sync/turncoat/current"
+
+
 def test_current_pointing_outside_the_sync_root_is_rejected(
     data_dir: Path, synced_plugin, tmp_path: Path
 ) -> None:

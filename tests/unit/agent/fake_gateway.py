@@ -3,9 +3,11 @@
 The entrypoint starts ``python -m hermes_cli.main gateway run``; a ``hermes_cli`` package put
 first on the gateway's ``PYTHONPATH`` takes its place (set through the secrets env file, which
 only the gateway's environment reads, so the entrypoint itself still imports real Hermes).
-The stand-in serves ``/health`` on the API port, keeps a history file of its starts and ends in
-the data dir (the evidence the lock tests read), and on SIGTERM waits ``FAKE_DRAIN_SECONDS``
-before exiting, as a draining gateway does. Everything else (settings, lock, seeding,
+The stand-in serves ``/health`` on the port the entrypoint gives it (behind the front door)
+after ``FAKE_START_SECONDS`` (a real gateway imports for seconds), keeps a history file of its
+starts and ends in the data dir (the evidence the lock tests read), writes Hermes' drain
+state file, and on SIGTERM waits ``FAKE_DRAIN_SECONDS`` before exiting, as a draining gateway
+does. Everything else (settings, lock, seeding,
 supervisor, metrics) is the real entrypoint.
 """
 
@@ -49,11 +51,25 @@ class Health(http.server.BaseHTTPRequestHandler):
         pass
 
 stop = threading.Event()
+
+def state_file():
+    # Hermes' drain contract (gateway/drain_control.py): the external drain marker turns the
+    # gateway "draining"; active_agents is its in-flight work (none here).
+    while not stop.is_set():
+        draining = (home / ".drain_request.json").exists()
+        state = {"gateway_state": "draining" if draining else "running", "active_agents": 0}
+        tmp = home / "gateway_state.json.tmp"
+        tmp.write_text(json.dumps(state))
+        os.replace(tmp, home / "gateway_state.json")
+        time.sleep(0.05)
+
+threading.Thread(target=state_file, daemon=True).start()
 signal.signal(signal.SIGTERM, lambda s, f: stop.set())
 signal.signal(signal.SIGUSR1, lambda s, f: stop.set())
 note("start")
 with open(home / "gateway-env.log", "a") as fh:
     fh.write(json.dumps({k: v for k, v in os.environ.items() if k.startswith("HERMES_")}) + "\n")
+time.sleep(float(os.environ.get("FAKE_START_SECONDS", "0")))  # Hermes imports for seconds
 server = http.server.ThreadingHTTPServer(
     (os.environ["API_SERVER_HOST"], int(os.environ["API_SERVER_PORT"])), Health
 )
@@ -114,6 +130,7 @@ def start_entrypoint(data: Path, scratch: Path, name: str, **env: str) -> Entryp
         "HERMES_RUNTIME_SECRETS_ENV": str(secrets),
         "API_SERVER_HOST": "127.0.0.1",
         "API_SERVER_PORT": str(api_port),
+        "HERMES_RUNTIME_GATEWAY_PORT": str(free_port()),  # the gateway behind the front door
         "HERMES_RUNTIME_METRICS_PORT": str(metrics_port),
         "AGENT_NAME": name,
         **env,

@@ -52,12 +52,26 @@ def test_gateway_env_enables_the_api_server_and_loads_secrets(tmp_path: Path) ->
     settings = AgentSettings(data_dir=tmp_path, secrets_env=secrets, api_port=9999)
     env = gateway_env(settings, base={"OPENAI_API_KEY": "stale", "PATH": "/bin"})
     assert env["API_SERVER_ENABLED"] == "true"
-    assert env["API_SERVER_PORT"] == "9999"
+    # Behind the front door (which owns port 9999) the gateway listens on loopback only.
+    assert (env["API_SERVER_HOST"], env["API_SERVER_PORT"]) == ("127.0.0.1", "18642")
     assert env["API_SERVER_KEY"] == KEY
     assert env["OPENAI_API_KEY"] == "from-vault"  # the rendered file wins over stale env
     assert env["HERMES_HOME"] == str(tmp_path)
     assert env["HERMES_GATEWAY_EXTERNAL_SUPERVISOR"] == "1"
     assert env["PATH"] == "/bin"
+
+
+def test_without_the_front_door_the_gateway_owns_the_api_port(tmp_path: Path) -> None:
+    settings = AgentSettings.from_env(
+        {
+            "HERMES_HOME": str(tmp_path),
+            "API_SERVER_PORT": "9999",
+            "HERMES_RUNTIME_GATEWAY_PORT": "0",
+        }
+    )
+    env = gateway_env(settings, base={"API_SERVER_KEY": KEY})
+    assert not settings.front_door
+    assert (env["API_SERVER_HOST"], env["API_SERVER_PORT"]) == ("0.0.0.0", "9999")
 
 
 def test_the_key_may_live_in_hermes_own_dotenv(tmp_path: Path) -> None:

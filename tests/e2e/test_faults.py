@@ -1,0 +1,252 @@
+"""Scenario: the agent under faults loses and duplicates nothing (issue 17).
+
+One install, two chat clients in a pod (tests/support/chat_load.py: one keeps its history on
+the server with `X-Hermes-Session-Id`, one sends it; both retry a failed turn until it is
+answered), then in turn: graceful `kubectl delete pod`, forced delete, `kill -9` of the gateway
+three times (the supervisor restarts it in place), `kubectl rollout restart`, and a backup Job
+killed mid-run. After each fault:
+
+- every answered (HTTP 200) turn is in LCM exactly once (a retried turn too);
+- `PRAGMA integrity_check` is ok on lcm.db and state.db;
+- `hermes-runtime backup list` shows only complete snapshots.
+
+Per fault it prints the outage (/health down -> back through the Service), failed requests,
+the longest connect and the slowest answered request. Those are benchmark figures, never
+asserted (docs/benchmarks.md has them from a quiet machine).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+from support.chat_load import FaultFigures, fault_figures
+
+from . import faults_testlib as lib
+from . import images, kube
+from .test_scenario_conversation import (
+    AGENT_SELECTOR,
+    BACKENDS_CHART,
+    CHART,
+    CI_VALUES,
+    RELEASE,
+    agent_exec,
+)
+
+IMAGES = ["agent", "fake-llm", "git-server"]
+VALUES = {
+    **images.agent_values(),
+    "lcm": {"embeddings": {"mode": "off"}},
+    "tests": {"enabled": False},
+}
+SETTLE = 3.0  # seconds of records kept after recovery, so the window holds the whole fault
+SYNC_GRACE = 5.0  # answered this recently: the turn's LCM sync may still be pending
+# Makes a backup run last seconds (incompressible, so no target shortens it).
+BALLAST = "head -c 536870912 /dev/urandom > /opt/data/fault-ballast.bin"
+# Run in the backup container as soon as it runs: SIGKILL of `hermes-runtime backup create`
+# while it has the ballast open (so mid-run on any machine speed); prints the pid.
+KILL_BACKUP = """
+import os, signal, sys, time
+
+def creator():
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                command = handle.read().split(b"\\0")
+        except OSError:
+            continue
+        if b"backup" in command and b"create" in command:
+            return int(pid)
+
+def reading_ballast(pid):
+    try:
+        return any(
+            os.readlink(f"/proc/{pid}/fd/{fd}").endswith("fault-ballast.bin")
+            for fd in os.listdir(f"/proc/{pid}/fd")
+        )
+    except OSError:
+        return False
+
+deadline = time.monotonic() + 120
+while time.monotonic() < deadline:
+    pid = creator()
+    if pid and reading_ballast(pid):
+        os.kill(pid, signal.SIGKILL)
+        print(pid)
+        sys.exit(0)
+    time.sleep(0.005)
+sys.exit("backup create never opened the ballast")
+"""
+# SIGKILL of the gateway child: its pid file is the gateway's own (bench/agent_faults.py too).
+KILL_GATEWAY = (
+    "import json, os, signal; "
+    "os.kill(json.load(open('/opt/data/gateway.pid'))['pid'], signal.SIGKILL)"
+)
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    inject: Callable[[kube.Cluster, str], None]
+    replaces_pod: bool = True
+
+
+def agent_pods(cluster: kube.Cluster, namespace: str) -> list[client.V1Pod]:
+    return list(cluster.core.list_namespaced_pod(namespace, label_selector=AGENT_SELECTOR).items)
+
+
+def serving_pod(cluster: kube.Cluster, namespace: str) -> client.V1Pod:
+    (pod,) = [p for p in agent_pods(cluster, namespace) if p.metadata.deletion_timestamp is None]
+    return pod
+
+
+def only_new_pod_ready(cluster: kube.Cluster, namespace: str, old_uid: str) -> bool:
+    pods = agent_pods(cluster, namespace)
+    if len(pods) != 1 or pods[0].metadata.uid == old_uid:
+        return False
+    conditions = pods[0].status.conditions or []
+    return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+
+def delete_pod(*flags: str) -> Callable[[kube.Cluster, str], None]:
+    def inject(cluster: kube.Cluster, namespace: str) -> None:
+        name = serving_pod(cluster, namespace).metadata.name
+        kube.kubectl(cluster, namespace, "delete", "pod", name, "--wait=false", *flags)
+
+    return inject
+
+
+def kill_gateway(cluster: kube.Cluster, namespace: str) -> None:
+    agent_exec(cluster, namespace, ["python3", "-c", KILL_GATEWAY])
+
+
+def rollout_restart(cluster: kube.Cluster, namespace: str) -> None:
+    (deployment,) = cluster.apps.list_namespaced_deployment(
+        namespace, label_selector=AGENT_SELECTOR
+    ).items
+    kube.kubectl(cluster, namespace, "rollout", "restart", f"deployment/{deployment.metadata.name}")
+
+
+def backup_cronjob(cluster: kube.Cluster, namespace: str) -> str:
+    batch = client.BatchV1Api(cluster.api)
+    (cronjob,) = batch.list_namespaced_cron_job(
+        namespace, label_selector=f"app.kubernetes.io/instance={RELEASE}"
+    ).items
+    return str(cronjob.metadata.name)
+
+
+def kill_backup_job(cluster: kube.Cluster, namespace: str) -> None:
+    """A backup Job's `backup create` killed with SIGKILL mid-run, then the Job deleted.
+
+    A ballast file makes the run last (small databases back up in well under a second), and
+    the kill comes from inside the container the moment `backup create` reads the ballast,
+    instead of racing a pod deletion against the upload on a fast machine. The killed run
+    must not have finished: the test says "mid-run".
+    """
+    agent_exec(cluster, namespace, ["sh", "-c", BALLAST])
+    job = kube.unique_name("backup-killed")
+    cronjob = backup_cronjob(cluster, namespace)
+    kube.kubectl(cluster, namespace, "create", "job", job, f"--from=cronjob/{cronjob}")
+    running: list[str] = []
+
+    def backup_running() -> bool:
+        pods = cluster.core.list_namespaced_pod(namespace, label_selector=f"job-name={job}")
+        running.extend(p.metadata.name for p in pods.items if p.status.phase == "Running")
+        return bool(running)
+
+    kube.wait_until(backup_running, 240, f"backup job {job} running", interval=0.2)
+    killed = kube.exec_in_container(
+        cluster, namespace, running[0], "backup", ["python3", "-c", KILL_BACKUP], timeout=180
+    )
+    log = kube.pod_log(cluster, namespace, running[0], "backup")
+    kube.kubectl(cluster, namespace, "delete", "job", job, "--wait=false")
+    assert killed.returncode == 0 and killed.stdout.strip(), f"backup not killed: {killed}"
+    assert "backup.create.finished" not in log, f"the backup finished before the kill:\n{log}"
+
+
+FAULTS = [
+    Fault("graceful delete", delete_pod()),
+    Fault("forced delete", delete_pod("--grace-period=0", "--force")),
+    Fault("gateway kill -9 #1", kill_gateway, replaces_pod=False),
+    Fault("gateway kill -9 #2", kill_gateway, replaces_pod=False),
+    Fault("gateway kill -9 #3", kill_gateway, replaces_pod=False),
+    Fault("rollout restart", rollout_restart),
+    Fault("backup job killed", kill_backup_job, replaces_pod=False),
+]
+
+
+def run_fault(cluster: kube.Cluster, namespace: str, fault: Fault) -> FaultFigures:
+    """Inject, wait until both clients are answered again, check the data; the figures."""
+    old_uid = serving_pod(cluster, namespace).metadata.uid
+    start = time.time()
+    fault.inject(cluster, namespace)
+    injected = time.time()
+    if fault.replaces_pod:
+        kube.wait_until(
+            lambda: only_new_pod_ready(cluster, namespace, old_uid),
+            300,
+            f"{fault.name}: one new agent pod Ready",
+        )
+    lib.wait_answered(cluster, namespace, time.time() if fault.replaces_pod else injected)
+    end = time.time() + SETTLE
+    time.sleep(SETTLE)
+    found = lib.records(cluster, namespace)
+    checked = lib.check_data(cluster, namespace, found, end - SYNC_GRACE)
+    snapshots = lib.listed_snapshots(cluster, namespace)
+    half = [s for s in snapshots if s["status"] != "ok"]
+    assert not half, f"{fault.name}: backup list shows incomplete snapshots: {half}"
+    figures = fault_figures(found.attempts, found.health, start, end)
+    print(
+        f"fault {fault.name:<20} outage {figures.outage_s:5.2f} s  "
+        f"failed requests {figures.failed_requests:3d} ({figures.turns_hit} turns)  "
+        f"longest connect {figures.longest_connect_s:5.2f} s  "
+        f"max latency {figures.max_latency_s:5.2f} s  "
+        f"answered {figures.answered:3d}  "
+        f"(LCM checked {checked} turns, {len(snapshots)} snapshots listed)",
+        flush=True,
+    )
+    return figures
+
+
+@pytest.mark.timeout(1500)
+def test_faults_lose_and_duplicate_no_answered_turn(
+    cluster: kube.Cluster,
+    namespace: str,
+    helm: kube.Helm,
+    tmp_path: Path,
+) -> None:
+    images.require(IMAGES)
+    began = time.monotonic()
+    helm.install(
+        "backends",
+        BACKENDS_CHART,
+        set_values={
+            "fakeLlm.image": images.ref("fake-llm"),
+            "gitServer.image": images.ref("git-server"),
+        },
+        timeout="3m",
+    )
+    values = tmp_path / "faults.yaml"
+    values.write_text(json.dumps(VALUES))
+    helm.install(RELEASE, CHART, values=[CI_VALUES, values], timeout="5m")
+    lib.start_load(cluster, namespace)
+    lib.wait_answered(cluster, namespace, 0.0)
+    kube.run_job_from_cronjob(cluster, namespace, backup_cronjob(cluster, namespace))
+    print(f"\ninstalled, load running and one backup made in {time.monotonic() - began:.0f} s")
+
+    results = {fault.name: run_fault(cluster, namespace, fault) for fault in FAULTS}
+
+    final = lib.records(cluster, namespace)
+    answered = sum(1 for a in final.attempts if a.ok)
+    failed = sum(1 for a in final.attempts if not a.ok)
+    print(
+        f"{answered} turns answered, {failed} failed attempts in all; "
+        f"total {time.monotonic() - began:.0f} s"
+    )
+    assert len(results) == len(FAULTS)
+    assert answered > len(FAULTS) * 2, f"too little load to judge: {answered} answered turns"

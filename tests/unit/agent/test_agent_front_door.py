@@ -1,0 +1,243 @@
+"""The front door: the API port stays open across gateway restarts and holds clients meanwhile.
+
+Real sockets and real HTTP servers play the gateway; the entrypoint tests run the real
+``hermes-runtime agent run`` with the stand-in gateway (fake_gateway.py), whose start takes
+seconds like Hermes' does.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import signal
+import socket
+import socketserver
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fake_gateway import history, start_entrypoint, wait_for
+from support.net import free_port
+
+from hermes_runtime.agent import AgentMetrics
+from hermes_runtime.agent.frontdoor import DoorPolicy, FrontDoor, GatewayState
+
+
+class Hello(http.server.BaseHTTPRequestHandler):
+    served: list[str] = []
+
+    def do_GET(self) -> None:
+        Hello.served.append(self.path)
+        body = json.dumps({"status": "ok"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def serve_http(port: int) -> http.server.ThreadingHTTPServer:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Hello)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+class Flags:
+    """The supervisor's side of ``GatewayState``, set by the test."""
+
+    def __init__(self) -> None:
+        self.replacing = False
+        self.stopping = False
+        self.running = True
+
+    def state(self) -> GatewayState:
+        return GatewayState(
+            replacing=lambda: self.replacing,
+            stopping=lambda: self.stopping,
+            running=lambda: self.running,
+        )
+
+
+@pytest.fixture
+def door_for() -> Iterator[object]:
+    doors: list[FrontDoor] = []
+
+    def make(gateway_port: int, flags: Flags, hold: float = 30.0) -> tuple[FrontDoor, AgentMetrics]:
+        metrics = AgentMetrics()
+        door = FrontDoor(
+            ("127.0.0.1", 0),
+            ("127.0.0.1", gateway_port),
+            flags.state(),
+            policy=DoorPolicy(hold_seconds=hold, retry_seconds=0.02),
+            metrics=metrics,
+        )
+        door.start()
+        doors.append(door)
+        return door, metrics
+
+    yield make
+    for door in doors:
+        door.stop()
+
+
+def get(port: int, timeout: float = 30) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=timeout) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, ""
+    except OSError as exc:
+        return 0, repr(exc)
+
+
+def in_background(port: int) -> tuple[threading.Thread, list[tuple[int, str]]]:
+    results: list[tuple[int, str]] = []
+    thread = threading.Thread(target=lambda: results.append(get(port)))
+    thread.start()
+    return thread, results
+
+
+def sample(metrics: AgentMetrics, name: str, **labels: str) -> float:
+    value = metrics.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+def test_a_client_is_held_until_the_gateway_listens_then_answered(door_for) -> None:  # type: ignore[no-untyped-def]
+    gateway_port = free_port()
+    door, metrics = door_for(gateway_port, Flags())
+    client, results = in_background(door.port)
+    time.sleep(1.0)  # no gateway yet: a plain port would have refused by now
+    assert client.is_alive() and not results
+    server = serve_http(gateway_port)
+    try:
+        client.join(30)
+        assert results == [(200, '{"status": "ok"}')]
+    finally:
+        server.shutdown()
+    connections = "hermes_runtime_front_door_connections_total"
+    assert sample(metrics, connections, outcome="forwarded") == 1
+    assert sample(metrics, "hermes_runtime_front_door_wait_seconds_sum") >= 1.0
+
+
+def test_while_the_gateway_is_replaced_new_clients_wait_even_if_the_old_one_listens(
+    door_for,  # type: ignore[no-untyped-def]
+) -> None:
+    gateway_port = free_port()
+    server = serve_http(gateway_port)  # the old gateway, quiesced: it must not get new clients
+    flags = Flags()
+    flags.replacing = True
+    door, _ = door_for(gateway_port, flags)
+    Hello.served.clear()
+    try:
+        client, results = in_background(door.port)
+        time.sleep(0.5)
+        assert Hello.served == [] and client.is_alive()
+        flags.replacing = False  # the new gateway is up
+        client.join(30)
+        assert results == [(200, '{"status": "ok"}')] and Hello.served == ["/health"]
+    finally:
+        server.shutdown()
+
+
+def test_a_stopping_pod_without_a_gateway_closes_new_connections_at_once(door_for) -> None:  # type: ignore[no-untyped-def]
+    flags = Flags()
+    flags.stopping, flags.running = True, False
+    door, metrics = door_for(free_port(), flags, hold=600.0)
+    status, error = get(door.port, timeout=20)  # holding would time out here
+    assert status == 0, error  # closed at once: no answer, and no 30 s hold
+    assert sample(metrics, "hermes_runtime_front_door_connections_total", outcome="gave_up") == 1
+
+
+def test_no_gateway_within_the_hold_time_closes_the_connection(door_for) -> None:  # type: ignore[no-untyped-def]
+    door, metrics = door_for(free_port(), Flags(), hold=0.5)
+    status, _ = get(door.port, timeout=20)
+    assert status == 0
+    assert sample(metrics, "hermes_runtime_front_door_connections_total", outcome="gave_up") == 1
+
+
+class Echo(socketserver.BaseRequestHandler):
+    """Reads until the client half-closes, then answers with everything it read."""
+
+    def handle(self) -> None:
+        chunks = []
+        while chunk := self.request.recv(65536):
+            chunks.append(chunk)
+        self.request.sendall(b"".join(chunks))
+
+
+def test_bytes_flow_both_ways_and_a_half_close_still_gets_the_answer(door_for) -> None:  # type: ignore[no-untyped-def]
+    gateway_port = free_port()
+    echo = socketserver.ThreadingTCPServer(("127.0.0.1", gateway_port), Echo)
+    echo.daemon_threads = True
+    threading.Thread(target=echo.serve_forever, daemon=True).start()
+    door, _ = door_for(gateway_port, Flags())
+    payload = os.urandom(3 * 1024 * 1024)  # more than the socket buffers: back-pressure
+    try:
+        with socket.create_connection(("127.0.0.1", door.port), timeout=30) as sock:
+            sender = threading.Thread(
+                target=lambda: (sock.sendall(payload), sock.shutdown(socket.SHUT_WR))
+            )
+            sender.start()
+            received = bytearray()
+            while chunk := sock.recv(65536):
+                received += chunk
+            sender.join(30)
+        assert bytes(received) == payload
+    finally:
+        echo.shutdown()
+        echo.server_close()
+
+
+def test_a_taken_api_port_fails_at_start() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        door = FrontDoor(("127.0.0.1", port), ("127.0.0.1", free_port()), Flags().state())
+        with pytest.raises(OSError):
+            door.start()
+
+
+def test_a_gateway_restart_fails_no_request_and_the_pod_stays_ready(tmp_path: Path) -> None:
+    """The entrypoint end to end: SIGHUP restarts a gateway that needs 2 s to listen again,
+    while a client polls /health on the API port and the kubelet polls /ready."""
+    data = tmp_path / "data"
+    data.mkdir()
+    agent = start_entrypoint(data, tmp_path, "agent", FAKE_START_SECONDS="2")
+    health: list[int] = []
+    ready: list[int] = []
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            health.append(agent.get("/health", agent.api_port, timeout=30)[0])
+            ready.append(agent.get("/ready", timeout=30)[0])
+            time.sleep(0.05)
+
+    try:
+        wait_for(lambda: agent.get("/ready")[0] == 200, what="/ready")
+        poller = threading.Thread(target=poll)
+        poller.start()
+        try:
+            os.kill(agent.proc.pid, signal.SIGHUP)
+            wait_for(lambda: len(history(data)) >= 3, what="the second gateway started")
+            polls = len(health)
+            wait_for(lambda: len(health) > polls + 10, what="polls after the restart")
+        finally:
+            done.set()
+            poller.join(60)
+        events = [event.what for event in history(data)]
+        assert events[:3] == ["start", "end", "start"], events
+        assert health and set(health) == {200}, f"/health answers during the restart: {health}"
+        assert ready and set(ready) == {200}, f"/ready answers during the restart: {ready}"
+    finally:
+        status = agent.stop()
+    assert status == 0, agent.output()[-2000:]
