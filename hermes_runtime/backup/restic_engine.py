@@ -261,9 +261,15 @@ def _stage_tree(
 def list_restic_snapshots(
     repo: ResticRepository, extra: list[str] | None = None
 ) -> list[SnapshotInfo]:
-    """Our snapshots in the repository, oldest first; none when it does not exist yet."""
+    """Our snapshots in the repository, oldest first; none when it does not exist yet.
+
+    Without restic's lock (``--no-lock``): a listing changes nothing, and the runbook's shell
+    pod mounts the backup volume read-only, where restic would retry writing its lock for
+    minutes. A prune running at the same time may still list a snapshot it is removing.
+    """
     require_folder(repo)
-    args = [*(extra or []), "snapshots", "--json", "--tag", TAG]
+    no_lock = [] if "--no-lock" in (extra or []) else ["--no-lock"]
+    args = [*(extra or []), *no_lock, "snapshots", "--json", "--tag", TAG]
     done = run_restic(repo, args, check=False)
     if done.returncode != 0:
         if repository_missing(done):
