@@ -258,6 +258,9 @@ def _stage_tree(
     (stage / MANIFEST_RELPATH).write_text(json.dumps(asdict(manifest), indent=2, sort_keys=True))
 
 
+NO_LOCK = "--no-lock"  # restic's flag for commands that only read the repository
+
+
 def list_restic_snapshots(
     repo: ResticRepository, extra: list[str] | None = None
 ) -> list[SnapshotInfo]:
@@ -268,7 +271,7 @@ def list_restic_snapshots(
     minutes. A prune running at the same time may still list a snapshot it is removing.
     """
     require_folder(repo)
-    no_lock = [] if "--no-lock" in (extra or []) else ["--no-lock"]
+    no_lock = [] if NO_LOCK in (extra or []) else [NO_LOCK]
     args = [*(extra or []), *no_lock, "snapshots", "--json", "--tag", TAG]
     done = run_restic(repo, args, check=False)
     if done.returncode != 0:
@@ -371,7 +374,13 @@ def restore_restic_snapshot(
     force: bool = False,
     if_empty: bool = False,
 ) -> RestoreReport:
-    """Restore into ``data_dir`` all or nothing: stage beside it, check, then swap by renames."""
+    """Restore into ``data_dir`` all or nothing: stage beside it, check, then swap by renames.
+
+    Without restic's lock (``--no-lock``): a restore only reads the repository, and the
+    runbook mounts the backup volume read-only, where restic would retry its lock for minutes.
+    A prune running at the same time can only make the staging fail; ``data_dir`` is then
+    unchanged.
+    """
     started = time.monotonic()
     existing = data_dir_entries(data_dir)
     if existing and if_empty:
@@ -381,7 +390,7 @@ def restore_restic_snapshot(
             f"--data-dir {data_dir} is not empty ({name_list(existing)}); "
             "pass --force to replace its content, or --if-empty to skip"
         )
-    snapshot_id = resolve_restic_snapshot(repo, snapshot)
+    snapshot_id = resolve_restic_snapshot(repo, snapshot, [NO_LOCK])
     data_dir.mkdir(parents=True, exist_ok=True)
     stage_root = staging_root(data_dir)
     tag = f"{STAGING_PREFIX}{data_dir.name}-{os.urandom(4).hex()}"
@@ -391,7 +400,7 @@ def restore_restic_snapshot(
         "backup.restore.started", snapshot=snapshot_id, data_dir=str(data_dir), staging=str(stage)
     )
     try:
-        manifest = _restore_tree(repo, snapshot_id, stage)
+        manifest = _restore_tree(repo, snapshot_id, stage, [NO_LOCK])
     except (OSError, RuntimeFailure) as exc:
         shutil.rmtree(stage, ignore_errors=True)
         raise RuntimeFailure(
