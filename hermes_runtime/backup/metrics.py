@@ -13,7 +13,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 from prometheus_client.parser import text_string_to_metric_families
 
-from hermes_runtime.backup.create import BackupSummary
+from hermes_runtime.backup.reports import BackupSummary
 
 LAST_SUCCESS = "hermes_backup_last_success_timestamp_seconds"
 

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from hermes_runtime.backup.create import BackupSummary
+from hermes_runtime.backup.reports import BackupSummary
 from hermes_runtime.common.atomic import atomic_write_text
 from hermes_runtime.common.errors import RuntimeFailure
 

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 from hermes_runtime.backup import (
-    ENCRYPTION_KEY_ENV,
     PrunePolicy,
     RestoreReport,
     create_backup,
     data_dir_has_data,
     list_snapshots,
-    open_target,
+    open_repository,
     prune_snapshots,
     record_backup_outcome,
     restore_snapshot,
@@ -64,8 +62,8 @@ def _snapshot_arg(parser: argparse.ArgumentParser) -> None:
 
 def _target(args: argparse.Namespace) -> Any:
     endpoint = args.s3_endpoint or env_url("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
-    secret = os.environ.get(ENCRYPTION_KEY_ENV) or None  # from the env only: never in argv
-    return open_target(args.target, endpoint, secret)
+    # The password comes from restic's own variables (RESTIC_PASSWORD*): never from argv.
+    return open_repository(args.target, endpoint)
 
 
 def register(subparsers: Any) -> None:
@@ -107,9 +105,12 @@ def register(subparsers: Any) -> None:
     _target_args(verify)
     _snapshot_arg(verify)
     verify.add_argument(
+        "--work-dir", type=Path, help="scratch space for the trial restore (default: a temp dir)"
+    )
+    verify.add_argument(
         "--no-mark",
         action="store_true",
-        help="do not record verified/<id>.json in the target (e.g. a read-only target)",
+        help="read without a repository lock (a read-only repository); restic keeps no marks",
     )
 
     restore = add_verb(verbs, "restore", "rebuild the data dir from a snapshot", _restore)
@@ -122,7 +123,12 @@ def register(subparsers: Any) -> None:
         "--if-empty", action="store_true", help="do nothing (exit 0) if the data dir holds data"
     )
 
-    prune = add_verb(verbs, "prune", "delete old snapshots and unreferenced blobs", _prune)
+    prune = add_verb(
+        verbs,
+        "prune",
+        "forget old snapshots and prune unreferenced data (restic forget --prune)",
+        _prune,
+    )
     _target_args(prune)
     prune.add_argument(
         "--keep-last",
@@ -150,7 +156,7 @@ def register(subparsers: Any) -> None:
         type=non_negative_float,
         default=6 * 3600,
         metavar="SECONDS",
-        help="never delete unreferenced blobs younger than this (a backup may be uploading)",
+        help="kept for compatibility: restic's repository locks protect a running backup",
     )
     prune.add_argument(
         "--dry-run", action="store_true", help="report what would be deleted, delete nothing"
@@ -205,7 +211,9 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    report = verify_snapshot(_target(args), args.snapshot, mark=not args.no_mark)
+    report = verify_snapshot(
+        _target(args), args.snapshot, scratch=args.work_dir, lock=not args.no_mark
+    )
     if args.json:
         print_json(dataclasses.asdict(report))
     else:
@@ -242,9 +250,7 @@ def _restore(args: argparse.Namespace) -> int:
 
 def _prune(args: argparse.Namespace) -> int:
     policy = PrunePolicy(args.keep_last, args.keep_daily, args.keep_weekly)
-    report = prune_snapshots(
-        _target(args), policy, grace_seconds=args.grace_seconds, dry_run=args.dry_run
-    )
+    report = prune_snapshots(_target(args), policy, dry_run=args.dry_run)
     if args.json:
         print_json(dataclasses.asdict(report))
     else:

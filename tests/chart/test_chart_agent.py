@@ -132,7 +132,7 @@ def test_lcm_off_selects_hermes_compressor() -> None:
 
 def test_api_key_prefers_an_existing_secret() -> None:
     manifest = render({"apiServer": {"existingSecret": "my-api", "existingSecretKey": "token"}})
-    assert not manifest.has("Secret")
+    assert f"{FULLNAME}-api" not in [s["metadata"]["name"] for s in manifest.all("Secret")]
     env = env_map(manifest.container("agent"))
     assert env["API_SERVER_KEY"] == {"secretKeyRef": {"name": "my-api", "key": "token"}}
 
@@ -140,7 +140,7 @@ def test_api_key_prefers_an_existing_secret() -> None:
 def test_api_key_value_goes_to_a_secret_never_a_configmap() -> None:
     key = "a-very-long-api-key-0123456789"
     manifest = render({"apiServer": {"key": key}})
-    secret = manifest.one("Secret")
+    secret = manifest.one("Secret", f"{FULLNAME}-api")
     assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     assert base64.b64decode(secret["data"]["api-key"]).decode() == key
     assert key not in str(manifest.all("ConfigMap"))
@@ -150,7 +150,7 @@ def test_api_key_value_goes_to_a_secret_never_a_configmap() -> None:
 
 
 def test_no_key_given_generates_one_strong_enough_for_hermes() -> None:
-    secret = render().one("Secret")
+    secret = render().one("Secret", f"{FULLNAME}-api")
     key = base64.b64decode(secret["data"]["api-key"]).decode()
     assert len(key) >= 16  # Hermes refuses API_SERVER_KEY shorter than 16 characters
 

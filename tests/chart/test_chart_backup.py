@@ -197,12 +197,12 @@ def test_restore_fills_an_empty_volume_before_plugins_and_agent() -> None:
 
 
 def test_restore_from_s3_uses_the_same_credentials() -> None:
-    values = {**S3, "restore": {"fromSnapshot": "20261129T031700123Z-abc123"}}
+    values = {**S3, "restore": {"fromSnapshot": "3fa2c1d4e5f60718"}}
     restore = render(values).container("restore")
     env = env_map(restore)
     assert env["BACKUP_TARGET"] == "s3://hermes-bkp/team/a"
     assert env["AWS_ACCESS_KEY_ID"]["secretKeyRef"]["name"] == "s3-creds"
-    assert "20261129T031700123Z-abc123" in restore["args"]
+    assert "3fa2c1d4e5f60718" in restore["args"]
 
 
 def test_backup_resources_apply_to_the_job() -> None:

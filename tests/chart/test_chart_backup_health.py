@@ -263,3 +263,36 @@ def test_promtool_test_fails_when_an_alert_must_fire_but_does_not(
     )
     assert run.returncode != 0
     assert "HermesBackupMissing" in run.stdout + run.stderr
+
+
+def test_repository_password_comes_from_a_secret_never_a_literal() -> None:
+    manifest = render()
+    secret = manifest.one("Secret", f"{FULLNAME}-backup-password")
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert len(secret["data"]["RESTIC_PASSWORD"]) >= 48
+    ref = env_map(_cron_pod()["containers"][0])["RESTIC_PASSWORD"]
+    assert ref == {
+        "secretKeyRef": {"name": f"{FULLNAME}-backup-password", "key": "RESTIC_PASSWORD"}
+    }
+
+    own = render({"backup": {"repository": {"existingSecret": "my-restic"}}})
+    assert f"{FULLNAME}-backup-password" not in [s["metadata"]["name"] for s in own.all("Secret")]
+    cron = own.one("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert env_map(cron["containers"][0])["RESTIC_PASSWORD"]["secretKeyRef"]["name"] == "my-restic"
+
+
+def test_a_password_listed_in_vault_secrets_replaces_the_generated_secret() -> None:
+    values = {
+        "vault": {
+            "enabled": True,
+            "address": "https://vault:8200",
+            "role": "r",
+            "secrets": [{"path": "secret/data/backup", "key": "pw", "env": "RESTIC_PASSWORD"}],
+        }
+    }
+    manifest = render(values)
+    assert f"{FULLNAME}-backup-password" not in [
+        s["metadata"]["name"] for s in manifest.all("Secret")
+    ]
+    cron = manifest.one("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert "RESTIC_PASSWORD" not in env_map(cron["containers"][0])

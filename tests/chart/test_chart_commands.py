@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from chart_testlib import env_map, render
+from support.restic import restic_env
 
 BIN = Path(sys.executable).parent
 
@@ -46,6 +47,9 @@ def _pod_env(container: dict, dirs: dict[str, Path]) -> dict[str, str]:
         env["BACKUP_TARGET"] = f"file://{dirs['backup']}"
     if "BACKUP_WORK_DIR" in env:  # the scratch volume at /scratch
         env["BACKUP_WORK_DIR"] = str(dirs["tmp"])
+        env["RESTIC_CACHE_DIR"] = str(dirs["tmp"] / "restic-cache")
+    if "RESTIC_PASSWORD" in env_map(container):  # from the chart's Secret in a pod
+        env.update(restic_env())
     if "HERMES_RUNTIME_SECRETS_ENV" in env:
         env["HERMES_RUNTIME_SECRETS_ENV"] = str(dirs["tmp"] / "secrets.env")
     env["PATH"] = f"{BIN}:{os.environ['PATH']}"
@@ -66,6 +70,7 @@ def _snapshots(target: str) -> list[dict]:
         text=True,
         check=True,
         timeout=120,
+        env={**os.environ, **restic_env()},
     )
     snapshots: list[dict] = json.loads(done.stdout)
     return snapshots

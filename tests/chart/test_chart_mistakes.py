@@ -242,6 +242,10 @@ TEMPLATE_MISTAKES: dict[str, tuple[dict[str, Any], str]] = {
         },
         "backup.target.s3.bucket",
     ),
+    "backup password from Vault without a Vault secret for it": (
+        {"backup": {"repository": {"fromVault": True}}},
+        "backup.repository.fromVault",
+    ),
     "ServiceMonitor without prometheus-operator": (
         {"metrics": {"serviceMonitor": {"enabled": True}}},
         "metrics.serviceMonitor.enabled",
@@ -334,10 +338,8 @@ def test_good_quantities_render() -> None:
 
 
 def test_snapshot_ids_from_backup_list_render() -> None:
-    restore = render({"restore": {"fromSnapshot": "20261129T031700123Z-a1b2c3"}}).container(
-        "restore"
-    )
-    assert "20261129T031700123Z-a1b2c3" in restore["args"]
+    restore = render({"restore": {"fromSnapshot": "3fa2c1d4"}}).container("restore")
+    assert "3fa2c1d4" in restore["args"]
 
 
 def test_image_pull_secrets_in_both_forms_and_global() -> None:

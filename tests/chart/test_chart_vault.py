@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chart_testlib import env_map, render
+from chart_testlib import FULLNAME, env_map, render
 from pss import restricted_violations
 
 VAULT = {
@@ -83,7 +83,9 @@ def test_secrets_file_is_in_memory_and_shared_with_the_agent() -> None:
 
 def test_vault_provided_api_key_replaces_the_kubernetes_secret() -> None:
     manifest = render(VAULT)
-    assert not manifest.has("Secret")
+    # The only Secret left is the restic repository password (not in vault.secrets here).
+    names = [s["metadata"]["name"] for s in manifest.all("Secret")]
+    assert names == [f"{FULLNAME}-backup-password"]
     assert "API_SERVER_KEY" not in env_map(manifest.container("agent"))
 
 

@@ -74,6 +74,15 @@ def api_secret(cluster: kube.Cluster, namespace: str) -> str:
     return str(_named(holders, "API key Secret").metadata.name)
 
 
+def backup_password_secret(cluster: kube.Cluster, namespace: str) -> str:
+    """The Secret with the backup repository's RESTIC_PASSWORD (the chart keeps one)."""
+    secrets = cluster.core.list_namespaced_secret(
+        namespace, label_selector=f"app.kubernetes.io/instance={RELEASE}"
+    ).items
+    holders = [s for s in secrets if s.data and "RESTIC_PASSWORD" in s.data]
+    return str(_named(holders, "backup password Secret").metadata.name)
+
+
 def backup_claim(cluster: kube.Cluster, namespace: str) -> str:
     claims = cluster.core.list_namespaced_persistent_volume_claim(namespace).items
     backups = [c for c in claims if c.metadata.name.endswith("-backup")]
@@ -100,17 +109,27 @@ def load_pod(cluster: kube.Cluster, namespace: str) -> client.V1Pod:
     pod = kube.restricted_pod(LOAD_POD, images.ref("agent"), command, user=AGENT_UID)
     container = pod.spec.containers[0]
     key = client.V1SecretKeySelector(name=api_secret(cluster, namespace), key="api-key")
+    password = client.V1SecretKeySelector(
+        name=backup_password_secret(cluster, namespace), key="RESTIC_PASSWORD"
+    )
     container.env = [
         client.V1EnvVar(
             name="HERMES_API_KEY", value_from=client.V1EnvVarSource(secret_key_ref=key)
         ),
+        # `backup list` of the backup volume opens the restic repository.
+        client.V1EnvVar(
+            name="RESTIC_PASSWORD", value_from=client.V1EnvVarSource(secret_key_ref=password)
+        ),
+        client.V1EnvVar(name="RESTIC_CACHE_DIR", value="/tmp/restic-cache"),
         client.V1EnvVar(name="PYTHONUNBUFFERED", value="1"),
     ]
     container.volume_mounts = [
+        *(container.volume_mounts or []),  # /tmp
         client.V1VolumeMount(name="load", mount_path="/load", read_only=True),
         client.V1VolumeMount(name="backup", mount_path="/backup", read_only=True),
     ]
     pod.spec.volumes = [
+        *(pod.spec.volumes or []),
         client.V1Volume(name="load", config_map=client.V1ConfigMapVolumeSource(name=LOAD_POD)),
         client.V1Volume(
             name="backup",

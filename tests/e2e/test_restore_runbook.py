@@ -36,8 +36,8 @@ RUNBOOK = kube.REPO_ROOT / "docs" / "backup.md"
 BACKENDS_CHART = Path(__file__).parent / "charts" / "ci-backends"
 RELEASE = "hermes"
 FULLNAME = f"{RELEASE}-hermes-agent"
-EXAMPLE_ID = "20261129T031700123Z-3fa2c1"  # the snapshot id the runbook's commands show
-SNAPSHOT_ID = re.compile(r"\b\d{8}T\d{9}Z-[0-9a-f]{6}\b")
+EXAMPLE_ID = "3fa2c1d4"  # the snapshot id the runbook's commands show (restic's short form)
+SNAPSHOT_ID = re.compile(r"^[0-9a-f]{64}$", re.M)  # `backup create` prints restic's full id last
 MARKER = "/opt/data/memories/runbook-marker.md"
 STRAY = "/opt/data/stray-after-backup"
 AGENT = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=agent"

@@ -1,13 +1,16 @@
 """Scenario 4: backup under load to S3, verify, restore into a new release.
 
 While a client keeps chatting with the agent, a Job created from the chart's
-backup CronJob writes a snapshot to SeaweedFS (S3) in the same namespace;
+backup CronJob writes a snapshot into a restic repository on SeaweedFS (S3) in
+the same namespace, with the password from the Secret the chart generated;
 `backup list` and `backup verify` (the .venv's CLI through a port-forward)
-find it and pass. A second release with `restore.fromSnapshot` then starts
-from that snapshot: its databases hold exactly the row counts the manifest
-recorded, and a chat continuing the pre-backup session reaches the LLM with
-the pre-backup message in its history, i.e. the agent answers from restored
-history.
+find it and pass, and plain `restic dump` reads our manifest out of it (the
+repository needs nothing of ours). A second release with `restore.fromSnapshot`
+and `backup.repository.existingSecret` naming the first release's password
+Secret then starts from that snapshot: its databases hold exactly the row
+counts the manifest recorded, and a chat continuing the pre-backup session
+reaches the LLM with the pre-backup message in its history, i.e. the agent
+answers from restored history.
 """
 
 from __future__ import annotations
@@ -24,12 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import boto3
 import httpx
 import pytest
-from botocore.config import Config
 from kubernetes import client
 from ruamel.yaml import YAML
+from support.restic import pinned_restic
 
 from . import images, kube
 
@@ -67,8 +69,12 @@ print(json.dumps(out))
 """
 
 
-def s3_values(tmp_path: Path, restore_from: str = "") -> Path:
-    """Overrides of ci.yaml: S3 target in the namespace, no plugins (no git-sync image)."""
+def s3_values(tmp_path: Path, restore_from: str = "", password_secret: str = "") -> Path:
+    """Overrides of ci.yaml: S3 target in the namespace, no plugins (no git-sync image).
+
+    ``password_secret``: an existing Secret with the repository password (a new release
+    restoring an old one's backups needs the old password).
+    """
     values: dict[str, Any] = {
         "plugins": [],
         "backup": {
@@ -84,9 +90,11 @@ def s3_values(tmp_path: Path, restore_from: str = "") -> Path:
                     "existingSecret": S3_SECRET,
                 },
             },
+            "repository": {"existingSecret": password_secret},
         },
         "restore": {"fromSnapshot": restore_from},
         "tests": {"enabled": False},
+        **images.agent_values(),  # the agent image from HERMES_E2E_REGISTRY (with restic)
     }
     path = tmp_path / f"s3-values-{restore_from or 'source'}.yaml"
     with path.open("w") as handle:
@@ -118,14 +126,20 @@ def agent_pod(cluster: kube.Cluster, namespace: str, release: str) -> str:
     return str(only_item(running, f"agent pod of {release}").metadata.name)
 
 
-def api_key(cluster: kube.Cluster, namespace: str, release: str) -> str:
-    """The key from the chart-made Secret (what a real client would be given)."""
+def release_secret(cluster: kube.Cluster, namespace: str, release: str, key: str) -> Any:
+    """The one chart-made Secret of ``release`` that holds ``key``."""
     secrets = cluster.core.list_namespaced_secret(
         namespace, label_selector=f"app.kubernetes.io/instance={release}"
     ).items
-    keys = [s.data["api-key"] for s in secrets if s.data and "api-key" in s.data]
-    assert len(keys) == 1, f"expected one Secret of {release} with key api-key"
-    return base64.b64decode(keys[0]).decode()
+    found = [s for s in secrets if s.data and key in s.data]
+    assert len(found) == 1, f"expected one Secret of {release} with key {key}"
+    return found[0]
+
+
+def api_key(cluster: kube.Cluster, namespace: str, release: str) -> str:
+    """The key from the chart-made Secret (what a real client would be given)."""
+    secret = release_secret(cluster, namespace, release, "api-key")
+    return base64.b64decode(secret.data["api-key"]).decode()
 
 
 def chat(base: str, key: str, text: str, session: str | None = None) -> httpx.Response:
@@ -195,47 +209,57 @@ def run_backup_job(cluster: kube.Cluster, namespace: str) -> str:
 
 @dataclass(frozen=True)
 class S3Access:
-    """The in-namespace S3 server as the host sees it: a forwarded port + credentials."""
+    """The in-namespace S3 server as the host sees it: a forwarded port + credentials,
+    and the restic repository password (from the source release's generated Secret)."""
 
     port: int
     access_key: str
     secret_key: str
+    password: str = field(repr=False)
 
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
 
-def s3_access(cluster: kube.Cluster, namespace: str, port: int) -> S3Access:
+def s3_access(cluster: kube.Cluster, namespace: str, port: int, password: str) -> S3Access:
     """Credentials from the s3-backend chart's Secret (the one the backup job uses)."""
     data = cluster.core.read_namespaced_secret(S3_SECRET, namespace).data
     decoded = {k: base64.b64decode(v).decode() for k, v in data.items()}
-    return S3Access(port, decoded["AWS_ACCESS_KEY_ID"], decoded["AWS_SECRET_ACCESS_KEY"])
+    return S3Access(port, decoded["AWS_ACCESS_KEY_ID"], decoded["AWS_SECRET_ACCESS_KEY"], password)
 
 
-def backup_cli(s3: S3Access, *args: str) -> subprocess.CompletedProcess[str]:
-    """The .venv's `hermes-runtime backup ...`; credentials only in its environment."""
-    env = {
+def _env(s3: S3Access) -> dict[str, str]:
+    """Credentials and the password only in the environment, never in argv."""
+    return {
         "PATH": "/usr/bin:/bin",
+        "HOME": str(Path.home()),
         "AWS_ACCESS_KEY_ID": s3.access_key,
         "AWS_SECRET_ACCESS_KEY": s3.secret_key,
         "AWS_REGION": "us-east-1",
+        "RESTIC_PASSWORD": s3.password,
+        "HERMES_RUNTIME_RESTIC": str(pinned_restic()),
     }
+
+
+def backup_cli(s3: S3Access, *args: str) -> subprocess.CompletedProcess[str]:
+    """The .venv's `hermes-runtime backup ...` on the pinned restic."""
     cmd = [str(HERMES_RUNTIME), "backup", *args, "--target", TARGET, "--s3-endpoint", s3.endpoint]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+    return subprocess.run(
+        cmd, capture_output=True, text=True, env=_env(s3), timeout=300, check=False
+    )
 
 
 def read_manifest(s3: S3Access, snapshot: str) -> dict[str, Any]:
-    client_ = boto3.client(
-        "s3",
-        endpoint_url=s3.endpoint,
-        aws_access_key_id=s3.access_key,
-        aws_secret_access_key=s3.secret_key,
-        region_name="us-east-1",
-        config=Config(s3={"addressing_style": "path"}),
+    """Our manifest inside the snapshot, read with plain restic (no hermes-runtime involved)."""
+    repository = f"s3:{s3.endpoint}/{BUCKET}/{PREFIX}"
+    cmd = [str(pinned_restic()), "-r", repository, "-o", "s3.bucket-lookup=path"]
+    cmd += ["dump", snapshot, "/.hermes-backup/manifest.json"]
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, env=_env(s3), timeout=300, check=False
     )
-    body = client_.get_object(Bucket=BUCKET, Key=f"{PREFIX}/manifests/{snapshot}.json")["Body"]
-    manifest: dict[str, Any] = json.loads(body.read())["manifest"]
+    assert done.returncode == 0, f"restic dump of the manifest failed: {done.stderr}"
+    manifest: dict[str, Any] = json.loads(done.stdout)
     return manifest
 
 
@@ -249,8 +273,9 @@ def restored_row_counts(
     return counts
 
 
-def snapshot_and_verify(s3: S3Access) -> dict[str, Any]:
-    """`backup list --json` shows exactly the job's snapshot; `verify` passes; its manifest."""
+def snapshot_and_verify(s3: S3Access) -> tuple[str, dict[str, Any]]:
+    """`backup list --json` shows exactly the job's snapshot; `verify` passes; its id and
+    manifest."""
     listed = backup_cli(s3, "list", "--json")
     assert listed.returncode == 0, f"backup list failed: {listed.stderr}"
     snapshots = json.loads(listed.stdout)
@@ -261,7 +286,7 @@ def snapshot_and_verify(s3: S3Access) -> dict[str, Any]:
     assert verified.returncode == 0, f"backup verify {snapshot} failed: {verified.stderr}"
     report = json.loads(verified.stdout)
     assert report["problems"] == [] and report["databases"] >= 2, report
-    return read_manifest(s3, snapshot)
+    return snapshot, read_manifest(s3, snapshot)
 
 
 def back_up_under_load(
@@ -329,14 +354,19 @@ def test_backup_under_load_to_s3_then_restore_into_a_new_release(
     session = f"e2e-backup-{uuid.uuid4().hex[:8]}"
     back_up_under_load(cluster, namespace, chat_load, session, marker)
 
+    password_secret = release_secret(cluster, namespace, SOURCE, "RESTIC_PASSWORD")
+    password = base64.b64decode(password_secret.data["RESTIC_PASSWORD"]).decode()
     with kube.port_forward(cluster, namespace, "svc/s3", 8333) as s3_port:
-        manifest = snapshot_and_verify(s3_access(cluster, namespace, s3_port))
-    databases = {db["path"]: db["tables"] for db in manifest["databases"]}
+        snapshot, manifest = snapshot_and_verify(s3_access(cluster, namespace, s3_port, password))
+    databases = {path: db["tables"] for path, db in manifest["databases"].items()}
     assert {"state.db", "lcm.db"} <= databases.keys(), f"databases in manifest: {databases}"
     assert databases["state.db"].get("messages", 0) >= 2, databases["state.db"]
-    print(f"snapshot {manifest['id']} row counts: {json.dumps(databases)}")
+    print(f"snapshot {snapshot} row counts: {json.dumps(databases)}")
 
-    restore_values = s3_values(tmp_path, restore_from=manifest["id"])
+    # A new release reads the old repository with the old password (docs/backup.md).
+    restore_values = s3_values(
+        tmp_path, restore_from=snapshot, password_secret=password_secret.metadata.name
+    )
     helm.install(RESTORED, CHART, values=[CI_VALUES, restore_values], timeout="5m")
     pod = agent_pod(cluster, namespace, RESTORED)
     restored = restored_row_counts(cluster, namespace, pod, sorted(databases))

@@ -34,6 +34,7 @@ from .test_scenario_conversation import (
 SESSION = "e2e-lifecycle"
 MARKER = "/opt/data/lifecycle-marker"
 DATA_CLAIM = f"{RELEASE}-hermes-agent-data"
+BACKUP_PASSWORD = f"{RELEASE}-hermes-agent-backup-password"
 V1: dict[str, Any] = {"hermes": {"soul": "You are the lifecycle agent, soul v1.\n"}}
 V2: dict[str, Any] = {
     "hermes": {"soul": "You are the lifecycle agent, soul v2.\n"},
@@ -96,6 +97,12 @@ def upgrade(helm: kube.Helm, tmp_path: Path, values: dict[str, Any]) -> None:
     )
 
 
+def backup_password(cluster: kube.Cluster, namespace: str) -> str:
+    """The generated restic repository password (base64, as stored)."""
+    secret = cluster.core.read_namespaced_secret(BACKUP_PASSWORD, namespace)
+    return str(secret.data["RESTIC_PASSWORD"])
+
+
 @pytest.mark.timeout(900)
 def test_upgrade_uninstall_and_reinstall_keep_the_data(
     cluster: kube.Cluster, namespace: str, helm: kube.Helm, tmp_path: Path
@@ -112,6 +119,7 @@ def test_upgrade_uninstall_and_reinstall_keep_the_data(
     assert before >= 2, f"the turn is not in state.db (session {SESSION}): {before} messages"
     assert "soul v1" in read_file(cluster, namespace, "/opt/data/SOUL.md")
     first_pod = agent_uid(cluster, namespace)
+    password = backup_password(cluster, namespace)
 
     upgrade(helm, tmp_path, V2)
     assert agent_uid(cluster, namespace) != first_pod, "the upgrade did not replace the pod"
@@ -124,6 +132,7 @@ def test_upgrade_uninstall_and_reinstall_keep_the_data(
     assert "soul v2" in read_file(cluster, namespace, "/opt/data/SOUL.md")
     assert read_file(cluster, namespace, MARKER) == marker
     assert stored_messages(cluster, namespace) == before
+    assert backup_password(cluster, namespace) == password, "the upgrade changed the password"
 
     helm.uninstall(RELEASE)
     assert not cluster.apps.list_namespaced_deployment(
@@ -133,6 +142,8 @@ def test_upgrade_uninstall_and_reinstall_keep_the_data(
 
     install_agent(helm, tmp_path, V1, name="reinstall.yaml")
     assert read_file(cluster, namespace, MARKER) == marker
+    # Losing the restic password loses every backup: uninstall keeps it, reinstall reuses it.
+    assert backup_password(cluster, namespace) == password, "the reinstall changed the password"
     assert stored_messages(cluster, namespace) == before
     replies = chat(cluster, namespace, SESSION, ["Who was it?"])
     assert replies == ["Echo: Who was it?"]

@@ -11,9 +11,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-AGENT_IMAGE = "hermes-runtime/agent:dev"
+# What ci/build-images.sh tags the agent with: the chart's appVersion.
+APP_VERSION = yaml.safe_load((REPO / "charts" / "hermes-agent" / "Chart.yaml").read_text())[
+    "appVersion"
+]
+AGENT_IMAGE = f"hermes-runtime/agent:{APP_VERSION}"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

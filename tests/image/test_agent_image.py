@@ -70,6 +70,11 @@ def test_hermes_runtime_is_installed_with_its_hermes_plugin_entry_point(agent_im
     assert run_in_image(agent_image, "hermes-runtime", "--version").startswith("hermes-runtime ")
 
 
+def test_the_image_carries_the_pinned_restic(agent_image: str) -> None:
+    """`backup` hands its staged tree to restic: v0.18.1 built from the Go module proxy."""
+    assert run_in_image(agent_image, "restic", "version").startswith("restic 0.18.1 ")
+
+
 def test_every_sqlite_in_the_image_is_at_least_3_51_3(agent_image: str) -> None:
     """Hermes opens state.db with the stdlib sqlite3 module; LCM and backup use apsw."""
     probe = (

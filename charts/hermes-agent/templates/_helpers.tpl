@@ -158,6 +158,18 @@ true
 {{- end -}}
 {{- end -}}
 
+{{/* The Secret holding RESTIC_PASSWORD: backup.repository.existingSecret, else the one the chart keeps. */}}
+{{- define "hermes-agent.backupPasswordSecret" -}}
+{{- default (printf "%s-backup-password" (include "hermes-agent.fullname" .) | trunc 63 | trimSuffix "-") .Values.backup.repository.existingSecret -}}
+{{- end -}}
+
+{{/* "true" when RESTIC_PASSWORD comes from the Vault env file: asked for, or listed in vault.secrets. */}}
+{{- define "hermes-agent.backupPasswordFromVault" -}}
+{{- if or .Values.backup.repository.fromVault (include "hermes-agent.vaultProvides" (dict "root" . "env" "RESTIC_PASSWORD")) -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{- define "hermes-agent.backupTargetUrl" -}}
 {{- if eq .Values.backup.target.type "s3" -}}
 {{- printf "s3://%s/%s" .Values.backup.target.s3.bucket (trimAll "/" .Values.backup.target.s3.prefix) | trimSuffix "/" -}}

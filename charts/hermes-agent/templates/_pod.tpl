@@ -40,6 +40,13 @@ tolerations:
 {{- define "hermes-agent.backupEnv" -}}
 - name: BACKUP_TARGET
   value: {{ include "hermes-agent.backupTargetUrl" . | quote }}
+{{- if not (include "hermes-agent.backupPasswordFromVault" .) }}
+- name: RESTIC_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "hermes-agent.backupPasswordSecret" . }}
+      key: RESTIC_PASSWORD
+{{- end }}
 {{- if eq .Values.backup.target.type "s3" }}
 {{- with .Values.backup.target.s3 }}
 - name: AWS_REGION
@@ -273,6 +280,8 @@ backup_once
     {{- include "hermes-agent.backupEnv" $root | nindent 4 }}
     - name: BACKUP_WORK_DIR
       value: {{ include "hermes-agent.paths.backupScratch" . }}
+    - name: RESTIC_CACHE_DIR
+      value: {{ include "hermes-agent.paths.backupScratch" . }}/restic-cache
   securityContext:
     {{- include "hermes-agent.containerSecurityContext" (dict "root" $root) | nindent 4 }}
   resources:

@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from support.restic import TEST_PASSWORD
 from support.seaweedfs import SeaweedServer
 
 from hermes_runtime.common.sqlite import connect
@@ -60,16 +61,21 @@ class BackupTarget:
         self.server.client().put_object(Bucket=self.bucket, Key=f"agent/{key}", Body=data)
 
 
+# restic encrypts every repository: each target gets a password through restic's variable.
+PASSWORD_ENV = {"RESTIC_PASSWORD": TEST_PASSWORD}
+
+
 def file_target(tmp_path: Path) -> BackupTarget:
     root = tmp_path / "backup-volume"
     root.mkdir()
-    return BackupTarget(f"file://{root}", {}, "file", root=root)
+    return BackupTarget(f"file://{root}", dict(PASSWORD_ENV), "file", root=root)
 
 
 def s3_target(server: SeaweedServer) -> BackupTarget:
     bucket = f"backups-{secrets.token_hex(4)}"
     server.create_bucket(bucket)
-    return BackupTarget(f"s3://{bucket}/agent", server.env(), "s3", server=server, bucket=bucket)
+    env = {**server.env(), **PASSWORD_ENV}
+    return BackupTarget(f"s3://{bucket}/agent", env, "s3", server=server, bucket=bucket)
 
 
 def make_database(path: Path, rows: int, payload: int = 200) -> None:

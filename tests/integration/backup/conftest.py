@@ -13,8 +13,24 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from backup_testlib import BackupTarget, file_target, make_database, s3_target
+from backup_testlib import PASSWORD_ENV, BackupTarget, file_target, make_database, s3_target
+from support.restic import pinned_restic
 from support.seaweedfs import SeaweedServer, seaweedfs_server
+
+
+@pytest.fixture(scope="session", autouse=True)
+def restic_binary() -> str:
+    """The pinned restic (v0.18.1 from ci/install-tools.sh, built on demand), for every run here."""
+    binary = str(pinned_restic())
+    os.environ["HERMES_RUNTIME_RESTIC"] = binary  # CLI subprocesses inherit it
+    return binary
+
+
+@pytest.fixture(autouse=True)
+def restic_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every CLI run and library call here gets the repository password from restic's variable."""
+    for name, value in PASSWORD_ENV.items():
+        monkeypatch.setenv(name, value)
 
 
 @pytest.fixture(scope="session")

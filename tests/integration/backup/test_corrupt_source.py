@@ -1,9 +1,8 @@
 """A database whose snapshot fails ``integrity_check`` never leaves the machine.
 
-The check runs while the snapshot is being hashed and compressed (they
-overlap), so this pins the rule that matters: the compressed body is only
-uploaded after the check passed. A corrupt database leaves no blob, no
-partial file and no snapshot in the target, and the error names the file.
+The check runs on the staged snapshot before restic sees the tree, so a corrupt
+database leaves nothing in the repository (not even a repository), and the
+error names the file.
 """
 
 from __future__ import annotations
@@ -43,7 +42,7 @@ def test_a_database_failing_integrity_check_is_not_uploaded(
     result = run_cli("create", "--data-dir", str(data), "--target", target.url, env=target.env)
     assert result.returncode == 1
     assert str(data / "lcm.db") in result.stderr and "integrity_check" in result.stderr
-    assert target.object_keys() == []  # no blob, no .partial- file, no manifest
+    assert target.object_keys() == []  # restic never ran: no pack, no snapshot
     listed = run_cli("list", "--target", target.url, "--json", env=target.env)
     assert listed.returncode == 0 and listed.stdout.strip() == "[]"
 
@@ -54,4 +53,4 @@ def test_the_same_flow_uploads_a_sound_database(target: BackupTarget, tmp_path: 
     make_database(data / "lcm.db", 20_000)
     result = run_cli("create", "--data-dir", str(data), "--target", target.url, env=target.env)
     assert result.returncode == 0, result.stderr
-    assert any(k.startswith("blobs/") for k in target.object_keys())
+    assert any(k.startswith("data/") for k in target.object_keys())  # restic's pack files

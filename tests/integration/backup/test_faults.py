@@ -7,7 +7,6 @@ data dir is left as it was.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
 import subprocess
@@ -16,11 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-import zstandard
 from backup_testlib import BackupTarget, file_target, run_cli, s3_target, tree_fingerprint
 from support.seaweedfs import SeaweedServer, seaweedfs_server
 
-from hermes_runtime.backup import create_backup, open_target
+from hermes_runtime.backup import create_backup, open_repository
 from hermes_runtime.common.errors import RuntimeFailure
 
 
@@ -58,8 +56,9 @@ def start_create(target: BackupTarget, data_dir: Path) -> subprocess.Popen[str]:
 
 
 def wait_for_blobs(target: BackupTarget, count: int, process: subprocess.Popen[str]) -> None:
+    """Wait until restic has written ``count`` pack files (``data/`` in the repository)."""
     deadline = time.monotonic() + 60
-    while len(target.object_keys("blobs/")) < count:
+    while len(target.object_keys("data/")) < count:
         assert process.poll() is None, "create finished before the fault could be injected"
         assert time.monotonic() < deadline, "create uploaded nothing"
         time.sleep(0.01)
@@ -77,7 +76,7 @@ def test_wrong_credentials_fail_naming_the_target(seaweed: SeaweedServer, data_d
     result = run_cli("create", "--data-dir", str(data_dir), "--target", target.url, env=env)
     assert result.returncode == 1
     assert target.url in result.stderr
-    assert "SignatureDoesNotMatch" in result.stderr
+    assert "access denied" in result.stderr.lower() or "signature" in result.stderr.lower()
     assert "not-the-secret" not in result.stderr
     assert target.object_keys() == []
 
@@ -97,28 +96,30 @@ def test_unreachable_endpoint_fails_naming_it(data_dir: Path) -> None:
     assert "s3://backups/agent" in result.stderr and "127.0.0.1:9" in result.stderr
 
 
-def test_target_going_down_mid_upload_leaves_no_snapshot(data_dir: Path, tmp_path: Path) -> None:
-    add_many_files(data_dir)
+def test_target_going_away_briefly_mid_upload_is_ridden_out(data_dir: Path, tmp_path: Path) -> None:
+    """restic retries a backend that fails mid-upload: a short outage costs time, not the backup."""
+    add_many_files(data_dir, count=1500)
     with seaweedfs_server(tmp_path) as server:
         target = s3_target(server)
         process = start_create(target, data_dir)
-        wait_for_blobs(target, 3, process)
+        wait_for_blobs(target, 1, process)
         server.stop()  # SIGKILL: the store vanishes in the middle of the upload
-        _, stderr = process.communicate(timeout=120)
-        assert process.returncode == 1, stderr
-        assert target.url in stderr
+        time.sleep(2)
         server.start()
-        assert listed(target) == []
-        snapshot = create_ok(target, data_dir)  # the next run completes the job
-        assert listed(target) == [snapshot]
+        _, stderr = process.communicate(timeout=600)
+        assert process.returncode == 0, stderr
+        snapshots = listed(target)
+        assert len(snapshots) == 1
+        verified = run_cli("verify", "--target", target.url, env=target.env)
+        assert verified.returncode == 0, verified.stderr
 
 
 def test_kill_9_during_create_lists_no_half_snapshot(data_dir: Path, tmp_path: Path) -> None:
     target = file_target(tmp_path)
     first = create_ok(target, data_dir)
-    add_many_files(data_dir)
+    add_many_files(data_dir, count=1500)  # 60 MB of random data: several 16 MiB packs
     process = start_create(target, data_dir)
-    wait_for_blobs(target, len(target.object_keys("blobs/")) + 5, process)
+    wait_for_blobs(target, len(target.object_keys("data/")) + 1, process)
     process.send_signal(signal.SIGKILL)
     process.communicate(timeout=30)
     assert listed(target) == [first]
@@ -134,20 +135,25 @@ def test_kill_9_during_create_lists_no_half_snapshot(data_dir: Path, tmp_path: P
     assert run_cli("verify", "--target", target.url).returncode == 0
 
 
-@pytest.mark.parametrize("damage", ["garbage", "other-content"])
-def test_corrupt_blob_is_named_by_verify_and_stops_restore(
-    target: BackupTarget, data_dir: Path, tmp_path: Path, damage: str
+def corrupt_every_pack(target: BackupTarget) -> None:
+    """Flip one byte in the middle of every pack file of the repository."""
+    for key in target.object_keys("data/"):
+        body = bytearray(target.read(key))
+        body[len(body) // 2] ^= 0x01
+        if target.root is not None:
+            (target.root / key).chmod(0o600)  # restic stores packs read-only
+        target.write(key, bytes(body))
+
+
+def test_a_flipped_byte_fails_verify_and_stops_restore(
+    target: BackupTarget, data_dir: Path, tmp_path: Path
 ) -> None:
     snapshot = create_ok(target, data_dir)
-    digest = hashlib.sha256((data_dir / "memories" / "MEMORY.md").read_bytes()).hexdigest()
-    key = f"blobs/{digest[:2]}/{digest}.zst"
-    body = os.urandom(64) if damage == "garbage" else zstandard.compress(b"- the user hates tea\n")
-    target.write(key, body)
+    corrupt_every_pack(target)
 
     verify = run_cli("verify", "--target", target.url, "--snapshot", snapshot, env=target.env)
     assert verify.returncode == 1
-    assert snapshot in verify.stderr and "memories/MEMORY.md" in verify.stderr
-    assert key in verify.stderr
+    assert target.url in verify.stderr
 
     existing = tmp_path / "existing"
     existing.mkdir()
@@ -156,29 +162,10 @@ def test_corrupt_blob_is_named_by_verify_and_stops_restore(
         "restore", "--target", target.url, "--data-dir", str(existing), "--force", env=target.env
     )
     assert restore.returncode == 1
-    assert key in restore.stderr and "unchanged" in restore.stderr
+    assert snapshot in restore.stderr and "unchanged" in restore.stderr
     assert sorted(p.name for p in existing.iterdir()) == ["state.txt"]
     assert (existing / "state.txt").read_text() == "before"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".hermes-restore")] == []
-
-
-def test_corrupt_manifest_is_named_by_verify_list_and_restore(
-    target: BackupTarget, data_dir: Path, tmp_path: Path
-) -> None:
-    snapshot = create_ok(target, data_dir)
-    key = f"manifests/{snapshot}.json"
-    target.write(key, target.read(key).replace(b'"messages": 500', b'"messages": 501'))
-
-    verify = run_cli("verify", "--target", target.url, env=target.env)
-    assert verify.returncode == 1
-    assert snapshot in verify.stderr and key in verify.stderr and "corrupt" in verify.stderr
-    listing = run_cli("list", "--target", target.url, env=target.env)
-    assert snapshot in listing.stdout and "corrupt" in listing.stdout
-    restore = run_cli(
-        "restore", "--target", target.url, "--data-dir", str(tmp_path / "r"), env=target.env
-    )
-    assert restore.returncode == 1 and key in restore.stderr
-    assert not (tmp_path / "r").exists()
 
 
 @pytest.mark.parametrize("layout", ["dir-on-small-disk", "data-dir-is-the-mount"])
@@ -196,7 +183,7 @@ def test_disk_full_while_staging_leaves_data_dir_as_it_was(
 
     result = run_cli("restore", "--target", target.url, "--data-dir", str(dest), "--force")
     assert result.returncode == 1
-    assert "No space left on device" in result.stderr and str(dest) in result.stderr
+    assert "no space left on device" in result.stderr.lower() and str(dest) in result.stderr
     assert tree_fingerprint(dest, skip_databases=False) == before
     assert sorted(p.name for p in small_tmpfs.rglob(".hermes-restore*")) == []
 
@@ -289,7 +276,7 @@ def test_database_that_stays_locked_fails_after_bounded_retries(tmp_path: Path) 
         text=True,
     )
     (tmp_path / "vol").mkdir()
-    target = open_target(f"file://{tmp_path / 'vol'}")
+    target = open_repository(f"file://{tmp_path / 'vol'}")
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         with pytest.raises(RuntimeFailure, match=r"journal\.db: still locked after 2 attempts"):
@@ -297,4 +284,4 @@ def test_database_that_stays_locked_fails_after_bounded_retries(tmp_path: Path) 
     finally:
         holder.kill()
         holder.wait()
-    assert not (tmp_path / "vol" / "manifests").exists()
+    assert not list((tmp_path / "vol").glob("snapshots/*"))

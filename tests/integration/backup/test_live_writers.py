@@ -18,7 +18,7 @@ import pytest
 from backup_testlib import BackupTarget, rows, run_cli
 from ledger_writer import prepare
 
-from hermes_runtime.backup import create_backup, open_target, restore_snapshot
+from hermes_runtime.backup import create_backup, open_repository, restore_snapshot
 
 WRITER = Path(__file__).with_name("ledger_writer.py")
 
@@ -87,10 +87,10 @@ def test_backup_under_constant_commits_restores_consistent_databases(
         assert summary["databases"][name]["ledger"] == committed_rows(restored / name)
 
 
-def test_vacuum_into_method_is_consistent_too(live_data_dir: Path, tmp_path: Path) -> None:
+def test_library_create_and_restore_are_consistent_too(live_data_dir: Path, tmp_path: Path) -> None:
     (tmp_path / "vol").mkdir()
-    target = open_target(f"file://{tmp_path / 'vol'}")
+    target = open_repository(f"file://{tmp_path / 'vol'}")
     before = committed_rows(live_data_dir / "lcm.db")
-    summary = create_backup(live_data_dir, target, method="vacuum")
+    summary = create_backup(live_data_dir, target)
     restore_snapshot(target, tmp_path / "restored", snapshot=summary.id)
     assert_consistent(tmp_path / "restored" / "lcm.db", before)

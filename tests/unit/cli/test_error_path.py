@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from support.cli import run_cli, verb_parsers
+from support.restic import restic_env
 
 from hermes_runtime.cli import _shared, build_parser, main
 
@@ -150,6 +151,12 @@ CASES = {
         ("{tmp}/gone",),
         {"HERMES_HOME": "{tmp}/gone"},
     ),
+    "backup without a repository password": Case(
+        ("backup", "list", "--target", "file://{tmp}/backups"),
+        1,
+        ("RESTIC_PASSWORD", "file://{tmp}/backups"),
+        {"RESTIC_PASSWORD": ""},
+    ),
     "backup target with an unknown scheme": Case(
         ("backup", "list", "--target", "ftp://host/x"), 1, ("--target", "ftp://host/x")
     ),
@@ -256,7 +263,7 @@ def results(scratch: Path) -> dict[str, subprocess.CompletedProcess[str]]:
 
     def run(case: Case) -> subprocess.CompletedProcess[str]:
         fill = lambda text: text.replace("{tmp}", str(scratch))  # noqa: E731
-        env = {"HERMES_HOME": str(scratch / "home")}
+        env = {"HERMES_HOME": str(scratch / "home"), **restic_env()}
         env.update({key: fill(value) for key, value in case.env.items()})
         return run_cli(*(fill(arg) for arg in case.argv), env=env)
 
@@ -318,10 +325,12 @@ def test_a_closed_stdout_ends_quietly(scratch: Path) -> None:
     (data / "notes.txt").write_text("hello\n")
     target = f"file://{scratch}/pipe-backups"
     (scratch / "pipe-backups").mkdir()
-    created = run_cli("backup", "create", "--data-dir", str(data), "--target", target)
+    created = run_cli(
+        "backup", "create", "--data-dir", str(data), "--target", target, env=restic_env()
+    )
     assert created.returncode == 0, created.stderr
     for argv in (("backup", "list", "--target", target), ("--help",), ("backup", "--help")):
-        result = _closed_pipe_run(*argv, env={})
+        result = _closed_pipe_run(*argv, env=restic_env())
         assert result.returncode == 0, result.stderr
         assert "Traceback" not in result.stderr and "Broken pipe" not in result.stderr
         assert "BrokenPipeError" not in result.stderr
@@ -379,7 +388,10 @@ def test_json_output_of_a_verb_parses(scratch: Path) -> None:
     (data / "a.txt").write_text("a\n")
     (scratch / "json-backups").mkdir()
     target = f"file://{scratch}/json-backups"
-    created = run_cli("backup", "create", "--json", "--data-dir", str(data), "--target", target)
+    env = restic_env()
+    created = run_cli(
+        "backup", "create", "--json", "--data-dir", str(data), "--target", target, env=env
+    )
     assert json.loads(created.stdout)["files"] == 1
-    listed = run_cli("backup", "list", "--target", target, "--json")
+    listed = run_cli("backup", "list", "--target", target, "--json", env=env)
     assert [s["id"] for s in json.loads(listed.stdout)] == [json.loads(created.stdout)["id"]]

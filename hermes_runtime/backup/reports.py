@@ -1,0 +1,87 @@
+"""The records the backup commands return (``--json`` prints them as they are)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hermes_runtime.common.errors import RuntimeFailure
+
+
+@dataclass
+class BackupSummary:
+    """What ``create`` did; ``--json`` prints it and the status record keeps part of it."""
+
+    id: str
+    target: str
+    duration_seconds: float
+    bytes_read: int
+    bytes_uploaded: int
+    files: int
+    files_uploaded: int
+    files_unchanged: int
+    databases: dict[str, dict[str, int]] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SnapshotInfo:
+    id: str
+    created_at: str
+    files: int
+    databases: int
+    bytes: int
+    verified: bool
+    status: str
+
+
+@dataclass
+class VerifyReport:
+    """What ``verify`` checked (``marked`` is kept for the JSON shape: restic keeps no marks)."""
+
+    snapshot: str
+    files: int
+    databases: int
+    bytes: int
+    problems: list[str] = field(default_factory=list)
+    marked: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+@dataclass
+class RestoreReport:
+    snapshot: str | None
+    data_dir: str
+    restored: bool
+    reason: str
+    files: int = 0
+    databases: int = 0
+    bytes: int = 0
+    duration_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class PrunePolicy:
+    """Our keep flags, handed to ``restic forget``."""
+
+    keep_last: int = 0
+    keep_daily: int = 0
+    keep_weekly: int = 0
+
+    def validate(self) -> None:
+        for name in ("keep_last", "keep_daily", "keep_weekly"):
+            if getattr(self, name) < 0:
+                raise RuntimeFailure(f"--{name.replace('_', '-')} must be >= 0")
+        if self.keep_last + self.keep_daily + self.keep_weekly == 0:
+            raise RuntimeFailure("--keep-last, --keep-daily or --keep-weekly must keep something")
+
+
+@dataclass
+class PruneReport:
+    kept: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    blobs_deleted: int = 0
+    bytes_freed: int = 0
+    dry_run: bool = False

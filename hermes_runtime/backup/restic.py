@@ -1,0 +1,225 @@
+"""restic as the backup repository: our URLs mapped to restic's, and one way to run it.
+
+Why restic: its repositories are deduplicated, encrypted and verifiable, and the
+people who restore at 3 a.m. already know it. Our part stays what restic cannot
+do (online SQLite snapshots, integrity checks, row counts, excludes: see
+``restic_engine``); everything after the staged tree is restic's.
+
+restic reads its own variables: ``RESTIC_PASSWORD`` / ``RESTIC_PASSWORD_FILE`` /
+``RESTIC_PASSWORD_COMMAND``, ``RESTIC_CACHE_DIR``, ``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION``. We pass the environment through
+and never put a secret in an argument.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from hermes_runtime.common.errors import RuntimeFailure
+
+BINARY_ENV = "HERMES_RUNTIME_RESTIC"
+PASSWORD_VARIABLES = ("RESTIC_PASSWORD", "RESTIC_PASSWORD_FILE", "RESTIC_PASSWORD_COMMAND")
+# restic >= 0.17 exit codes (restic help: "Exit status")
+EXIT_NO_REPOSITORY = 10
+EXIT_WRONG_PASSWORD = 12
+STDERR_TAIL = 1500
+CONNECT_TIMEOUT_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class ResticRepository:
+    """One repository: our URL, restic's repository string, and the environment to run with."""
+
+    url: str
+    repository: str
+    env: Mapping[str, str] = field(repr=False)
+    options: tuple[str, ...] = ()
+
+
+def restic_binary() -> str:
+    """``$HERMES_RUNTIME_RESTIC``, else ``restic`` on PATH (the image and ci/install-tools.sh)."""
+    configured = os.environ.get(BINARY_ENV)
+    found = configured or shutil.which("restic")
+    if not found or not Path(found).exists():
+        raise RuntimeFailure(
+            f"restic not found ({BINARY_ENV}={configured!r}, PATH): install it "
+            "(ci/install-tools.sh builds v0.18.1; Debian's restic 0.14 works too)"
+        )
+    return found
+
+
+def open_repository(
+    url: str, s3_endpoint: str | None = None, environ: Mapping[str, str] | None = None
+) -> ResticRepository:
+    """Map ``file:///path`` or ``s3://bucket/prefix`` to a restic repository.
+
+    A missing password is refused here, before anything runs, with the variables named.
+    """
+    env = dict(os.environ if environ is None else environ)
+    parts = urlsplit(url)
+    if not (parts.scheme == "file" and parts.path and not parts.netloc) and not (
+        parts.scheme == "s3" and parts.netloc
+    ):
+        raise RuntimeFailure(f"--target {url}: expected file:///path or s3://bucket/prefix")
+    if not any(env.get(name) for name in PASSWORD_VARIABLES):
+        raise RuntimeFailure(
+            f"backup repository {url}: no password: set RESTIC_PASSWORD or RESTIC_PASSWORD_FILE "
+            "(restic encrypts every repository; losing the password loses the backups)"
+        )
+    if parts.scheme == "file":
+        return ResticRepository(url, parts.path, env)
+    endpoint = s3_endpoint or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    base = (endpoint or "https://s3.amazonaws.com").rstrip("/")
+    prefix = parts.path.strip("/")
+    repository = f"s3:{base}/{parts.netloc}" + (f"/{prefix}" if prefix else "")
+    if env.get("AWS_REGION") and not env.get("AWS_DEFAULT_REGION"):
+        env["AWS_DEFAULT_REGION"] = env["AWS_REGION"]
+    # Self-hosted S3 (SeaweedFS, MinIO, Ceph) serves path-style buckets.
+    options = ("-o", "s3.bucket-lookup=path") if endpoint else ()
+    return ResticRepository(url, repository, env, options)
+
+
+def _command(repo: ResticRepository, args: Sequence[str]) -> list[str]:
+    """The argv of one restic run, after a quick reachability check of an S3 endpoint.
+
+    restic retries an unreachable backend for minutes; a refused or unroutable endpoint
+    should fail now, naming it, as every other command of ours does.
+    """
+    if repo.repository.startswith("s3:"):
+        _check_reachable(repo)
+    return [restic_binary(), "--repo", repo.repository, *repo.options, *args]
+
+
+def _check_reachable(repo: ResticRepository) -> None:
+    endpoint = urlsplit(repo.repository.removeprefix("s3:"))
+    host = endpoint.hostname or ""
+    port = endpoint.port or (80 if endpoint.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_SECONDS).close()
+    except OSError as exc:
+        raise RuntimeFailure(
+            f"backup repository {repo.url}: cannot reach the S3 endpoint "
+            f"{endpoint.scheme}://{host}:{port}: {exc}"
+        ) from exc
+
+
+def run_restic(
+    repo: ResticRepository,
+    args: Sequence[str],
+    *,
+    cwd: Path | None = None,
+    check: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    """Run one restic command on ``repo``; a failure names the repository and restic's words."""
+    command = _command(repo, args)
+    done = subprocess.run(
+        command,
+        cwd=cwd,
+        env=dict(repo.env),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if check and done.returncode != 0:
+        raise RuntimeFailure(failure_message(repo, args, done))
+    return done
+
+
+def stream_restic(
+    repo: ResticRepository,
+    args: Sequence[str],
+    on_record: Callable[[dict[str, Any]], None],
+    *,
+    cwd: Path | None = None,
+) -> list[dict[str, Any]]:
+    """Run a ``--json`` restic command, handing each line's record to ``on_record`` as it comes.
+
+    A long backup then moves a progress bar (or logs progress lines) while restic works.
+    """
+    command = _command(repo, args)
+    records: list[dict[str, Any]] = []
+    with tempfile.TemporaryFile(mode="w+", encoding="utf-8") as errors:
+        with subprocess.Popen(
+            command, cwd=cwd, env=dict(repo.env), stdout=subprocess.PIPE, stderr=errors, text=True
+        ) as process:
+            assert process.stdout is not None
+            for line in process.stdout:
+                for record in json_lines(line):
+                    records.append(record)
+                    on_record(record)
+        errors.seek(0)
+        stderr = errors.read()
+    if process.returncode != 0:
+        done = subprocess.CompletedProcess(command, process.returncode, "", stderr)
+        raise RuntimeFailure(failure_message(repo, args, done))
+    return records
+
+
+def failure_message(
+    repo: ResticRepository, args: Sequence[str], done: subprocess.CompletedProcess[str]
+) -> str:
+    tail = done.stderr.strip()[-STDERR_TAIL:] or done.stdout.strip()[-STDERR_TAIL:]
+    if done.returncode == EXIT_WRONG_PASSWORD or "wrong password" in tail:
+        return f"backup repository {repo.url}: wrong password (RESTIC_PASSWORD*): {tail}"
+    return f"restic {args[0] if args else ''} on {repo.url} failed (exit {done.returncode}): {tail}"
+
+
+def repository_missing(done: subprocess.CompletedProcess[str]) -> bool:
+    """restic's answer when no repository is at the location (exit 10 since 0.17)."""
+    return done.returncode == EXIT_NO_REPOSITORY or "Is there a repository" in done.stderr
+
+
+def require_folder(repo: ResticRepository) -> None:
+    """A ``file://`` repository's folder must exist: an unmounted backup volume is an error."""
+    if not repo.repository.startswith("s3:") and not Path(repo.repository).is_dir():
+        raise RuntimeFailure(
+            f"--target {repo.url}: {repo.repository} is not a folder "
+            "(is the backup volume mounted?)"
+        )
+
+
+def ensure_repository(repo: ResticRepository) -> bool:
+    """Create the repository on first use; True when it was created now.
+
+    A ``file://`` folder must exist already: a backup volume that is not mounted
+    must fail the backup, not grow a repository in the container's own filesystem.
+    """
+    require_folder(repo)
+    done = run_restic(repo, ["cat", "config"], check=False)
+    if done.returncode == 0:
+        return False
+    if not repository_missing(done):
+        raise RuntimeFailure(failure_message(repo, ["cat"], done))
+    run_restic(repo, ["init"])
+    return True
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    """restic's ``--json`` output: one object per line (progress, then a summary)."""
+    records = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return records
+
+
+def json_document(text: str) -> Any:
+    """The one JSON document (array or object) in restic's output, skipping other lines."""
+    for line in text.splitlines():
+        if line.strip().startswith(("[", "{")):
+            return json.loads(line)
+    raise RuntimeFailure(f"restic printed no JSON: {text.strip()[-STDERR_TAIL:]}")

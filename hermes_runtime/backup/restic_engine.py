@@ -1,0 +1,438 @@
+"""create / list / verify / restore / prune on a restic repository.
+
+Our part, which restic cannot do: find every SQLite database by its header, take
+a one-step online snapshot of each, run ``integrity_check``, count rows, apply the
+excludes. Then restic gets a staged tree:
+
+- database snapshots in place of the live files;
+- the other files as they are (copied with their modes and mtimes);
+- our manifest (databases, row counts, versions) at ``.hermes-backup/manifest.json``.
+
+The tree is staged at a FIXED path under the scratch folder and backed up as ``.``
+with a fixed ``--host``, so the snapshot's root is the data dir itself (a plain
+``restic restore`` gives the data dir back) and restic finds its parent snapshot
+(unchanged files are not re-read: ``--ignore-inode --ignore-ctime``, since staging
+copies them). Restore keeps our staged, verified, all-or-nothing swap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import platform
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from hermes_runtime.backup.dbsnap import check_database, snapshot_database
+from hermes_runtime.backup.reports import (
+    BackupSummary,
+    PrunePolicy,
+    PruneReport,
+    RestoreReport,
+    SnapshotInfo,
+    VerifyReport,
+)
+from hermes_runtime.backup.restic import (
+    ResticRepository,
+    ensure_repository,
+    failure_message,
+    json_document,
+    repository_missing,
+    require_folder,
+    run_restic,
+    stream_restic,
+)
+from hermes_runtime.backup.restore import (
+    data_dir_entries,
+    remove_stale_stages,
+    staging_root,
+    swap_in,
+)
+from hermes_runtime.backup.selection import (
+    STAGING_PREFIX,
+    Excluder,
+    Selection,
+    make_excluder,
+    scan_data_dir,
+)
+from hermes_runtime.common.errors import RuntimeFailure, name_list
+from hermes_runtime.common.logs import Reporter, log_event, reporter
+
+TAG = "hermes-runtime"
+DATABASES_TAG = "hermes-databases="
+HOST = "hermes-runtime"  # fixed: pods change names, and forget groups by host
+MANIFEST_DIR = ".hermes-backup"
+MANIFEST_RELPATH = f"{MANIFEST_DIR}/manifest.json"
+STAGE_NAME = "hermes-restic-stage"
+PROGRESS_EVERY_SECONDS = 10.0
+MANIFEST_FORMAT = 1
+
+
+@dataclass
+class TreeManifest:
+    """What restic cannot know: which files are databases, their checks and row counts."""
+
+    created_at: str
+    source: dict[str, str]
+    excludes: list[str]
+    databases: dict[str, dict[str, Any]] = field(default_factory=dict)
+    files: int = 0
+    format: int = MANIFEST_FORMAT
+
+
+def create_restic_backup(
+    data_dir: Path,
+    repo: ResticRepository,
+    *,
+    excludes: tuple[str, ...] = (),
+    default_excludes: bool = True,
+    work_dir: Path | None = None,
+    db_attempts: int = 5,
+    stream: TextIO | None = None,
+    progress_every: float = PROGRESS_EVERY_SECONDS,
+) -> BackupSummary:
+    """Stage ``data_dir`` (database snapshots, other files, manifest) and back it up with restic."""
+    if not data_dir.is_dir():
+        raise RuntimeFailure(f"--data-dir {data_dir}: not a directory")
+    data_dir = data_dir.resolve()
+    started = time.monotonic()
+    excluder = make_excluder(excludes, defaults=default_excludes)
+    selection = scan_data_dir(data_dir, excluder)
+    stage = Path(work_dir or tempfile.gettempdir()) / STAGE_NAME
+    with _exclusive(stage):
+        return _create_staged(
+            data_dir, repo, stage, selection, excluder, started, db_attempts, stream, progress_every
+        )
+
+
+@contextlib.contextmanager
+def _exclusive(stage: Path) -> Iterator[None]:
+    """One backup at a time per scratch folder: the stage path is fixed (restic's parent)."""
+    stage.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(stage.parent, os.O_RDONLY | os.O_DIRECTORY)  # a lock that leaves no file
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise RuntimeFailure(
+                f"another backup is staging in {stage}: wait for it or pass another --work-dir"
+            ) from exc
+        yield
+    finally:
+        os.close(fd)
+
+
+def _create_staged(
+    data_dir: Path,
+    repo: ResticRepository,
+    stage: Path,
+    selection: Selection,
+    excluder: Excluder,
+    started: float,
+    db_attempts: int,
+    stream: TextIO | None,
+    progress_every: float,
+) -> BackupSummary:
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir(mode=0o700, parents=True)
+    manifest = TreeManifest(
+        created_at=datetime.now(UTC).isoformat(),
+        source={"data_dir": str(data_dir), "host": platform.node()},
+        excludes=list(excluder.patterns),
+    )
+    with reporter("backup.create", stream) as progress:
+        progress.step("started", target=repo.url, data_dir=str(data_dir))
+        progress.start_task(f"backup {data_dir.name}", total=selection.total_bytes)
+        try:
+            try:
+                _stage_tree(data_dir, stage, selection, manifest, db_attempts, progress)
+            except OSError as exc:
+                raise RuntimeFailure(
+                    f"backup of {data_dir} failed: {exc} (scratch space: {stage})"
+                ) from exc
+            ensure_repository(repo)
+            count = f"{DATABASES_TAG}{len(manifest.databases)}"  # shown by list, no dump needed
+            args = ["backup", "--json", "--host", HOST, "--tag", TAG, "--tag", count]
+            args += ["--ignore-inode", "--ignore-ctime", "."]
+            meter = _Meter(progress, progress_every)
+            records = stream_restic(repo, args, meter.record, cwd=stage)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+        summary = next((r for r in records if r.get("message_type") == "summary"), {})
+        if not summary.get("snapshot_id"):
+            raise RuntimeFailure(f"restic backup on {repo.url} printed no snapshot id")
+        snapshot_id = resolve_restic_snapshot(repo, str(summary["snapshot_id"]))  # 0.14: short
+        added = int(summary.get("data_added_packed", summary.get("data_added", 0)))
+        progress.step("finished", snapshot=snapshot_id, bytes_uploaded=added)
+    return BackupSummary(
+        id=snapshot_id,
+        target=repo.url,
+        duration_seconds=round(time.monotonic() - started, 3),
+        bytes_read=int(summary.get("total_bytes_processed", 0)),
+        bytes_uploaded=added,
+        files=manifest.files,
+        files_uploaded=int(summary.get("files_new", 0)) + int(summary.get("files_changed", 0)),
+        files_unchanged=int(summary.get("files_unmodified", 0)),
+        databases={path: db["tables"] for path, db in manifest.databases.items()},
+        skipped=selection.skipped_special,
+    )
+
+
+@dataclass
+class _Meter:
+    """Turns restic's status records into our bar, or a progress line every few seconds."""
+
+    progress: Reporter
+    every: float
+    done: int = 0
+    last_line: float = field(default_factory=time.monotonic)
+
+    def record(self, record: dict[str, Any]) -> None:
+        if record.get("message_type") != "status":
+            return
+        bytes_done = int(record.get("bytes_done", 0))
+        self.progress.advance(max(0, bytes_done - self.done))
+        self.done = max(self.done, bytes_done)
+        now = time.monotonic()
+        due = now - self.last_line >= self.every and bytes_done > 0
+        if not self.progress.interactive and due:
+            self.last_line = now
+            self.progress.step(
+                "progress", bytes_done=bytes_done, bytes_total=int(record.get("total_bytes", 0))
+            )
+
+
+def _stage_tree(
+    data_dir: Path,
+    stage: Path,
+    selection: Selection,
+    manifest: TreeManifest,
+    attempts: int,
+    progress: Reporter,
+) -> None:
+    for directory in selection.dirs:
+        (stage / directory.relpath).mkdir(parents=True, exist_ok=True)
+    for found in selection.databases:
+        dest = stage / found.relpath
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        seconds = snapshot_database(data_dir / found.relpath, dest, attempts=attempts)
+        check = check_database(dest)
+        if not check.ok:
+            raise RuntimeFailure(
+                f"database {data_dir / found.relpath}: snapshot fails integrity_check: "
+                f"{check.integrity}"
+            )
+        for suffix in ("-wal", "-shm"):
+            dest.with_name(dest.name + suffix).unlink(missing_ok=True)
+        os.chmod(dest, found.mode)
+        manifest.databases[found.relpath] = {
+            "integrity": check.integrity,
+            "tables": check.tables,
+            "size": dest.stat().st_size,
+            "snapshot_seconds": round(seconds, 4),
+        }
+        progress.step("database", path=found.relpath, seconds=round(seconds, 3))
+    for found in selection.files:
+        dest = stage / found.relpath
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            shutil.copy2(data_dir / found.relpath, dest, follow_symlinks=False)
+        except FileNotFoundError:
+            continue  # deleted since the scan
+        manifest.files += 1
+    for link in selection.links:
+        dest = stage / link.relpath
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(link.target, dest)
+    for directory in sorted(selection.dirs, key=lambda d: d.relpath.count("/"), reverse=True):
+        os.chmod(stage / directory.relpath, directory.mode)
+    (stage / MANIFEST_DIR).mkdir(exist_ok=True)
+    (stage / MANIFEST_RELPATH).write_text(json.dumps(asdict(manifest), indent=2, sort_keys=True))
+
+
+NO_LOCK = "--no-lock"  # restic's flag for commands that only read the repository
+
+
+def list_restic_snapshots(
+    repo: ResticRepository, extra: list[str] | None = None
+) -> list[SnapshotInfo]:
+    """Our snapshots in the repository, oldest first; none when it does not exist yet.
+
+    Without restic's lock (``--no-lock``): a listing changes nothing, and the runbook's shell
+    pod mounts the backup volume read-only, where restic would retry writing its lock for
+    minutes. A prune running at the same time may still list a snapshot it is removing.
+    """
+    require_folder(repo)
+    no_lock = [] if NO_LOCK in (extra or []) else [NO_LOCK]
+    args = [*(extra or []), *no_lock, "snapshots", "--json", "--tag", TAG]
+    done = run_restic(repo, args, check=False)
+    if done.returncode != 0:
+        if repository_missing(done):
+            return []
+        raise RuntimeFailure(failure_message(repo, args, done))
+    infos = []
+    for snap in json_document(done.stdout) or []:
+        summary = snap.get("summary") or {}
+        infos.append(
+            SnapshotInfo(
+                id=snap["id"],
+                created_at=snap["time"],
+                files=int(summary.get("total_files_processed", 0)),
+                databases=_databases(snap.get("tags") or []),
+                bytes=int(summary.get("total_bytes_processed", 0)),
+                verified=False,
+                status="ok",
+            )
+        )
+    return infos
+
+
+def _databases(tags: list[str]) -> int:
+    for tag in tags:
+        if tag.startswith(DATABASES_TAG) and tag.removeprefix(DATABASES_TAG).isdigit():
+            return int(tag.removeprefix(DATABASES_TAG))
+    return 0
+
+
+def resolve_restic_snapshot(
+    repo: ResticRepository, snapshot: str, extra: list[str] | None = None
+) -> str:
+    infos = list_restic_snapshots(repo, extra)
+    if not infos:
+        raise RuntimeFailure(
+            f"backup repository {repo.url} holds no snapshot (asked for {snapshot})"
+        )
+    if snapshot == "latest":
+        return infos[-1].id
+    matches = [i.id for i in infos if i.id.startswith(snapshot)]
+    if len(matches) != 1:
+        raise RuntimeFailure(f"backup repository {repo.url}: no single snapshot {snapshot!r}")
+    return matches[0]
+
+
+def _restore_tree(
+    repo: ResticRepository, snapshot_id: str, dest: Path, extra: list[str] | None = None
+) -> TreeManifest:
+    """``restic restore`` into ``dest``, then check every database against the manifest."""
+    run_restic(repo, [*(extra or []), "restore", snapshot_id, "--target", str(dest)])
+    try:
+        raw = json.loads((dest / MANIFEST_RELPATH).read_text())
+        manifest = TreeManifest(**raw)
+    except (OSError, ValueError, TypeError) as exc:
+        raise RuntimeFailure(f"snapshot {snapshot_id}: no readable {MANIFEST_RELPATH}") from exc
+    for path, record in manifest.databases.items():
+        check = check_database(dest / path)
+        for suffix in ("-wal", "-shm"):
+            (dest / (path + suffix)).unlink(missing_ok=True)
+        if not check.ok or check.tables != record["tables"]:
+            raise RuntimeFailure(
+                f"database {path} of snapshot {snapshot_id} does not check out: "
+                f"integrity {check.integrity}, tables {check.tables} != {record['tables']}"
+            )
+    shutil.rmtree(dest / MANIFEST_DIR)
+    return manifest
+
+
+def verify_restic_snapshot(
+    repo: ResticRepository,
+    snapshot: str = "latest",
+    *,
+    scratch: Path | None = None,
+    lock: bool = True,
+) -> VerifyReport:
+    """Read back every pack (``check --read-data``), then restore to scratch and check the DBs.
+
+    ``lock=False`` (``verify --no-mark``) works on a read-only repository: restic's
+    ``--no-lock``, at the price of not excluding a concurrent prune.
+    """
+    no_lock = [] if lock else ["--no-lock"]
+    snapshot_id = resolve_restic_snapshot(repo, snapshot, no_lock)
+    run_restic(repo, [*no_lock, "check", "--read-data"])
+    dest = Path(scratch or tempfile.gettempdir()) / f"hermes-verify-{snapshot_id[:8]}"
+    shutil.rmtree(dest, ignore_errors=True)
+    try:
+        manifest = _restore_tree(repo, snapshot_id, dest, no_lock)
+        size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
+    finally:
+        shutil.rmtree(dest, ignore_errors=True)
+    return VerifyReport(snapshot_id, manifest.files, len(manifest.databases), size)
+
+
+def restore_restic_snapshot(
+    repo: ResticRepository,
+    data_dir: Path,
+    *,
+    snapshot: str = "latest",
+    force: bool = False,
+    if_empty: bool = False,
+) -> RestoreReport:
+    """Restore into ``data_dir`` all or nothing: stage beside it, check, then swap by renames.
+
+    Without restic's lock (``--no-lock``): a restore only reads the repository, and the
+    runbook mounts the backup volume read-only, where restic would retry its lock for minutes.
+    A prune running at the same time can only make the staging fail; ``data_dir`` is then
+    unchanged.
+    """
+    started = time.monotonic()
+    existing = data_dir_entries(data_dir)
+    if existing and if_empty:
+        return RestoreReport(None, str(data_dir), False, "data dir already holds data")
+    if existing and not force:
+        raise RuntimeFailure(
+            f"--data-dir {data_dir} is not empty ({name_list(existing)}); "
+            "pass --force to replace its content, or --if-empty to skip"
+        )
+    snapshot_id = resolve_restic_snapshot(repo, snapshot, [NO_LOCK])
+    data_dir.mkdir(parents=True, exist_ok=True)
+    stage_root = staging_root(data_dir)
+    tag = f"{STAGING_PREFIX}{data_dir.name}-{os.urandom(4).hex()}"
+    stage = stage_root / f"{tag}-stage"
+    remove_stale_stages(stage_root, data_dir.name)
+    log_event(
+        "backup.restore.started", snapshot=snapshot_id, data_dir=str(data_dir), staging=str(stage)
+    )
+    try:
+        manifest = _restore_tree(repo, snapshot_id, stage, [NO_LOCK])
+    except (OSError, RuntimeFailure) as exc:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise RuntimeFailure(
+            f"restore of snapshot {snapshot_id} into {data_dir} failed while staging in "
+            f"{stage}: {exc}; {data_dir} is unchanged"
+        ) from exc
+    swap_in(stage, data_dir, stage_root / f"{tag}-old", existing)
+    return RestoreReport(
+        snapshot_id,
+        str(data_dir),
+        True,
+        "restored",
+        files=manifest.files,
+        databases=len(manifest.databases),
+        duration_seconds=round(time.monotonic() - started, 3),
+    )
+
+
+def prune_restic_snapshots(
+    repo: ResticRepository, policy: PrunePolicy, *, dry_run: bool = False
+) -> PruneReport:
+    """``restic forget --prune`` with our keep flags, on our snapshots only."""
+    args = ["forget", "--json", "--tag", TAG, "--group-by", "host"]
+    args += ["--keep-last", str(policy.keep_last)]
+    if policy.keep_daily:
+        args += ["--keep-daily", str(policy.keep_daily)]
+    if policy.keep_weekly:
+        args += ["--keep-weekly", str(policy.keep_weekly)]
+    args += ["--dry-run"] if dry_run else ["--prune"]
+    run_restic(repo, ["unlock"])  # only stale locks: those of a killed backup
+    done = run_restic(repo, args)
+    groups = json_document(done.stdout) or []
+    kept = [s["id"] for g in groups for s in g.get("keep") or []]
+    deleted = [s["id"] for g in groups for s in g.get("remove") or []]
+    return PruneReport(kept=kept, deleted=deleted, dry_run=dry_run)
