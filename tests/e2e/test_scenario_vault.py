@@ -25,6 +25,7 @@ reaches the running agent (gateway restarted in place, same pod).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import secrets
@@ -463,13 +464,16 @@ def run_backup_job(cluster: kube.Cluster, namespace: str) -> client.V1Pod:
     return pod
 
 
-def listed_snapshots(port: int, access_key: str, secret_key: str) -> list[dict[str, Any]]:
+def listed_snapshots(
+    port: int, access_key: str, secret_key: str, password: str
+) -> list[dict[str, Any]]:
     """The .venv's `backup list` against the forwarded S3; credentials only in its env."""
     env = {
         "PATH": "/usr/bin:/bin",
         "AWS_ACCESS_KEY_ID": access_key,
         "AWS_SECRET_ACCESS_KEY": secret_key,
         "AWS_REGION": "us-east-1",
+        "RESTIC_PASSWORD": password,  # the repository's, from the Secret the chart keeps
     }
     cmd = [
         str(HERMES_RUNTIME),
@@ -529,8 +533,10 @@ def test_backup_cronjob_takes_its_s3_credentials_from_openbao(
     job_pod = run_backup_job(cluster, namespace)
     env_names = {e.name for c in job_pod.spec.containers for e in c.env or []}
     assert "AWS_SECRET_ACCESS_KEY" not in env_names, "the job got S3 credentials from its spec"
+    kept = cluster.core.read_namespaced_secret(f"{RELEASE}-hermes-agent-backup-password", namespace)
+    password = base64.b64decode(kept.data["RESTIC_PASSWORD"]).decode()
     with kube.port_forward(cluster, namespace, "svc/s3", 8333) as port:
-        snapshots = listed_snapshots(port, access_key, secret_key)
+        snapshots = listed_snapshots(port, access_key, secret_key, password)
     assert [s["status"] for s in snapshots] == ["ok"], f"snapshots in the bucket: {snapshots}"
     print(f"backup job {job_pod.metadata.name} wrote snapshot {snapshots[0]['id']} to S3")
 
