@@ -72,7 +72,7 @@ class FrontDoor:
         self._metrics = metrics
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._stopped = threading.Event()
+        self._stopped: asyncio.Event | None = None  # made on the loop thread, set via the loop
 
     @property
     def port(self) -> int:
@@ -93,9 +93,9 @@ class FrontDoor:
 
     def stop(self) -> None:
         """Stop accepting; connections in flight are closed with the loop."""
-        loop = self._loop
-        if loop is not None:
-            loop.call_soon_threadsafe(self._stopped.set)
+        loop, stopped = self._loop, self._stopped
+        if loop is not None and stopped is not None:
+            loop.call_soon_threadsafe(stopped.set)
         if self._thread is not None:
             self._thread.join(timeout=5)
 
@@ -114,11 +114,11 @@ class FrontDoor:
             loop.close()
 
     async def _main(self, sock: socket.socket, ready: threading.Event) -> None:
+        self._stopped = asyncio.Event()
         server = await asyncio.start_server(self._handle, sock=sock)
         ready.set()
         async with server:
-            while not self._stopped.is_set():
-                await asyncio.sleep(0.1)
+            await self._stopped.wait()
             server.close()
 
     async def _handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
@@ -143,7 +143,7 @@ class FrontDoor:
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
         """Knock until the gateway accepts, while one is running or on its way."""
         deadline = arrived + self._policy.hold_seconds
-        while time.monotonic() < deadline and not self._stopped.is_set():
+        while time.monotonic() < deadline:
             gateway = self._gateway
             if gateway.stopping() and not gateway.running():
                 return None  # the pod is going away: no gateway will answer

@@ -261,9 +261,7 @@ def _stage_tree(
 NO_LOCK = "--no-lock"  # restic's flag for commands that only read the repository
 
 
-def list_restic_snapshots(
-    repo: ResticRepository, extra: list[str] | None = None
-) -> list[SnapshotInfo]:
+def list_restic_snapshots(repo: ResticRepository) -> list[SnapshotInfo]:
     """Our snapshots in the repository, oldest first; none when it does not exist yet.
 
     Without restic's lock (``--no-lock``): a listing changes nothing, and the runbook's shell
@@ -271,8 +269,7 @@ def list_restic_snapshots(
     minutes. A prune running at the same time may still list a snapshot it is removing.
     """
     require_folder(repo)
-    no_lock = [] if NO_LOCK in (extra or []) else [NO_LOCK]
-    args = [*(extra or []), *no_lock, "snapshots", "--json", "--tag", TAG]
+    args = [NO_LOCK, "snapshots", "--json", "--tag", TAG]
     done = run_restic(repo, args, check=False)
     if done.returncode != 0:
         if repository_missing(done):
@@ -302,10 +299,8 @@ def _databases(tags: list[str]) -> int:
     return 0
 
 
-def resolve_restic_snapshot(
-    repo: ResticRepository, snapshot: str, extra: list[str] | None = None
-) -> str:
-    infos = list_restic_snapshots(repo, extra)
+def resolve_restic_snapshot(repo: ResticRepository, snapshot: str) -> str:
+    infos = list_restic_snapshots(repo)
     if not infos:
         raise RuntimeFailure(
             f"backup repository {repo.url} holds no snapshot (asked for {snapshot})"
@@ -353,8 +348,8 @@ def verify_restic_snapshot(
     ``lock=False`` (``verify --no-mark``) works on a read-only repository: restic's
     ``--no-lock``, at the price of not excluding a concurrent prune.
     """
-    no_lock = [] if lock else ["--no-lock"]
-    snapshot_id = resolve_restic_snapshot(repo, snapshot, no_lock)
+    no_lock = [] if lock else [NO_LOCK]
+    snapshot_id = resolve_restic_snapshot(repo, snapshot)
     run_restic(repo, [*no_lock, "check", "--read-data"])
     dest = Path(scratch or tempfile.gettempdir()) / f"hermes-verify-{snapshot_id[:8]}"
     shutil.rmtree(dest, ignore_errors=True)
@@ -390,7 +385,7 @@ def restore_restic_snapshot(
             f"--data-dir {data_dir} is not empty ({name_list(existing)}); "
             "pass --force to replace its content, or --if-empty to skip"
         )
-    snapshot_id = resolve_restic_snapshot(repo, snapshot, [NO_LOCK])
+    snapshot_id = resolve_restic_snapshot(repo, snapshot)
     data_dir.mkdir(parents=True, exist_ok=True)
     stage_root = staging_root(data_dir)
     tag = f"{STAGING_PREFIX}{data_dir.name}-{os.urandom(4).hex()}"

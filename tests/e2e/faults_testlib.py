@@ -66,21 +66,13 @@ def _named(items: list[Any], what: str) -> Any:
     return items[0]
 
 
-def api_secret(cluster: kube.Cluster, namespace: str) -> str:
+def release_secret_with(cluster: kube.Cluster, namespace: str, key: str, what: str) -> str:
+    """The name of the release's one Secret holding ``key`` (API key, backup password)."""
     secrets = cluster.core.list_namespaced_secret(
         namespace, label_selector=f"app.kubernetes.io/instance={RELEASE}"
     ).items
-    holders = [s for s in secrets if s.data and "api-key" in s.data]
-    return str(_named(holders, "API key Secret").metadata.name)
-
-
-def backup_password_secret(cluster: kube.Cluster, namespace: str) -> str:
-    """The Secret with the backup repository's RESTIC_PASSWORD (the chart keeps one)."""
-    secrets = cluster.core.list_namespaced_secret(
-        namespace, label_selector=f"app.kubernetes.io/instance={RELEASE}"
-    ).items
-    holders = [s for s in secrets if s.data and "RESTIC_PASSWORD" in s.data]
-    return str(_named(holders, "backup password Secret").metadata.name)
+    holders = [s for s in secrets if s.data and key in s.data]
+    return str(_named(holders, what).metadata.name)
 
 
 def backup_claim(cluster: kube.Cluster, namespace: str) -> str:
@@ -108,9 +100,12 @@ def load_pod(cluster: kube.Cluster, namespace: str) -> client.V1Pod:
     command = ["python3", "/load/chat_load.py", "--url", api_base_url(cluster, namespace)]
     pod = kube.restricted_pod(LOAD_POD, images.ref("agent"), command, user=AGENT_UID)
     container = pod.spec.containers[0]
-    key = client.V1SecretKeySelector(name=api_secret(cluster, namespace), key="api-key")
+    key = client.V1SecretKeySelector(
+        name=release_secret_with(cluster, namespace, "api-key", "API key Secret"), key="api-key"
+    )
     password = client.V1SecretKeySelector(
-        name=backup_password_secret(cluster, namespace), key="RESTIC_PASSWORD"
+        name=release_secret_with(cluster, namespace, "RESTIC_PASSWORD", "backup password Secret"),
+        key="RESTIC_PASSWORD",
     )
     container.env = [
         client.V1EnvVar(

@@ -12,6 +12,7 @@ says what to build.
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from pathlib import Path
@@ -60,6 +61,7 @@ def agent_values() -> dict[str, object]:
     }
 
 
+@functools.cache  # one copy per run, however many test modules ask
 def ci_values() -> Path:
     """values-examples/ci.yaml, pulling from REGISTRY.
 
