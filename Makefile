@@ -11,14 +11,28 @@ TOOLS_BIN := $(CURDIR)/.cache/tools/bin
 CACHE_HOME ?= $(HOME)/.cache/hermes-runtime
 # Every image the e2e suite and the demo use, pushed to the local registry (docs/cluster.md).
 E2E_IMAGES := agent git-sync git-server seaweedfs openbao fake-llm busybox
+# The servers the integration tier runs in containers (tests/support/containers.py): the same
+# builds, kept in Docker only (the e2e step pushes them; Docker's cache makes that build quick).
+INTEGRATION_IMAGES := seaweedfs openbao git-server fake-llm
+# The image tier's images (tests/image): built before pytest starts, so a cold build (minutes)
+# is never cut by a test's timeout; the tier's fixtures then find them in Docker's cache.
+IMAGE_TEST_IMAGES := agent $(INTEGRATION_IMAGES) busybox
 # Where `make image-push` publishes the agent image (REGISTRY/hermes-runtime/agent:<appVersion>).
 REGISTRY ?= localhost:5001
+# Bytecode for our own sources: with PYTHONDONTWRITEBYTECODE set (CI shells often have it) every
+# `python -m hermes_runtime` a test starts would compile them again (~0.1 s each, hundreds of
+# starts); compileall writes the .pyc files explicitly and Python still reads them.
+COMPILE = $(BIN)/python -m compileall -q -j 0 hermes_runtime tests bench >/dev/null
 KUBECONFIG_LOCAL := $(CURDIR)/.cache/kind/kubeconfig
 export PATH := $(BIN):$(TOOLS_BIN):$(PATH)
 PYTEST := $(BIN)/pytest
 PYTEST_ARGS ?=
+# The e2e scenarios mostly wait on Kubernetes, each in its own namespace: run them side by side
+# (pytest-xdist; worksteal keeps the long ones from queueing behind each other). 0: one by one.
+E2E_WORKERS ?= 3
+E2E_PYTEST := $(PYTEST) tests/e2e -n $(E2E_WORKERS) --dist worksteal
 
-.PHONY: help system-deps venv tools images image image-push image-tests unit integration chart e2e test lint demo cluster cluster-down clean
+.PHONY: help system-deps venv tools images integration-images image-test-images image image-push image-tests unit integration chart e2e test lint demo cluster cluster-down clean
 
 help:
 	@echo "make demo   - the main job: cluster, images, helm install, a conversation, a backup"
@@ -45,7 +59,7 @@ venv: $(STAMP)
 system-deps:
 	ci/install-system-deps.sh
 
-tools: venv
+tools: | .cache
 	ci/install-tools.sh $(CURDIR)/.cache/tools
 	ci/install-actionlint.sh $(CURDIR)/.cache/tools
 
@@ -53,9 +67,14 @@ images: venv
 	REGISTRY=$(REGISTRY) ci/build-images.sh $(E2E_IMAGES)
 
 unit: venv
+	$(COMPILE)
 	$(PYTEST) tests/unit $(PYTEST_ARGS)
 
-integration: system-deps venv tools
+# Starts Docker (ci/install-docker.sh, from ci/build-images.sh) and builds the servers' images.
+integration-images: | .cache
+	NO_PUSH=1 ci/build-images.sh $(INTEGRATION_IMAGES)
+
+integration: system-deps venv tools integration-images
 	$(PYTEST) tests/integration $(PYTEST_ARGS)
 
 chart: venv tools
@@ -69,7 +88,10 @@ image:
 image-push:
 	REGISTRY=$(REGISTRY) ci/build-images.sh agent
 
-image-tests: venv tools
+image-test-images: | .cache
+	NO_PUSH=1 ci/build-images.sh $(IMAGE_TEST_IMAGES)
+
+image-tests: venv tools image-test-images
 	$(PYTEST) tests/image $(PYTEST_ARGS)
 
 cluster: venv tools
@@ -81,13 +103,16 @@ cluster-down:
 # Against the user's KUBECONFIG when set (images pushed to REGISTRY, which it must pull from);
 # otherwise the local kind cluster and registry, brought up first (warm: about a minute).
 e2e: venv tools
-	@if [ -z "$${KUBECONFIG:-}" ]; then ci/cluster-up.sh; fi
-	REGISTRY=$(REGISTRY) ci/build-images.sh $(E2E_IMAGES)
-	KUBECONFIG="$${KUBECONFIG:-$(KUBECONFIG_LOCAL)}" $(PYTEST) tests/e2e $(PYTEST_ARGS)
+	REGISTRY=$(REGISTRY) ci/e2e-prepare.sh $(E2E_IMAGES)
+	KUBECONFIG="$${KUBECONFIG:-$(KUBECONFIG_LOCAL)}" $(E2E_PYTEST) $(PYTEST_ARGS)
 
-test: system-deps venv tools
+# One tier after another: preparing the cluster and images in the background beside the unit
+# tier was tried (issue 12) and made its timing-sensitive tests (datalock, supervisor signals)
+# fail under the extra load of two cores; the e2e tier itself runs side by side (E2E_WORKERS).
+test: system-deps venv tools image-test-images
+	$(COMPILE)
 	$(PYTEST) tests/unit tests/integration tests/chart tests/image $(PYTEST_ARGS)
-	$(MAKE) e2e
+	$(MAKE) --no-print-directory e2e
 
 lint: venv
 	$(BIN)/ruff check hermes_runtime tests bench

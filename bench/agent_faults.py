@@ -1,18 +1,29 @@
 """Outage and failed requests of the agent entrypoint under faults, on the host (no cluster).
 
-Usage: .venv/bin/python bench/agent_faults.py [--kills 3] [--handovers 1] [--json]
+Usage: .venv/bin/python bench/agent_faults.py [--kills 3] [--kill-interval 3] [--handovers 1]
+       [--preload none] [--no-relay] [--json]
 
 Real `hermes-runtime agent run` with the real Hermes gateway against the fake LLM
 (tests/fakes/openai_server.py); one client sends the turns of one conversation back to back
 (the retrying client of tests/support/chat_load.py, shared with the e2e fault suite) and
 /health is polled every 50 ms.
 
-- kill -9: SIGKILL of the gateway process, ``--kills`` times, 3 s apart once it is back. The
-  outage runs from the kill to /health answering again (restarted in place by the supervisor).
+- kill -9: SIGKILL of the gateway process, ``--kills`` times, ``--kill-interval`` s apart once
+  it is back. The outage runs from the kill to /health answering again (restarted in place by
+  the supervisor, which gives up at the 5th crash within 60 s: keep more kills apart).
+  ``--kills 6 --kill-interval 15`` puts 7 gateway starts on one data dir within 120 s, where
+  Hermes' respawn-storm breaker (turned off by the entrypoint, ``agent/gateway.py``) slept
+  10 s, then 20 s before binding: the outages must not grow.
 - hand-over: a second entrypoint on the same data dir (the replacement pod) waits for the
-  lock; the first gets the kubelet's sequence (GET /pre-stop, then SIGTERM). The outage runs
-  from SIGTERM to the second one's /health; ``overlap_s`` is how long both gateways ran at
-  once (from their start and exit log lines; must be 0).
+  lock; the first gets the kubelet's sequence (GET /pre-stop, which waits for the second to be
+  warm, then SIGTERM). The outage runs from SIGTERM to the second one's /health;
+  ``pre_stop_s`` is how long the hook waited for a warm successor; ``old_exit_s`` SIGTERM to
+  the old gateway's exit, ``new_start_s`` the new one's lock to its /health; ``overlap_s`` is
+  how long both gateways ran at once (from their start and exit log lines; must be 0). The
+  client stays on the old entrypoint, which forwards it to the new one (the pod IP relay),
+  until the new one answers (the Service then moves to it). ``--preload none`` turns the warm
+  gateway off, ``--no-relay`` the forwarding (the client then switches to the new entrypoint
+  at SIGTERM, an instant Service).
 
 This measures the entrypoint alone; the Service and kube-proxy add their own delays on a cluster
 (the e2e fault suite measures those).
@@ -62,7 +73,13 @@ def local(port: int) -> str:
 
 
 def start(
-    data: Path, etc: Path, secrets: Path, ports: tuple[int, int], log: Path
+    data: Path,
+    etc: Path,
+    secrets: Path,
+    ports: tuple[int, int],
+    log: Path,
+    preload: str = "",
+    pod_ip: str = "",
 ) -> subprocess.Popen[bytes]:
     """One entrypoint with API and metrics ``ports``, its output appended to ``log``."""
     api, metrics = ports
@@ -72,8 +89,11 @@ def start(
         "HERMES_RUNTIME_SEED_CONFIG": str(etc / "config.yaml"),
         "HERMES_RUNTIME_SECRETS_ENV": str(secrets / "env"),
         "HERMES_RUNTIME_METRICS_PORT": str(metrics),
-        "HERMES_RUNTIME_TERMINATION_GRACE_SECONDS": "30",
+        "HERMES_RUNTIME_TERMINATION_GRACE_SECONDS": "60",
         "HERMES_RUNTIME_PRESTOP_SECONDS": "1",
+        "HERMES_RUNTIME_HANDOVER_SECONDS": "20",
+        "HERMES_RUNTIME_GATEWAY_PRELOAD": preload,
+        "HERMES_RUNTIME_POD_IP": pod_ip,
         "API_SERVER_HOST": "127.0.0.1",
         "API_SERVER_PORT": str(api),
         "HERMES_RUNTIME_GATEWAY_PORT": str(free_port()),
@@ -97,7 +117,7 @@ def wait_down(port: int, timeout: float = 30) -> None:
         time.sleep(0.02)
 
 
-def kill9(root: Path, llm: int, kills: int) -> dict[str, Any]:
+def kill9(root: Path, llm: int, kills: int, interval: float) -> dict[str, Any]:
     data, etc, secrets = scratch(root / "kill9", llm)
     api = free_port()
     agent = start(data, etc, secrets, (api, free_port()), root / "kill9.log")
@@ -108,7 +128,7 @@ def kill9(root: Path, llm: int, kills: int) -> dict[str, Any]:
     outages = []
     try:
         for _ in range(kills):
-            time.sleep(3)
+            time.sleep(interval)
             os.kill(gateway_pid(data), signal.SIGKILL)
             killed = time.monotonic()
             wait_down(api)
@@ -133,30 +153,54 @@ def spans(log: Path) -> list[tuple[float, float]]:
     return list(zip(starts, ends + [float("inf")] * (len(starts) - len(ends)), strict=True))
 
 
-def handover(root: Path, llm: int) -> dict[str, Any]:
+def events(log: Path, name: str) -> list[float]:
+    """Wall-clock times of the entrypoint's ``name`` log events."""
+    lines = log.read_text(errors="replace").splitlines()
+    return [
+        r["ts"]
+        for r in map(json.loads, filter(lambda x: x.startswith("{"), lines))
+        if r["event"] == name
+    ]
+
+
+def handover(root: Path, llm: int, preload: str, relay: bool) -> dict[str, Any]:
     data, etc, secrets = scratch(root / "handover", llm)
     old_api, old_metrics, new_api = free_port(), free_port(), free_port()
-    old = start(data, etc, secrets, (old_api, old_metrics), root / "old.log")
+    old = start(data, etc, secrets, (old_api, old_metrics), root / "old.log", preload)
     wait_healthy(old_api, time.monotonic())
-    new = start(data, etc, secrets, (new_api, free_port()), root / "new.log")
     url = [local(old_api)]
     client = ChatClient(url, KEY)
     threading.Thread(target=client.run, daemon=True).start()
     warm_up(client)
-    with urllib.request.urlopen(f"http://127.0.0.1:{old_metrics}/pre-stop", timeout=30):
-        pass
+    # The replacement pod starts while the old one serves (RollingUpdate, or a deleted pod's
+    # replacement); the preStop hook waits until it is ready to take over.
+    pod_ip = "127.0.0.1" if relay else ""
+    new = start(data, etc, secrets, (new_api, free_port()), root / "new.log", preload, pod_ip)
+    hook_started = time.monotonic()
+    with urllib.request.urlopen(f"http://127.0.0.1:{old_metrics}/pre-stop", timeout=180) as hook:
+        successor = json.loads(hook.read()).get("successor")
+    pre_stop = time.monotonic() - hook_started
     old.send_signal(signal.SIGTERM)
-    stopped = time.monotonic()
-    url[0] = local(new_api)  # an instant Service switch: what remains is the entrypoint's own gap
+    stopped, stopped_wall = time.monotonic(), time.time()
+    if not relay:
+        url[0] = local(new_api)  # an instant Service switch: what remains is the entrypoints' gap
     outage = wait_healthy(new_api, stopped)
-    old.wait(60)
+    healthy_wall = time.time()
+    url[0] = local(new_api)  # the Service moves to the new pod once it is ready
+    old.wait(120)  # the old one forwards what reached it meanwhile, then leaves
     client.stop.set()
     new.send_signal(signal.SIGTERM)
     new.wait(60)
     [(_, old_end)] = spans(root / "old.log")[:1]
     new_start = spans(root / "new.log")[0][0]
+    [acquired] = events(root / "new.log", "agent.lock.acquired")
     return {
         "outage_s": round(outage, 2),
+        "load": round(os.getloadavg()[0], 1),
+        "pre_stop_s": round(pre_stop, 2),
+        "successor": successor,
+        "old_exit_s": round(old_end - stopped_wall, 2),  # SIGTERM -> old gateway gone
+        "new_start_s": round(healthy_wall - acquired, 2),  # lock -> new gateway's /health
         "overlap_s": round(max(0.0, old_end - new_start), 3),
         **client.figures(),
     }
@@ -165,22 +209,49 @@ def handover(root: Path, llm: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=3, help="kill -9 faults (default 3)")
+    parser.add_argument(
+        "--kill-interval",
+        type=float,
+        default=3.0,
+        help="seconds between a kill's recovery and the next kill (default 3)",
+    )
     parser.add_argument("--handovers", type=int, default=1, help="hand-overs (default 1)")
+    parser.add_argument(
+        "--preload",
+        default="",
+        help="HERMES_RUNTIME_GATEWAY_PRELOAD of both entrypoints (default: the built-in list; "
+        "none: no warm gateway)",
+    )
+    parser.add_argument(
+        "--no-relay",
+        action="store_true",
+        help="the old entrypoint does not forward clients to the new one (no pod IP given)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     with fake_llm() as llm, tempfile.TemporaryDirectory(prefix="bench-agent-faults-") as tmp:
         root = Path(tmp)
-        result: dict[str, Any] = {"kill9": kill9(root, llm, args.kills)}
-        runs = [handover(root / f"h{i}", llm) for i in range(args.handovers)]
+        result: dict[str, Any] = {
+            "kill9": kill9(root, llm, args.kills, args.kill_interval) if args.kills else {}
+        }
+        runs = [
+            handover(root / f"h{i}", llm, args.preload, not args.no_relay)
+            for i in range(args.handovers)
+        ]
         result["handover"] = runs
     if args.json:
         print(json.dumps(result))
         return
     k = result["kill9"]
-    median = round(statistics.median(k["outages_s"]), 2)
-    print(f"kill -9   outages {k['outages_s']} s (median {median} s), " + client_line(k))
+    if k:
+        median = round(statistics.median(k["outages_s"]), 2)
+        print(f"kill -9   outages {k['outages_s']} s (median {median} s), " + client_line(k))
     for run in runs:
-        head = f"handover  outage {run['outage_s']} s, overlap {run['overlap_s']} s, "
+        head = (
+            f"handover  outage {run['outage_s']} s (old exit {run['old_exit_s']} s, new "
+            f"start {run['new_start_s']} s; load {run['load']}), pre-stop waited "
+            f"{run['pre_stop_s']} s (successor {run['successor']}), overlap {run['overlap_s']} s, "
+        )
         print(head + client_line(run))
 
 

@@ -9,7 +9,10 @@ and the bytes restic added (``data_added_packed``), also as % of the database.
 Issue 15's goals: <= 6% added with FTS5 (<= 2% without), <= 1 MB unchanged,
 create after the append <= 5x cp + fsync. Then a restore, timed the same way.
 
-Run: .venv/bin/python bench/backup_restic_append.py [--size-mb 1024] [--no-fts]
+Databases are staged as pieces of ``--piece-kib`` (default: what ``backup create`` uses);
+``--piece-kib 0`` stages each database as one file, restic's own chunking (the comparison).
+
+Run: .venv/bin/python bench/backup_restic_append.py [--size-mb 1024] [--no-fts] [--piece-kib N]
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import time
 from pathlib import Path
 
 from hermes_runtime.backup import create_backup, open_repository, restore_snapshot
+from hermes_runtime.backup.pieces import PIECE_SIZE
 from hermes_runtime.common.sqlite import connect
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,6 +75,7 @@ def main() -> int:
     parser.add_argument("--size-mb", type=int, default=1024)
     parser.add_argument("--append-percent", type=float, default=1.0)
     parser.add_argument("--no-fts", action="store_true")
+    parser.add_argument("--piece-kib", type=int, default=PIECE_SIZE >> 10)
     parser.add_argument("--dir", type=Path, default=ROOT / ".cache" / "bench")
     args = parser.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
@@ -83,7 +88,8 @@ def main() -> int:
         count = build(db, args.size_mb, not args.no_fts)
         size = db.stat().st_size
         floor = cp_fsync_seconds(db, work / "copy.db")
-        print(f"database: {size / 1e6:.0f} MB, {count} messages, fts5={not args.no_fts}")
+        staged = f"pieces of {args.piece_kib} KiB" if args.piece_kib else "one file"
+        print(f"database: {size / 1e6:.0f} MB, {count} messages, fts5={not args.no_fts}, {staged}")
         print(f"cp + fsync: {floor:.2f} s (the floor)")
         repo = open_repository(f"file://{repo_dir}")
         print("| run | wall time | x cp+fsync | added | % of database |")
@@ -91,7 +97,9 @@ def main() -> int:
 
         def run(label: str) -> None:
             with open(os.devnull, "w") as quiet:
-                summary = create_backup(data, repo, work_dir=work, stream=quiet)
+                summary = create_backup(
+                    data, repo, work_dir=work, stream=quiet, piece_size=args.piece_kib << 10
+                )
             added = summary.bytes_uploaded
             print(
                 f"| {label} | {summary.duration_seconds:.2f} s | "

@@ -13,7 +13,8 @@ not the data disk), and the ``sqlite3`` CLI's ``.backup`` (the seed's
 recipe) with a time limit. restic comes from ``$HERMES_RUNTIME_RESTIC``, else
 PATH (the pinned one: .cache/tools/bin/restic from ci/install-tools.sh).
 With ``--seaweedfs``, also a full ``backup create`` to an S3 bucket on a
-real SeaweedFS started on loopback (tests/support/seaweedfs.py).
+real SeaweedFS on loopback: the test tier's container (tests/support/seaweedfs.py; build
+its image first with ``NO_PUSH=1 ci/build-images.sh seaweedfs``).
 
 Each phase is repeated until it has run ``--phase-seconds`` (default 10 s)
 so the writer's p99 comes from hundreds of commits, not the few dozen of
@@ -193,7 +194,7 @@ def main() -> int:
             shutil.rmtree(other, ignore_errors=True)
         return 0
     with contextlib.ExitStack() as stack:
-        s3_url = start_seaweedfs(stack, args.dir) if args.seaweedfs else None
+        s3_url = start_seaweedfs(stack) if args.seaweedfs else None
         run_phases(args, work, other, db, s3_url)
     return 0
 
@@ -237,12 +238,12 @@ def interleave(old_code: Path, db: Path, work: Path, size_mb: int, pairs: int) -
         print(f"{label}: {shown}; median {statistics.median(values):.2f} s")
 
 
-def start_seaweedfs(stack: contextlib.ExitStack, where: Path) -> str:
+def start_seaweedfs(stack: contextlib.ExitStack) -> str:
     """A real S3 endpoint on loopback for one bench run; the AWS_* variables point at it."""
     sys.path.insert(0, str(ROOT / "tests"))
     from support.seaweedfs import seaweedfs_server
 
-    server = stack.enter_context(seaweedfs_server(where))
+    server = stack.enter_context(seaweedfs_server())
     server.create_bucket("bench")
     os.environ.update(server.env())
     return "s3://bench/agent"

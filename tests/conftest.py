@@ -2,9 +2,11 @@
 
 Where test code lives, one rule per kind:
 
-- fixtures of one folder: its ``conftest.py``; fixtures several tiers use: a
-  module listed in ``pytest_plugins`` below (tests ask for them by name; no
-  re-exporting imports);
+- fixtures of one folder: its ``conftest.py``; fixtures and hooks several tiers
+  use: a module listed in ``pytest_plugins`` below (tests ask for fixtures by
+  name; no re-exporting imports); ``support.announce`` puts a passing test's
+  line on the terminal, with or without pytest-xdist; ``support.isolation``
+  gives each test process its own TMPDIR;
 - helpers of one folder: ``<area>_testlib.py`` beside its tests (e.g.
   ``plugins_testlib.py``); helpers several tiers use: ``tests/support/<topic>.py``
   (``support.cli``, ``support.seaweedfs``...);
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import pytest
 
-pytest_plugins = ["fakes.fixtures"]
+pytest_plugins = ["fakes.fixtures", "support.announce", "support.isolation"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

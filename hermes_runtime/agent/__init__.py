@@ -6,9 +6,10 @@ Public surface:
 - ``prepare(settings) -> PrepareReport``: seed ``config.yaml``/``SOUL.md`` without overwriting
   user edits, link the plugins (``agent prepare``, e.g. before a restore check; ``agent run``
   does it itself).
-- ``run_agent(settings) -> int``: wait for the data volume's lock, ``prepare``, then the Hermes
-  gateway in the foreground with its API server: signals forwarded, hand-over on stop
-  (``/ready``, ``/pre-stop``, drain), crashes restarted in place, graceful restarts on
+- ``run_agent(settings) -> int``: wait for the data volume's lock (the gateway process already
+  importing meanwhile, ``zygote.py``), ``prepare``, then the Hermes gateway in the foreground
+  with its API server: signals forwarded, hand-over on stop (``/ready``, ``/pre-stop`` waiting
+  for a warm successor, drain), crashes restarted in place, graceful restarts on
   plugin/secret changes, metrics; the front door (``frontdoor.py``) owns the API port and
   holds clients while the gateway is replaced.
 - ``Supervisor``: the child-process supervisor (``request_restart(reason)``: the one restart

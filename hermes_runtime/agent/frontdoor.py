@@ -13,6 +13,11 @@ and nothing is parsed or buffered beyond one read. Connections already forwarded
 the gateway they reached, which drains them (Hermes' own drain on SIGUSR1/SIGTERM).
 
 The gateway's own port is on loopback only, so the front door is the one way in.
+
+The same across pods: while a pod stops and a warm successor waits for the data dir lock
+(``endpoints.py``, ``datalock.py``), new connections go to the successor's front door instead
+of the draining gateway; it holds them until its gateway answers. Kubernetes keeps sending
+clients to the old pod (terminating, still ready) until the successor is Ready.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ class DoorPolicy:
 
     hold_seconds: float = 60.0  # longer than a restart; shorter than a client's usual timeout
     retry_seconds: float = 0.05
+    relay_connect_seconds: float = 1.0  # per knock on a successor pod (another host)
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,8 @@ class GatewayState:
     replacing: Callable[[], bool]
     stopping: Callable[[], bool]
     running: Callable[[], bool]
+    # Once stopping: the successor pod's front door (host, port) to forward new clients to.
+    relay: Callable[[], tuple[str, int] | None] = lambda: None
 
 
 class FrontDoor:
@@ -72,7 +80,13 @@ class FrontDoor:
         self._metrics = metrics
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._active = 0  # connections being held or forwarded (changed on the loop thread)
         self._stopped: asyncio.Event | None = None  # made on the loop thread, set via the loop
+
+    @property
+    def active(self) -> int:
+        """Client connections open now (held or forwarded); read from any thread."""
+        return self._active
 
     @property
     def port(self) -> int:
@@ -122,6 +136,15 @@ class FrontDoor:
             server.close()
 
     async def _handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        self._active += 1
+        try:
+            await self._serve_client(client_r, client_w)
+        finally:
+            self._active -= 1
+
+    async def _serve_client(
+        self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter
+    ) -> None:
         arrived = time.monotonic()
         upstream = await self._connect_upstream(arrived)
         if upstream is None:
@@ -129,7 +152,6 @@ class FrontDoor:
             with contextlib.suppress(OSError):
                 client_w.close()
             return
-        self._count("forwarded", arrived)
         gateway_r, gateway_w = upstream
         await asyncio.gather(
             _pipe(client_r, gateway_w), _pipe(gateway_r, client_w), return_exceptions=True
@@ -145,13 +167,22 @@ class FrontDoor:
         deadline = arrived + self._policy.hold_seconds
         while time.monotonic() < deadline:
             gateway = self._gateway
-            if gateway.stopping() and not gateway.running():
+            relay = gateway.relay() if gateway.stopping() else None
+            if relay is not None:
+                connection = await _connect(relay, self._policy.relay_connect_seconds)
+                if connection is not None:
+                    self._count("relayed", arrived)
+                    return connection
+            elif gateway.stopping() and not gateway.running():
                 return None  # the pod is going away: no gateway will answer
-            if not gateway.replacing():
+            elif not gateway.replacing():
                 try:
-                    return await asyncio.open_connection(*self._upstream)
+                    connection = await asyncio.open_connection(*self._upstream)
                 except OSError:
                     pass  # not listening yet (starting, crashed, back-off): knock again
+                else:
+                    self._count("forwarded", arrived)
+                    return connection
             await asyncio.sleep(self._policy.retry_seconds)
         log_event(
             "agent.front_door.gave_up",
@@ -164,6 +195,15 @@ class FrontDoor:
         if self._metrics is not None:
             self._metrics.front_door_connections.labels(outcome=outcome).inc()
             self._metrics.front_door_wait.observe(time.monotonic() - arrived)
+
+
+async def _connect(
+    address: tuple[str, int], timeout: float
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+    try:
+        return await asyncio.wait_for(asyncio.open_connection(*address), timeout)
+    except (OSError, TimeoutError):
+        return None  # not listening yet (waiting for the lock) or unreachable: knock again
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -4,7 +4,10 @@ Found in Hermes 0.19.0's source: ``hermes gateway run`` runs the gateway in the 
 ``gateway/config.py`` enables the API server platform from ``API_SERVER_ENABLED`` /
 ``API_SERVER_KEY`` / ``API_SERVER_HOST`` / ``API_SERVER_PORT``; ``gateway/restart.py`` treats
 ``HERMES_GATEWAY_EXTERNAL_SUPERVISOR=1`` as "a supervisor owns me", so a ``/restart`` makes the
-gateway exit 75 for us to restart it instead of spawning a detached copy of itself.
+gateway exit 75 for us to restart it instead of spawning a detached copy of itself;
+``hermes_cli/gateway.py`` (``run_gateway``) sleeps before it binds once more than
+``gateway.respawn_storm.max_starts`` starts landed in its window, unless
+``HERMES_GATEWAY_MAX_STARTS`` is 0.
 """
 
 from __future__ import annotations
@@ -52,6 +55,9 @@ def gateway_env(settings: AgentSettings, base: Mapping[str, str] | None = None) 
             "PYTHONUNBUFFERED": "1",
         }
     )
+    # Hermes' respawn-storm breaker off, unless the operator set it (agent.env): see
+    # RESPAWN_STORM_ENV.
+    env.setdefault(RESPAWN_STORM_ENV, "0")
     if not env.get("API_SERVER_KEY") and not _dotenv_defines(
         settings.data_dir / ".env", "API_SERVER_KEY"
     ):
@@ -71,6 +77,15 @@ def gateway_env(settings: AgentSettings, base: Mapping[str, str] | None = None) 
 
 
 MIN_API_KEY_LENGTH = 16  # gateway/platforms/api_server.py refuses shorter keys
+# Hermes' respawn-storm breaker counts every gateway start in ``$HERMES_HOME/gateway-starts.log``
+# (on the data volume) and, past 5 in 120 s, sleeps 10, 20, 40 ... s before it binds its port.
+# Here every pod replacement (rollout, delete, eviction) and every restart in place (plugins,
+# secrets, crash) is such a start, so a few healthy hand-overs and restarts within two minutes
+# turned into 10 s, then 20 s outages (issue 17's fault runs: the 6th and 7th start). Crash
+# loops are bounded already, by the supervisor's ``CrashPolicy`` and then the kubelet's
+# back-off. The variable wins over config.yaml in Hermes: set it in the container's env to
+# turn the breaker back on.
+RESPAWN_STORM_ENV = "HERMES_GATEWAY_MAX_STARTS"
 
 
 def _dotenv_defines(path: Path, name: str) -> bool:

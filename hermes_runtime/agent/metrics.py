@@ -62,8 +62,9 @@ class AgentMetrics:
         )
         self.front_door_connections = Counter(
             "hermes_runtime_front_door_connections",
-            "Client connections on the API port, by outcome: forwarded to a gateway, or "
-            "gave_up (no gateway accepted within the hold time, or the pod is stopping).",
+            "Client connections on the API port, by outcome: forwarded to a gateway, relayed "
+            "to the successor pod while this one stops, or gave_up (no gateway accepted within "
+            "the hold time, or the pod is stopping).",
             ["outcome"],
             registry=self.registry,
         )

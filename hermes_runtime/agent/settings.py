@@ -22,6 +22,62 @@ DEFAULT_GRACE_SECONDS = 30.0  # Kubernetes' default terminationGracePeriodSecond
 EXIT_MARGIN_SECONDS = 2.0  # after killing the gateway: our own exit, before the kubelet's SIGKILL
 DRAIN_MARGIN_SECONDS = 3.0  # after Hermes' drain: its shutdown (adapters, state files)
 DEFAULT_LOCK_TIMEOUT = 300.0  # longer than any sane grace period of the pod before us
+# What the warm gateway imports while the pod waits for the data dir lock (zygote.py): every
+# third-party module Hermes 0.19.0 imports from `gateway run` to its first answered turn
+# (found with `python -X importtime`; openai's types alone take seconds, and a new gateway
+# otherwise imports them on the first turn, which a hand-over's held clients wait for). None
+# of them reads HERMES_HOME (tests/integration/agent/test_agent_warm_gateway.py).
+DEFAULT_PRELOAD = (
+    # What `gateway run` imports before it listens, then what its first turn imports: the
+    # preload stops when the lock comes first, so the start never waits for the second half.
+    "yaml",
+    "dotenv",
+    "rich.console",
+    "rich.pretty",
+    "attr",
+    "urllib3",
+    "charset_normalizer",
+    "requests",
+    "idna",
+    "certifi",
+    "httpx",
+    "click",
+    "pygments",
+    "multidict",
+    "yarl",
+    "propcache",
+    "frozenlist",
+    "aiosignal",
+    "aiohappyeyeballs",
+    "aiohttp",
+    "aiohttp.web",
+    "websockets",
+    "websockets.asyncio.client",
+    "websockets.asyncio.server",
+    "cryptography",
+    "cryptography.hazmat.backends",
+    "cryptography.hazmat.primitives.ciphers.aead",
+    "pytz",
+    "dateutil",
+    "six",
+    "croniter",
+    "typing_extensions",
+    "jiter",
+    "httpcore",
+    "h11",
+    "anyio",
+    "sniffio",
+    "socksio",
+    "typing_inspection",
+    "annotated_types",
+    "pydantic_core",
+    "pydantic",
+    "distro",
+    "openai",
+    "openai.types",
+    "openai.resources",
+    "openai.lib.streaming.chat",
+)
 
 
 @dataclass(frozen=True)
@@ -40,6 +96,9 @@ class AgentSettings:
     gateway_port: int = DEFAULT_GATEWAY_PORT  # 0: no front door, the gateway owns api_port
     grace_seconds: float = DEFAULT_GRACE_SECONDS
     prestop_seconds: float = 0.0
+    handover_seconds: float = 0.0  # preStop: how long to wait for a warm successor pod
+    pod_ip: str = ""  # where a stopping pod can forward clients to us ("": nowhere)
+    preload: tuple[str, ...] = DEFAULT_PRELOAD  # empty: no warm gateway
     stop_timeout: float | None = None  # None: derived from the grace period (``stop_budget``)
     plugin_wait_seconds: float = 0.0
     watch_interval: float = 5.0
@@ -53,10 +112,12 @@ class AgentSettings:
     @property
     def stop_budget(self) -> float:
         """Seconds from SIGTERM until we kill the gateway: what is left of the pod's grace
-        period after the preStop wait, minus the time we need to exit ourselves."""
+        period after the preStop hook (at most ``handover_seconds`` waiting for a successor)
+        and the ``prestop_seconds`` the pod stays reachable, minus the time we need to exit."""
         if self.stop_timeout is not None:
             return self.stop_timeout
-        return max(1.0, self.grace_seconds - self.prestop_seconds - EXIT_MARGIN_SECONDS)
+        spent = self.handover_seconds + self.prestop_seconds + EXIT_MARGIN_SECONDS
+        return max(1.0, self.grace_seconds - spent)
 
     @property
     def drain_timeout(self) -> float:
@@ -90,7 +151,11 @@ class AgentSettings:
         ``HERMES_RUNTIME_METRICS_PORT``, ``HERMES_RUNTIME_LOCK_TIMEOUT`` (seconds to wait for
         the data dir lock), ``HERMES_RUNTIME_TERMINATION_GRACE_SECONDS`` and
         ``HERMES_RUNTIME_PRESTOP_SECONDS`` (the pod's ``terminationGracePeriodSeconds`` and
-        preStop wait, from which the drain time follows), ``API_SERVER_HOST`` and
+        how long it stays reachable after turning unready, from which the drain time follows),
+        ``HERMES_RUNTIME_HANDOVER_SECONDS`` (how long the preStop hook waits for a warm
+        successor pod), ``HERMES_RUNTIME_GATEWAY_PRELOAD`` (comma-separated modules the warm
+        gateway imports before the lock; ``none``: no warm gateway), ``HERMES_RUNTIME_POD_IP``
+        (this pod's address, which it tells the pod it replaces), ``API_SERVER_HOST`` and
         ``API_SERVER_PORT`` (where clients connect: the front door), and
         ``HERMES_RUNTIME_GATEWAY_PORT`` (the gateway's loopback port behind it; 0 turns the
         front door off and lets the gateway listen on the API port itself).
@@ -116,7 +181,26 @@ class AgentSettings:
                 env, "HERMES_RUNTIME_TERMINATION_GRACE_SECONDS", DEFAULT_GRACE_SECONDS
             ),
             prestop_seconds=_seconds(env, "HERMES_RUNTIME_PRESTOP_SECONDS", 0.0),
+            handover_seconds=_seconds(env, "HERMES_RUNTIME_HANDOVER_SECONDS", 0.0),
+            pod_ip=env.get("HERMES_RUNTIME_POD_IP", "").strip(),
+            preload=_modules(env.get("HERMES_RUNTIME_GATEWAY_PRELOAD", "")),
         )
+
+
+def _modules(raw: str) -> tuple[str, ...]:
+    """The preload list: empty means the default, ``none`` means no warm gateway."""
+    names = tuple(name.strip() for name in raw.split(",") if name.strip())
+    if not names:
+        return DEFAULT_PRELOAD
+    if names == ("none",):
+        return ()
+    bad = [name for name in names if not all(part.isidentifier() for part in name.split("."))]
+    if bad:
+        raise RuntimeFailure(
+            f"HERMES_RUNTIME_GATEWAY_PRELOAD: {', '.join(bad)} is no module name "
+            "(a comma-separated list of modules, or none)"
+        )
+    return names
 
 
 def _port(env: Mapping[str, str], name: str, default: int) -> int:

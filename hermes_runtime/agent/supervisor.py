@@ -108,6 +108,7 @@ class Supervisor:
         max_defer_seconds: float = 120.0,
         pass_fds: Sequence[int] = (),
         crash_policy: CrashPolicy | None = None,
+        prestarted: Callable[[Mapping[str, str]], subprocess.Popen[bytes] | None] | None = None,
     ) -> None:
         self._command = list(command)
         self._env_factory = env_factory
@@ -120,6 +121,9 @@ class Supervisor:
         self._before_stop = before_stop
         self._pass_fds = tuple(pass_fds)  # the data dir lock: the gateway holds it too
         self._crashes = CrashHistory(crash_policy or CrashPolicy())
+        # The first gateway, already started and warm (zygote.py): given the env, it returns
+        # the running child, or None when it cannot be used (then the usual start follows).
+        self._prestarted = prestarted
         self._started_at = 0.0
         # Where Hermes' drain marker goes (the data dir); None: restart without quiescing.
         self._drain_dir = drain_dir
@@ -266,16 +270,27 @@ class Supervisor:
             time.sleep(min(self._poll_interval, backoff))
         return True
 
+    def end_leftovers(self) -> None:
+        """SIGKILL what is left of the last gateway's process group (tool processes), so
+        nothing it started writes to the data volume once the lock is released."""
+        child = self.child
+        if child is not None and child.returncode is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.pid, signal.SIGKILL)
+
     def _spawn(self) -> subprocess.Popen[bytes]:
         env = dict(self._env_factory())
-        # A new session: a terminal's Ctrl+C reaches only the supervisor, which forwards it once.
-        child = subprocess.Popen(
-            self._command,
-            env=env,
-            cwd=self._cwd,
-            start_new_session=True,
-            pass_fds=self._pass_fds,
-        )
+        take, self._prestarted = self._prestarted, None
+        child = take(env) if take is not None else None
+        if child is None:
+            # A new session: a terminal's Ctrl+C reaches only the supervisor, which forwards it.
+            child = subprocess.Popen(
+                self._command,
+                env=env,
+                cwd=self._cwd,
+                start_new_session=True,
+                pass_fds=self._pass_fds,
+            )
         self.child = child
         self._started_at = time.monotonic()
         self._spawns += 1

@@ -7,9 +7,14 @@ repository (deduplicated, encrypted, verifiable) on a folder or S3.
 Public surface: ``open_repository``, ``create_backup``, ``list_snapshots``,
 ``verify_snapshot``, ``restore_snapshot``, ``prune_snapshots`` (with ``PrunePolicy``),
 ``write_backup_metrics`` and the status record the agent's ``/metrics`` exports
-(``record_backup_outcome``, ``read_backup_status``). Design and runbook: docs/backup.md.
+(``record_backup_outcome``, ``read_backup_status``). Continuous replication with Litestream:
+``replica_location`` and ``replicate`` (with ``ReplicationSettings``); ``restore_snapshot``
+takes the replica location to restore each database from whichever copy is newer.
+Design and runbook: docs/backup.md.
 """
 
+from hermes_runtime.backup.continuous import ReplicationSettings, find_replicable, replicate
+from hermes_runtime.backup.litestream import ReplicaLocation, replica_location
 from hermes_runtime.backup.metrics import write_backup_metrics
 from hermes_runtime.backup.reports import (
     BackupSummary,
@@ -41,6 +46,8 @@ __all__ = [
     "BackupSummary",
     "PrunePolicy",
     "PruneReport",
+    "ReplicaLocation",
+    "ReplicationSettings",
     "ResticRepository",
     "RestoreReport",
     "SnapshotInfo",
@@ -48,11 +55,14 @@ __all__ = [
     "backup_status_path",
     "create_backup",
     "data_dir_has_data",
+    "find_replicable",
     "list_snapshots",
     "open_repository",
     "prune_snapshots",
     "read_backup_status",
     "record_backup_outcome",
+    "replica_location",
+    "replicate",
     "restore_snapshot",
     "verify_snapshot",
     "write_backup_metrics",

@@ -52,6 +52,12 @@ class VerifyReport:
 
 @dataclass
 class RestoreReport:
+    """What ``restore`` did; ``sources`` says, per database, which copy came back.
+
+    ``sources[path]`` is ``{"source": "restic"|"litestream", "at": ISO time, "ref": snapshot id
+    or Litestream's last transaction id}``.
+    """
+
     snapshot: str | None
     data_dir: str
     restored: bool
@@ -60,6 +66,7 @@ class RestoreReport:
     databases: int = 0
     bytes: int = 0
     duration_seconds: float = 0.0
+    sources: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

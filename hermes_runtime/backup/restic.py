@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import tempfile
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from hermes_runtime.backup.binaries import find_binary
 from hermes_runtime.common.errors import RuntimeFailure
 
 BINARY_ENV = "HERMES_RUNTIME_RESTIC"
@@ -48,14 +48,8 @@ class ResticRepository:
 
 def restic_binary() -> str:
     """``$HERMES_RUNTIME_RESTIC``, else ``restic`` on PATH (the image and ci/install-tools.sh)."""
-    configured = os.environ.get(BINARY_ENV)
-    found = configured or shutil.which("restic")
-    if not found or not Path(found).exists():
-        raise RuntimeFailure(
-            f"restic not found ({BINARY_ENV}={configured!r}, PATH): install it "
-            "(ci/install-tools.sh builds v0.18.1; Debian's restic 0.14 works too)"
-        )
-    return found
+    hint = "ci/install-tools.sh builds v0.18.1; Debian's restic 0.14 works too"
+    return find_binary("restic", BINARY_ENV, hint)
 
 
 def open_repository(

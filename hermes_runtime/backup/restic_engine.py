@@ -4,34 +4,51 @@ Our part, which restic cannot do: find every SQLite database by its header, take
 a one-step online snapshot of each, run ``integrity_check``, count rows, apply the
 excludes. Then restic gets a staged tree:
 
-- database snapshots in place of the live files;
+- each database snapshot as fixed-size, page-aligned pieces under ``.hermes-backup/pieces/``
+  (``pieces``: restic then stores a changed page as one small piece, not a ~1 MiB chunk);
 - the other files as they are (copied with their modes and mtimes);
-- our manifest (databases, row counts, versions) at ``.hermes-backup/manifest.json``.
+- our manifest (databases, row counts, pieces) at ``.hermes-backup/manifest.json``.
 
 The tree is staged at a FIXED path under the scratch folder and backed up as ``.``
 with a fixed ``--host``, so the snapshot's root is the data dir itself (a plain
 ``restic restore`` gives the data dir back) and restic finds its parent snapshot
 (unchanged files are not re-read: ``--ignore-inode --ignore-ctime``, since staging
-copies them). Restore keeps our staged, verified, all-or-nothing swap.
+copies them). Restore joins the pieces, checks every database, and keeps our staged,
+verified, all-or-nothing swap.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import platform
+import re
 import shutil
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
 from hermes_runtime.backup.dbsnap import check_database, snapshot_database
+from hermes_runtime.backup.litestream import ReplicaLocation
+from hermes_runtime.backup.pieces import (
+    PIECE_SIZE,
+    PIECES_DIR,
+    PieceSet,
+    join_pieces,
+    split_into_pieces,
+)
+from hermes_runtime.backup.replica_order import (
+    ReplicaChoice,
+    ResticCopies,
+    list_replicas,
+    newer_replicas,
+    restore_replicas,
+)
 from hermes_runtime.backup.reports import (
     BackupSummary,
     PrunePolicy,
@@ -64,16 +81,19 @@ from hermes_runtime.backup.selection import (
     scan_data_dir,
 )
 from hermes_runtime.common.errors import RuntimeFailure, name_list
+from hermes_runtime.common.flock import try_flock
 from hermes_runtime.common.logs import Reporter, log_event, reporter
 
 TAG = "hermes-runtime"
 DATABASES_TAG = "hermes-databases="
+FILES_TAG = "hermes-files="  # the data dir's files and databases (restic also counts pieces)
 HOST = "hermes-runtime"  # fixed: pods change names, and forget groups by host
 MANIFEST_DIR = ".hermes-backup"
 MANIFEST_RELPATH = f"{MANIFEST_DIR}/manifest.json"
 STAGE_NAME = "hermes-restic-stage"
+FULL_ID = re.compile(r"[0-9a-f]{64}")  # a whole snapshot id, as restic 0.18 prints it
 PROGRESS_EVERY_SECONDS = 10.0
-MANIFEST_FORMAT = 1
+MANIFEST_FORMAT = 2  # 2: databases as pieces (format 1: each database one file, still read)
 
 
 @dataclass
@@ -98,8 +118,12 @@ def create_restic_backup(
     db_attempts: int = 5,
     stream: TextIO | None = None,
     progress_every: float = PROGRESS_EVERY_SECONDS,
+    piece_size: int = PIECE_SIZE,
 ) -> BackupSummary:
-    """Stage ``data_dir`` (database snapshots, other files, manifest) and back it up with restic."""
+    """Stage ``data_dir`` (database snapshots, other files, manifest) and back it up with restic.
+
+    ``piece_size`` 0 stages each database as one file (the benchmark's comparison).
+    """
     if not data_dir.is_dir():
         raise RuntimeFailure(f"--data-dir {data_dir}: not a directory")
     data_dir = data_dir.resolve()
@@ -109,7 +133,15 @@ def create_restic_backup(
     stage = Path(work_dir or tempfile.gettempdir()) / STAGE_NAME
     with _exclusive(stage):
         return _create_staged(
-            data_dir, repo, stage, selection, excluder, started, db_attempts, stream, progress_every
+            data_dir,
+            repo,
+            stage,
+            selection,
+            excluder,
+            started,
+            _Staging(db_attempts, piece_size),
+            stream,
+            progress_every,
         )
 
 
@@ -119,12 +151,10 @@ def _exclusive(stage: Path) -> Iterator[None]:
     stage.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(stage.parent, os.O_RDONLY | os.O_DIRECTORY)  # a lock that leaves no file
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
+        if not try_flock(fd):
             raise RuntimeFailure(
                 f"another backup is staging in {stage}: wait for it or pass another --work-dir"
-            ) from exc
+            )
         yield
     finally:
         os.close(fd)
@@ -137,7 +167,7 @@ def _create_staged(
     selection: Selection,
     excluder: Excluder,
     started: float,
-    db_attempts: int,
+    staging: _Staging,
     stream: TextIO | None,
     progress_every: float,
 ) -> BackupSummary:
@@ -149,27 +179,32 @@ def _create_staged(
         excludes=list(excluder.patterns),
     )
     with reporter("backup.create", stream) as progress:
-        progress.step("started", target=repo.url, data_dir=str(data_dir))
+        progress.step("started", target=repo.url, data_dir=str(data_dir), scratch=str(stage))
         progress.start_task(f"backup {data_dir.name}", total=selection.total_bytes)
         try:
             try:
-                _stage_tree(data_dir, stage, selection, manifest, db_attempts, progress)
+                _stage_tree(data_dir, stage, selection, manifest, staging, progress)
             except OSError as exc:
                 raise RuntimeFailure(
                     f"backup of {data_dir} failed: {exc} (scratch space: {stage})"
                 ) from exc
             ensure_repository(repo)
-            count = f"{DATABASES_TAG}{len(manifest.databases)}"  # shown by list, no dump needed
-            args = ["backup", "--json", "--host", HOST, "--tag", TAG, "--tag", count]
+            # Shown by list, no dump needed.
+            databases = f"{DATABASES_TAG}{len(manifest.databases)}"
+            files = f"{FILES_TAG}{manifest.files + len(manifest.databases)}"
+            args = ["backup", "--json", "--host", HOST, "--tag", TAG]
+            args += ["--tag", databases, "--tag", files]
             args += ["--ignore-inode", "--ignore-ctime", "."]
             meter = _Meter(progress, progress_every)
-            records = stream_restic(repo, args, meter.record, cwd=stage)
+            records = stream_restic(_temp_in(repo, stage.parent), args, meter.record, cwd=stage)
         finally:
             shutil.rmtree(stage, ignore_errors=True)
         summary = next((r for r in records if r.get("message_type") == "summary"), {})
         if not summary.get("snapshot_id"):
             raise RuntimeFailure(f"restic backup on {repo.url} printed no snapshot id")
-        snapshot_id = resolve_restic_snapshot(repo, str(summary["snapshot_id"]))  # 0.14: short
+        snapshot_id = str(summary["snapshot_id"])
+        if not FULL_ID.fullmatch(snapshot_id):  # older restic printed a short one
+            snapshot_id = resolve_restic_snapshot(repo, snapshot_id)
         added = int(summary.get("data_added_packed", summary.get("data_added", 0)))
         progress.step("finished", snapshot=snapshot_id, bytes_uploaded=added)
     return BackupSummary(
@@ -184,6 +219,16 @@ def _create_staged(
         databases={path: db["tables"] for path, db in manifest.databases.items()},
         skipped=selection.skipped_special,
     )
+
+
+def _temp_in(repo: ResticRepository, scratch: Path) -> ResticRepository:
+    """restic with its temporary pack files (16 MiB each, several at once) in ``scratch``.
+
+    restic writes every pack to a temporary file in ``$TMPDIR`` before uploading it. In the
+    chart's backup pod ``/tmp`` is a small emptyDir (``agent.tmpSizeLimit``): the packs
+    belong on the scratch volume sized for the backup, like the staged snapshots.
+    """
+    return replace(repo, env={**repo.env, "TMPDIR": str(scratch)})
 
 
 @dataclass
@@ -210,12 +255,20 @@ class _Meter:
             )
 
 
+@dataclass(frozen=True)
+class _Staging:
+    """How databases are staged: snapshot attempts, and the piece size (0: one file each)."""
+
+    db_attempts: int
+    piece_size: int
+
+
 def _stage_tree(
     data_dir: Path,
     stage: Path,
     selection: Selection,
     manifest: TreeManifest,
-    attempts: int,
+    staging: _Staging,
     progress: Reporter,
 ) -> None:
     for directory in selection.dirs:
@@ -223,7 +276,8 @@ def _stage_tree(
     for found in selection.databases:
         dest = stage / found.relpath
         dest.parent.mkdir(parents=True, exist_ok=True)
-        seconds = snapshot_database(data_dir / found.relpath, dest, attempts=attempts)
+        seconds = snapshot_database(data_dir / found.relpath, dest, attempts=staging.db_attempts)
+        ended = datetime.now(UTC).isoformat()  # no commit after this is in the copy
         check = check_database(dest)
         if not check.ok:
             raise RuntimeFailure(
@@ -233,12 +287,18 @@ def _stage_tree(
         for suffix in ("-wal", "-shm"):
             dest.with_name(dest.name + suffix).unlink(missing_ok=True)
         os.chmod(dest, found.mode)
-        manifest.databases[found.relpath] = {
+        record: dict[str, Any] = {
             "integrity": check.integrity,
             "tables": check.tables,
             "size": dest.stat().st_size,
             "snapshot_seconds": round(seconds, 4),
+            "snapshot_at": ended,
+            "mode": found.mode,
         }
+        if staging.piece_size:
+            where = f"{MANIFEST_DIR}/{PIECES_DIR}/{found.relpath}"
+            record["pieces"] = asdict(split_into_pieces(dest, stage, where, staging.piece_size))
+        manifest.databases[found.relpath] = record
         progress.step("database", path=found.relpath, seconds=round(seconds, 3))
     for found in selection.files:
         dest = stage / found.relpath
@@ -278,12 +338,13 @@ def list_restic_snapshots(repo: ResticRepository) -> list[SnapshotInfo]:
     infos = []
     for snap in json_document(done.stdout) or []:
         summary = snap.get("summary") or {}
+        tags = snap.get("tags") or []
         infos.append(
             SnapshotInfo(
                 id=snap["id"],
                 created_at=snap["time"],
-                files=int(summary.get("total_files_processed", 0)),
-                databases=_databases(snap.get("tags") or []),
+                files=_tag_count(tags, FILES_TAG, int(summary.get("total_files_processed", 0))),
+                databases=_tag_count(tags, DATABASES_TAG, 0),
                 bytes=int(summary.get("total_bytes_processed", 0)),
                 verified=False,
                 status="ok",
@@ -292,11 +353,11 @@ def list_restic_snapshots(repo: ResticRepository) -> list[SnapshotInfo]:
     return infos
 
 
-def _databases(tags: list[str]) -> int:
+def _tag_count(tags: list[str], prefix: str, default: int) -> int:
     for tag in tags:
-        if tag.startswith(DATABASES_TAG) and tag.removeprefix(DATABASES_TAG).isdigit():
-            return int(tag.removeprefix(DATABASES_TAG))
-    return 0
+        if tag.startswith(prefix) and tag.removeprefix(prefix).isdigit():
+            return int(tag.removeprefix(prefix))
+    return default
 
 
 def resolve_restic_snapshot(repo: ResticRepository, snapshot: str) -> str:
@@ -324,6 +385,9 @@ def _restore_tree(
     except (OSError, ValueError, TypeError) as exc:
         raise RuntimeFailure(f"snapshot {snapshot_id}: no readable {MANIFEST_RELPATH}") from exc
     for path, record in manifest.databases.items():
+        if "pieces" in record:
+            join_pieces(dest, PieceSet(**record["pieces"]), dest / path)
+            os.chmod(dest / path, record.get("mode", 0o600))
         check = check_database(dest / path)
         for suffix in ("-wal", "-shm"):
             (dest / (path + suffix)).unlink(missing_ok=True)
@@ -368,8 +432,14 @@ def restore_restic_snapshot(
     snapshot: str = "latest",
     force: bool = False,
     if_empty: bool = False,
+    replicas: ReplicaLocation | None = None,
 ) -> RestoreReport:
     """Restore into ``data_dir`` all or nothing: stage beside it, check, then swap by renames.
+
+    With ``replicas`` (continuous replication's location, only for ``latest``), each database
+    comes from whichever is newer, the snapshot's copy or its Litestream replica (also a
+    database the snapshot lacks: one born after it); with replicas but no snapshot at all
+    only the databases come back. The report's ``sources`` says which copy each database came from.
 
     Without restic's lock (``--no-lock``): a restore only reads the repository, and the
     runbook mounts the backup volume read-only, where restic would retry its lock for minutes.
@@ -385,7 +455,7 @@ def restore_restic_snapshot(
             f"--data-dir {data_dir} is not empty ({name_list(existing)}); "
             "pass --force to replace its content, or --if-empty to skip"
         )
-    snapshot_id = resolve_restic_snapshot(repo, snapshot)
+    snapshot_id = _snapshot_to_restore(repo, snapshot, replicas)
     data_dir.mkdir(parents=True, exist_ok=True)
     stage_root = staging_root(data_dir)
     tag = f"{STAGING_PREFIX}{data_dir.name}-{os.urandom(4).hex()}"
@@ -395,13 +465,15 @@ def restore_restic_snapshot(
         "backup.restore.started", snapshot=snapshot_id, data_dir=str(data_dir), staging=str(stage)
     )
     try:
-        manifest = _restore_tree(repo, snapshot_id, stage, [NO_LOCK])
+        manifest, sources = _stage_restore(repo, snapshot_id, stage, replicas)
     except (OSError, RuntimeFailure) as exc:
         shutil.rmtree(stage, ignore_errors=True)
         raise RuntimeFailure(
-            f"restore of snapshot {snapshot_id} into {data_dir} failed while staging in "
-            f"{stage}: {exc}; {data_dir} is unchanged"
+            f"restore of snapshot {snapshot_id or '(none: replicas only)'} into {data_dir} "
+            f"failed while staging in {stage}: {exc}; {data_dir} is unchanged"
         ) from exc
+    for path, choice in sources.items():
+        log_event("backup.restore.database", path=path, **asdict(choice))
     swap_in(stage, data_dir, stage_root / f"{tag}-old", existing)
     return RestoreReport(
         snapshot_id,
@@ -409,8 +481,77 @@ def restore_restic_snapshot(
         True,
         "restored",
         files=manifest.files,
-        databases=len(manifest.databases),
+        databases=len(sources),
         duration_seconds=round(time.monotonic() - started, 3),
+        sources={path: asdict(choice) for path, choice in sources.items()},
+    )
+
+
+def _snapshot_to_restore(
+    repo: ResticRepository, snapshot: str, replicas: ReplicaLocation | None
+) -> str | None:
+    """The snapshot id; None only for ``latest`` with replicas and no snapshot in the repository."""
+    if replicas is None or snapshot != "latest":
+        return resolve_restic_snapshot(repo, snapshot)
+    if not list_restic_snapshots(repo) and list_replicas(replicas):
+        return None
+    return resolve_restic_snapshot(repo, snapshot)
+
+
+def _stage_restore(
+    repo: ResticRepository,
+    snapshot_id: str | None,
+    stage: Path,
+    replicas: ReplicaLocation | None,
+) -> tuple[TreeManifest, dict[str, ReplicaChoice]]:
+    """The snapshot's tree in ``stage``, then the newer replicas over its databases."""
+    if snapshot_id is None:
+        stage.mkdir(mode=0o700, parents=True)
+        manifest = TreeManifest(created_at="", source={}, excludes=[])
+    else:
+        manifest = _restore_tree(repo, snapshot_id, stage, [NO_LOCK])
+    sources = {
+        path: ReplicaChoice(
+            "restic", record.get("snapshot_at") or manifest.created_at, snapshot_id or ""
+        )
+        for path, record in manifest.databases.items()
+    }
+    if replicas is None:
+        return manifest, sources
+    scratch = stage / MANIFEST_DIR  # removed with the manifest's folder before the swap
+    scratch.mkdir(exist_ok=True)
+    plans = newer_replicas(replicas, _restic_copies(repo, snapshot_id, manifest), scratch)
+    restore_replicas(replicas, plans, stage)
+    shutil.rmtree(scratch)
+    for plan in plans:
+        at = plan.last_tx_at.isoformat() if plan.last_tx_at else ""
+        sources[plan.relpath] = ReplicaChoice("litestream", at, plan.max_txid)
+    return manifest, dict(sorted(sources.items()))
+
+
+def _restic_copies(
+    repo: ResticRepository, snapshot_id: str | None, manifest: TreeManifest
+) -> ResticCopies:
+    """When each database copy of the snapshot was taken, for the choice against replicas.
+
+    A manifest written before ``snapshot_at`` existed: restic's own snapshot time, taken
+    after every database was staged, bounds them all.
+    """
+    if snapshot_id is None:
+        return ResticCopies(None, {})
+    ended = {
+        path: record["snapshot_at"]
+        for path, record in manifest.databases.items()
+        if record.get("snapshot_at")
+    }
+    if len(ended) < len(manifest.databases):
+        times = [s.created_at for s in list_restic_snapshots(repo) if s.id == snapshot_id]
+        if not times:
+            raise RuntimeFailure(f"backup repository {repo.url}: snapshot {snapshot_id} is gone")
+        ended = {path: ended.get(path, times[0]) for path in manifest.databases}
+    return ResticCopies(
+        datetime.fromisoformat(manifest.created_at),
+        {path: datetime.fromisoformat(at) for path, at in ended.items()},
     )
 
 

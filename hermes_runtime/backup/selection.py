@@ -37,6 +37,7 @@ DEFAULT_EXCLUDES: tuple[str, ...] = (
     # runtime state that is wrong after a restore
     "gateway.pid",
     ".hermes-runtime/backup-status.json",
+    ".hermes-runtime/litestream/",  # Litestream's local state (continuous.py)
     "auth.lock",
     # secrets (Hermes' own list of credential stores, agent/file_safety.py)
     ".env",

@@ -12,8 +12,16 @@ convention, an unknown command included). This is the CLI's one error path:
 - a reader that closes stdout early (``| head``) ends the command quietly.
 
 No traceback reaches the terminal unless ``--debug`` or ``HERMES_RUNTIME_DEBUG=1``
-asks for it. Each group lives in its own module with a ``register(subparsers)``
-function; handlers take the parsed namespace and return an exit code.
+asks for it. Each group lives in its own module with its ``NAME``, ``HELP`` and a
+``register(subparsers)`` function; handlers take the parsed namespace and return
+an exit code.
+
+Every start is a fresh interpreter (a CronJob, an init container, an operator's
+shell), so a command imports only what it runs: the group modules are light
+(each handler imports its capability when it is called), and only the group
+named on the command line gets its verbs built; the others are listed by name
+and help line, which is all ``hermes-runtime --help`` or an unknown group's
+error shows.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import argparse
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from hermes_runtime import __version__
 from hermes_runtime.cli import agent, backup, lcm, plugins, vault
@@ -38,7 +46,8 @@ DEBUG_ENV = "HERMES_RUNTIME_DEBUG"
 GROUPS = (plugins, backup, lcm, vault, agent)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(groups: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The whole CLI; with ``groups``, only those groups' verbs (the rest by name and help)."""
     parser = argparse.ArgumentParser(
         prog="hermes-runtime",
         description="Operate long-lived Hermes agents: plugins, backups, lossless context.",
@@ -50,14 +59,25 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help=f"show the traceback of a failure (also {DEBUG_ENV}=1)",
     )
-    groups = parser.add_subparsers(dest="group", metavar="<group>", required=True)
+    subparsers = parser.add_subparsers(dest="group", metavar="<group>", required=True)
     for module in GROUPS:
-        module.register(groups)
+        if groups is None or module.NAME in groups:
+            module.register(subparsers)
+        else:
+            subparsers.add_parser(module.NAME, help=module.HELP, description=module.HELP)
     return parser
 
 
+def named_group(argv: Sequence[str]) -> str | None:
+    """The group ``argv`` runs: its first word that is not an option (no top-level
+    option takes a value), or None (``--help``, ``--version``, nothing)."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    group = named_group(argv)
+    parser = build_parser([group] if group else [])
     try:
         args = parser.parse_args(argv)
     except BrokenPipeError:  # --help into a closed pipe

@@ -2,7 +2,8 @@
 
 Every option defaults to the environment variable the chart sets (see
 ``AgentSettings.from_env``), so the image's ``CMD`` is just ``hermes-runtime agent run``.
-This module only parses arguments and calls :mod:`hermes_runtime.agent`.
+This module only parses arguments and calls :mod:`hermes_runtime.agent`, which its
+handlers import when they run (``--help`` and usage errors do not load it).
 """
 
 from __future__ import annotations
@@ -10,9 +11,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hermes_runtime.agent import AgentSettings, prepare, run_agent
 from hermes_runtime.cli._shared import (
     DATA_DIR_HELP,
     add_group,
@@ -22,6 +22,12 @@ from hermes_runtime.cli._shared import (
     print_json,
 )
 from hermes_runtime.common.errors import RuntimeFailure
+
+if TYPE_CHECKING:
+    from hermes_runtime.agent import AgentSettings
+
+NAME = "agent"
+HELP = "The agent image's entrypoint: seed, link, run Hermes."
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +50,8 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 
 def _settings(args: argparse.Namespace) -> AgentSettings:
     """Environment defaults, overridden by whichever options were given."""
+    from hermes_runtime.agent import AgentSettings
+
     overrides: dict[str, Any] = {
         "data_dir": args.data_dir,
         "plugin_spec": args.spec,
@@ -66,7 +74,7 @@ def _check_given_files(args: argparse.Namespace) -> None:
     missing file from the environment means "no seed"; one typed by an
     operator is a mistake to report.
     """
-    for option in ("--plugin-spec", "--seed-config", "--seed-soul"):
+    for option in ("--spec", "--seed-config", "--seed-soul"):
         path = getattr(args, option[2:].replace("-", "_"), None)
         if path is not None and not path.is_file():
             problem = "no such file" if not path.exists() else "not a file"
@@ -75,6 +83,8 @@ def _check_given_files(args: argparse.Namespace) -> None:
 
 def handle_prepare(args: argparse.Namespace) -> int:
     _check_given_files(args)
+    from hermes_runtime.agent import prepare  # after the check: a typo costs no import
+
     report = prepare(_settings(args))
     if args.json:
         print_json(report.as_dict())
@@ -83,11 +93,13 @@ def handle_prepare(args: argparse.Namespace) -> int:
 
 def handle_run(args: argparse.Namespace) -> int:
     _check_given_files(args)
+    from hermes_runtime.agent import run_agent
+
     return run_agent(_settings(args))
 
 
 def register(subparsers: Any) -> None:
-    verbs = add_group(subparsers, "agent", "The agent image's entrypoint: seed, link, run Hermes.")
+    verbs = add_group(subparsers, NAME, HELP)
     prep = add_verb(
         verbs,
         "prepare",
@@ -122,5 +134,6 @@ def register(subparsers: Any) -> None:
         type=non_negative_float,
         metavar="SECONDS",
         help="seconds from SIGTERM until the gateway is killed (default: "
-        "$HERMES_RUNTIME_TERMINATION_GRACE_SECONDS - $HERMES_RUNTIME_PRESTOP_SECONDS - 2)",
+        "$HERMES_RUNTIME_TERMINATION_GRACE_SECONDS - $HERMES_RUNTIME_HANDOVER_SECONDS - "
+        "$HERMES_RUNTIME_PRESTOP_SECONDS - 2)",
     )

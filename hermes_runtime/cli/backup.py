@@ -1,4 +1,8 @@
-"""`hermes-runtime backup`: parse arguments and call ``hermes_runtime.backup``."""
+"""`hermes-runtime backup`: parse arguments and call ``hermes_runtime.backup``.
+
+Each handler imports the capability itself: ``backup create --help`` or a usage
+error does not load it (the CLI module docstring says why).
+"""
 
 from __future__ import annotations
 
@@ -8,19 +12,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hermes_runtime.backup import (
-    PrunePolicy,
-    RestoreReport,
-    create_backup,
-    data_dir_has_data,
-    list_snapshots,
-    open_repository,
-    prune_snapshots,
-    record_backup_outcome,
-    restore_snapshot,
-    verify_snapshot,
-    write_backup_metrics,
-)
 from hermes_runtime.cli._shared import (
     add_data_dir,
     add_group,
@@ -29,6 +20,7 @@ from hermes_runtime.cli._shared import (
     http_url,
     non_negative_float,
     non_negative_int,
+    positive_float,
     positive_int,
     print_json,
 )
@@ -60,18 +52,26 @@ def _snapshot_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _endpoint(args: argparse.Namespace) -> str | None:
+    return args.s3_endpoint or env_url("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+
+
 def _target(args: argparse.Namespace) -> Any:
-    endpoint = args.s3_endpoint or env_url("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+    from hermes_runtime.backup import open_repository
+
     # The password comes from restic's own variables (RESTIC_PASSWORD*): never from argv.
-    return open_repository(args.target, endpoint)
+    return open_repository(args.target, _endpoint(args))
+
+
+NAME = "backup"
+HELP = (
+    "Online SQLite-safe snapshots of the data dir: create, list, verify, restore, prune; "
+    "continuous replication with Litestream: replicate."
+)
 
 
 def register(subparsers: Any) -> None:
-    verbs = add_group(
-        subparsers,
-        "backup",
-        "Online SQLite-safe snapshots of the data dir: create, list, verify, restore, prune.",
-    )
+    verbs = add_group(subparsers, NAME, HELP)
     create = add_verb(verbs, "create", "take a snapshot of the data dir", _create)
     add_data_dir(create, "the data dir to back up (default: $HERMES_HOME, else /opt/data)")
     _target_args(create)
@@ -115,13 +115,21 @@ def register(subparsers: Any) -> None:
 
     restore = add_verb(verbs, "restore", "rebuild the data dir from a snapshot", _restore)
     _target_args(restore)
-    _snapshot_arg(restore)
+    restore.add_argument(
+        "--snapshot",
+        default="latest",
+        metavar="ID|latest",
+        help="which snapshot (default: latest; with latest, each database comes from its "
+        "Litestream replica instead when that is newer)",
+    )
     add_data_dir(restore, "the data dir to rebuild (default: $HERMES_HOME, else /opt/data)")
     when = restore.add_mutually_exclusive_group()
     when.add_argument("--force", action="store_true", help="replace a non-empty data dir")
     when.add_argument(
         "--if-empty", action="store_true", help="do nothing (exit 0) if the data dir holds data"
     )
+
+    _register_replicate(verbs)
 
     prune = add_verb(
         verbs,
@@ -163,7 +171,53 @@ def register(subparsers: Any) -> None:
     )
 
 
+def _register_replicate(verbs: Any) -> None:
+    replicate_verb = add_verb(
+        verbs,
+        "replicate",
+        "replicate every SQLite database continuously with Litestream (runs until stopped)",
+        _replicate,
+    )
+    add_data_dir(replicate_verb, "the data dir to replicate (default: $HERMES_HOME)")
+    _target_args(replicate_verb)
+    replicate_verb.add_argument(
+        "--sync-interval",
+        type=positive_float,
+        default=1.0,
+        metavar="SECONDS",
+        help="how often Litestream reads the WAL and uploads it (the RPO is about twice this)",
+    )
+    replicate_verb.add_argument(
+        "--rescan-seconds",
+        type=positive_float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how often to look for new databases (Litestream restarts when the set changes)",
+    )
+    replicate_verb.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="leave out databases matching GLOB, as backup create does; repeatable",
+    )
+    replicate_verb.add_argument(
+        "--work-dir", type=Path, help="where Litestream's config file goes (default: $TMPDIR)"
+    )
+
+
+def _replicate(args: argparse.Namespace) -> int:
+    from hermes_runtime.backup import ReplicationSettings, replica_location, replicate
+
+    settings = ReplicationSettings(args.sync_interval, args.rescan_seconds, tuple(args.exclude))
+    location = replica_location(args.target, _endpoint(args))
+    replicate(args.data_dir, location, settings=settings, work_dir=args.work_dir)
+    return 0
+
+
 def _create(args: argparse.Namespace) -> int:
+    from hermes_runtime.backup import create_backup, record_backup_outcome, write_backup_metrics
+
     started_at = time.time()
     try:
         summary = create_backup(
@@ -197,6 +251,8 @@ def _create(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
+    from hermes_runtime.backup import list_snapshots
+
     infos = list_snapshots(_target(args))
     if args.json:
         print_json([dataclasses.asdict(i) for i in infos])
@@ -211,6 +267,8 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
+    from hermes_runtime.backup import verify_snapshot
+
     report = verify_snapshot(
         _target(args), args.snapshot, scratch=args.work_dir, lock=not args.no_mark
     )
@@ -226,29 +284,42 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _restore(args: argparse.Namespace) -> int:
+    from hermes_runtime.backup import (
+        RestoreReport,
+        data_dir_has_data,
+        replica_location,
+        restore_snapshot,
+    )
+
     if args.data_dir.exists() and not args.data_dir.is_dir():
         raise RuntimeFailure(f"--data-dir {args.data_dir}: not a directory")
     if args.if_empty and data_dir_has_data(args.data_dir):
         # A restarted pod: do not even contact the target (it may be down).
         report = RestoreReport(None, str(args.data_dir), False, "data dir already holds data")
     else:
+        latest = args.snapshot == "latest"
         report = restore_snapshot(
             _target(args),
             args.data_dir,
             snapshot=args.snapshot,
             force=args.force,
             if_empty=args.if_empty,
+            replicas=replica_location(args.target, _endpoint(args)) if latest else None,
         )
     if args.json:
         print_json(dataclasses.asdict(report))
     elif report.restored:
-        print(f"restored snapshot {report.snapshot} into {report.data_dir}")
+        print(f"restored snapshot {report.snapshot or '(none)'} into {report.data_dir}")
+        for path, source in report.sources.items():
+            print(f"  {path}: {source['source']} {source['ref']} ({source['at']})")
     else:
         print(f"nothing restored: {report.data_dir}: {report.reason}")
     return 0
 
 
 def _prune(args: argparse.Namespace) -> int:
+    from hermes_runtime.backup import PrunePolicy, prune_snapshots
+
     policy = PrunePolicy(args.keep_last, args.keep_daily, args.keep_weekly)
     report = prune_snapshots(_target(args), policy, dry_run=args.dry_run)
     if args.json:

@@ -23,13 +23,12 @@ from hermes_runtime.cli._shared import (
 )
 from hermes_runtime.common.errors import RuntimeFailure
 
+NAME = "lcm"
+HELP = "Lossless Context Management: import history, assemble context, search, expand."
+
 
 def register(subparsers: Any) -> None:
-    verbs = add_group(
-        subparsers,
-        "lcm",
-        "Lossless Context Management: import history, assemble context, search, expand.",
-    )
+    verbs = add_group(subparsers, NAME, HELP)
     _import_parser(verbs)
     p = add_verb(
         verbs,
@@ -175,14 +174,14 @@ def _reading(args: argparse.Namespace) -> Iterator[Any]:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from hermes_runtime.lcm import import_history
-
     if args.file is not None and not args.session:
         raise UsageError("--session is required with FILE")
     if args.hermes_state and args.session:
         raise UsageError("--session goes with FILE; --hermes-state keeps each session's id")
     if args.file and (args.prefix or args.before is not None):
         raise UsageError("--prefix and --before go with --hermes-state")
+    from hermes_runtime.lcm import import_history  # after the usage checks: they need none of it
+
     source = args.file or args.hermes_state
     if not source.is_file():
         named = f"--hermes-state {source}" if args.hermes_state else str(source)

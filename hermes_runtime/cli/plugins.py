@@ -1,4 +1,8 @@
-"""`hermes-runtime plugins link|watch`: argument parsing only; the work is in the package."""
+"""`hermes-runtime plugins link|watch`: argument parsing only; the work is in the package.
+
+The handlers import ``hermes_runtime.plugins`` (and the agent's restarter) when
+they run, so ``--help`` and usage errors stay light.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,8 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hermes_runtime.agent import GatewayRestarter
 from hermes_runtime.cli._shared import (
     add_data_dir,
     add_group,
@@ -19,15 +22,17 @@ from hermes_runtime.cli._shared import (
     non_negative_float,
     positive_float,
 )
-from hermes_runtime.plugins import LinkReport, link_plugins, watch
+
+if TYPE_CHECKING:
+    from hermes_runtime.plugins import LinkReport
 
 DEFAULT_SPEC = "/etc/hermes-runtime/plugins.yaml"
+NAME = "plugins"
+HELP = "Link git-synced plugin repositories into Hermes plugin directory."
 
 
 def register(subparsers: Any) -> None:
-    verbs = add_group(
-        subparsers, "plugins", "Link git-synced plugin repositories into Hermes plugin directory."
-    )
+    verbs = add_group(subparsers, NAME, HELP)
     link = add_verb(verbs, "link", "converge D/plugins and plugins.enabled onto the spec", run_link)
     _common(link)
 
@@ -76,12 +81,17 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def run_link(args: argparse.Namespace) -> int:
+    from hermes_runtime.plugins import link_plugins
+
     report = link_plugins(args.data_dir, args.spec, wait_seconds=args.wait)
     _print_report(report, args.json)
     return 0 if report.ok else 1
 
 
 def run_watch(args: argparse.Namespace) -> int:
+    from hermes_runtime.agent import GatewayRestarter
+    from hermes_runtime.plugins import link_plugins, watch
+
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())

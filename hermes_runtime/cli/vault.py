@@ -2,7 +2,9 @@
 
 This module only parses arguments and calls :mod:`hermes_runtime.vault`.
 Credentials come from files or the environment (``VAULT_TOKEN``), never
-from the command line.
+from the command line. The options need the capability's names (auth methods,
+the token variable), so it is imported when this group's parser is built: only
+for a ``vault`` command, never for another group's.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import signal
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hermes_runtime.cli._shared import (
     UsageError,
@@ -26,20 +28,17 @@ from hermes_runtime.cli._shared import (
     print_json,
 )
 from hermes_runtime.common.errors import RuntimeFailure
-from hermes_runtime.vault import (
-    AUTH_METHODS,
-    DEFAULT_JWT_FILE,
-    TOKEN_ENV,
-    SecretSpec,
-    VaultSettings,
-    exec_with_secrets,
-    parse_secret_spec,
-    render_once,
-    run_refresh,
-)
+
+if TYPE_CHECKING:
+    from hermes_runtime.vault import SecretSpec, VaultSettings
+
+NAME = "vault"
+HELP = "Secrets from Vault/OpenBao into an env file or a child process."
 
 
 def secret_spec_arg(text: str) -> SecretSpec:
+    from hermes_runtime.vault import parse_secret_spec
+
     try:
         return parse_secret_spec(text)
     except RuntimeFailure as exc:
@@ -47,6 +46,8 @@ def secret_spec_arg(text: str) -> SecretSpec:
 
 
 def add_connection_args(parser: argparse.ArgumentParser) -> None:
+    from hermes_runtime.vault import AUTH_METHODS, DEFAULT_JWT_FILE, TOKEN_ENV
+
     parser.add_argument(
         "--addr",
         type=http_url,
@@ -99,6 +100,8 @@ def add_connection_args(parser: argparse.ArgumentParser) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> VaultSettings:
     """Check option combinations (usage errors exit 2) and build the settings."""
+    from hermes_runtime.vault import VaultSettings
+
     if args.auth == "kubernetes" and not args.role:
         raise UsageError("--auth kubernetes needs --role")
     if args.auth == "approle" and (args.role_id_file is None or args.secret_id_file is None):
@@ -133,6 +136,8 @@ def stop_on_signals() -> threading.Event:
 
 
 def handle_render(args: argparse.Namespace) -> int:
+    from hermes_runtime.vault import render_once, run_refresh
+
     settings = settings_from_args(args)
     if args.refresh is not None:
         run_refresh(settings, args.secrets, args.out, args.refresh, stop_on_signals())
@@ -147,6 +152,8 @@ def handle_render(args: argparse.Namespace) -> int:
 
 
 def handle_exec(args: argparse.Namespace) -> int:
+    from hermes_runtime.vault import exec_with_secrets
+
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
@@ -158,9 +165,7 @@ def handle_exec(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    verbs = add_group(
-        subparsers, "vault", "Secrets from Vault/OpenBao into an env file or a child process."
-    )
+    verbs = add_group(subparsers, NAME, HELP)
     render = add_verb(
         verbs,
         "render",

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import re
+from itertools import repeat
+from operator import add, floordiv
 from typing import Any
 
 from hermes_runtime.common.errors import RuntimeFailure
@@ -38,7 +40,10 @@ def render_block(summaries: list[Summary]) -> dict[str, Any]:
 
 
 BLOCK_SEPARATOR = "\n\n"
-SUMMARY_REF = re.compile(r"(?:^|\n\n)\[LCM summary (sum_(\d+)) \| depth ")
+# A header starts the message or follows a block separator. The separator is checked
+# by hand: a pattern starting with an alternation cannot use the regex engine's fast
+# literal search, and a block of summaries is scanned on every turn.
+SUMMARY_REF = re.compile(r"\[LCM summary (sum_(\d+)) \| depth ")
 
 
 def summary_refs_in(message: dict[str, Any]) -> list[int]:
@@ -46,7 +51,13 @@ def summary_refs_in(message: dict[str, Any]) -> list[int]:
     content = message.get("content")
     if message.get("role") not in ("user", "assistant") or not isinstance(content, str):
         return []
-    return [int(m.group(2)) for m in SUMMARY_REF.finditer(content)]
+    if "[LCM summary " not in content:  # the common case, without the regex's scan
+        return []
+    return [
+        int(m.group(2))
+        for m in SUMMARY_REF.finditer(content)
+        if m.start() == 0 or content.startswith(BLOCK_SEPARATOR, m.start() - 2)
+    ]
 
 
 def summary_refs_of(store: LcmStore, message: dict[str, Any]) -> list[str] | None:
@@ -127,7 +138,23 @@ def context_within(store: LcmStore, session_id: str, budget: int) -> dict[str, A
 
 
 def count_tokens(messages: list[dict[str, Any]]) -> int:
-    return sum(message_tokens(m) for m in messages)
+    """``message_tokens`` summed; plain transcripts at C speed.
+
+    It runs over the whole live transcript on every turn (the host's
+    preflight check) and at every compaction. When every message is a dict
+    with a string content and no tool calls, each counts ``4 + ceil(len / 4)``,
+    which ``map`` computes without a Python call per message; anything else
+    goes through ``message_tokens``.
+    """
+    try:
+        contents: list[Any] = list(map(dict.get, messages, repeat("content")))
+        calls = any(map(dict.get, messages, repeat("tool_calls")))
+    except TypeError:  # a message that is not a dict
+        return sum(map(message_tokens, messages))
+    if calls or not set(map(type, contents)) <= {str}:
+        return sum(map(message_tokens, messages))
+    ceilings = map(floordiv, map(add, map(len, contents), repeat(3)), repeat(4))
+    return 4 * len(contents) + sum(ceilings)
 
 
 def validation_errors(messages: list[dict[str, Any]]) -> list[str]:

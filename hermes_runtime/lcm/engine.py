@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hermes_runtime.common.errors import RuntimeFailure
-from hermes_runtime.lcm import metrics, retrieval
+from hermes_runtime.lcm import hostview, metrics, retrieval
 from hermes_runtime.lcm.assembly import (
     assemble,
     context_within,
@@ -190,6 +190,46 @@ def fingerprint(message: dict[str, Any]) -> str:
     return _digest(canonical)
 
 
+class FingerprintMemo:
+    """Fingerprints of the plain messages a host keeps handing back, remembered.
+
+    Hermes' turn hook passes the whole live transcript every turn, so without
+    a memo each turn re-hashes every message it holds (JSON + blake2b, most of
+    a turn's cost at a few hundred messages). Only messages without tool
+    calls are remembered, keyed on the values ``fingerprint`` reads: a str
+    caches its own hash, so looking up the same content object again is
+    cheap, and an equal key always means an equal fingerprint. Bounded, and
+    local to one engine (no module state).
+    """
+
+    def __init__(self, capacity: int = 4096) -> None:
+        self._capacity = capacity
+        self._prints: dict[tuple[Any, Any, Any], str] = {}
+        self._guard = threading.Lock()
+
+    def of(self, message: dict[str, Any]) -> str:
+        content, role = message.get("content"), message.get("role")
+        call_id = message.get("tool_call_id")
+        plain = isinstance(content, str) and isinstance(role, (str, type(None)))
+        if (
+            not plain
+            or message.get("tool_calls") is not None
+            or not isinstance(call_id, (str, type(None)))
+        ):
+            return fingerprint(message)
+        key = (role, content, call_id)
+        with self._guard:
+            found = self._prints.get(key)
+        if found is not None:
+            return found
+        found = fingerprint(message)
+        with self._guard:
+            if len(self._prints) >= self._capacity:
+                self._prints.pop(next(iter(self._prints)))
+            self._prints[key] = found
+        return found
+
+
 def _call_identity(call: Any) -> Any:
     if not isinstance(call, dict):
         return call
@@ -245,6 +285,10 @@ def next_host_state(
     return {**saved, "raw": saved.get("raw", []) + prints[overlap:], "stale": prints}
 
 
+# head, start, block, prints, volatile, viewable: see ``LcmEngine._sync``.
+SyncPlan = tuple[int, int, list[int], list[str], list[int], bool]
+
+
 @dataclass
 class SyncResult:
     ingested: int
@@ -262,12 +306,20 @@ class LcmEngine:
         start_worker: bool = False,
     ) -> None:
         self.config = config
-        self.store = LcmStore(config.db_path, config.outputs_dir, config.externalize_chars)
+        # A long-lived engine (the gateway's, with its worker) checkpoints off the turn's path.
+        self.store = LcmStore(
+            config.db_path,
+            config.outputs_dir,
+            config.externalize_chars,
+            background_checkpoints=start_worker,
+        )
         self.summarizer = summarizer
         self.embedder = embedder if embedder is not None else make_embedder(config)
         self._locks: dict[str, threading.RLock] = {}
         self._locks_guard = threading.Lock()
         self.vectors = VectorIndex()
+        self._prints = FingerprintMemo()
+        self._views = hostview.HostViews()
         self.worker: EmbeddingWorker | None = None
         if start_worker and self.embedder is not None:
             self.worker = EmbeddingWorker(self.store, self.embedder)
@@ -284,14 +336,15 @@ class LcmEngine:
         self,
         session_id: str,
         messages: list[dict[str, Any]],
-        host_state: dict[str, Any] | None = None,
+        host_state: str | None = None,
         replay_window: float = 0.0,
     ) -> int:
-        """Store ``messages`` as they are (an import keeps every row); ``replay_window``: see
-        ``LcmStore.ingest_many``. Returns how many were stored."""
+        """Store ``messages`` as they are (an import keeps every row); ``host_state`` (JSON
+        text) and ``replay_window``: see ``LcmStore.ingest_many``. Returns how many were
+        stored."""
         if not messages:
             if host_state is not None:
-                self.store.set_host_state(session_id, host_state)
+                self.store.write_host_state(session_id, host_state)
             return 0
         started = time.perf_counter()
         stored = self.store.ingest_many(
@@ -339,22 +392,96 @@ class LcmEngine:
             lock.release()
 
     def _sync(self, session_id: str, host_messages: list[dict[str, Any]]) -> SyncResult:
-        head = 0
-        while head < len(host_messages) and host_messages[head].get("role") == "system":
-            head += 1
-        block, candidates = self._split_at_last_block(session_id, host_messages[head:])
-        saved = self.store.host_state(session_id)
-        prints = [fingerprint(m) for m in candidates]
+        fields = hostview.columns(host_messages)
+        view = self._views.get(session_id)
+        plan = self._plan_appended(view, host_messages, fields) if view and fields else None
+        if plan is None:
+            plan = self._plan_full(session_id, host_messages, fields)
+        head, start, block, prints, volatile, viewable = plan
+        candidates = host_messages[start:]
+        saved_text, saved = self._saved_host_state(session_id, view)
         overlap = known_overlap(saved, block, prints)
         state = next_host_state(saved, block, prints, overlap)
         # A host's transcript may replay a turn a client retried (replay.py): stored once.
         window, now = self.config.replay_window_seconds, time.time()
         fresh = [collapse_merged_replay(m, now, window) for m in candidates[overlap:]]
-        changed = state if state != saved else None
-        count = self.ingest(session_id, fresh, host_state=changed, replay_window=window)
+        if state != saved:
+            saved_text, saved = json.dumps(state), state
+            count = self.ingest(session_id, fresh, host_state=saved_text, replay_window=window)
+        else:
+            count = self.ingest(session_id, fresh, replay_window=window)
         merged = sum(1 for a, b in zip(candidates[overlap:], fresh, strict=True) if a is not b)
         metrics.REPLAYED_TURNS.inc(max(merged, len(fresh) - count))
+        if viewable and fields is not None:
+            self._views.put(
+                session_id,
+                hostview.HostView(  # a copy: the host keeps appending to its own list
+                    list(host_messages),
+                    fields,
+                    head,
+                    start,
+                    block,
+                    prints,
+                    volatile,
+                    saved_text,
+                    saved,
+                ),
+            )
         return SyncResult(count, host_messages[:head])
+
+    def _plan_appended(
+        self,
+        view: hostview.HostView,
+        host_messages: list[dict[str, Any]],
+        fields: hostview.Columns,
+    ) -> SyncPlan | None:
+        """The sync plan of a host that only appended to what it handed us last (None if not).
+
+        Only the appended messages are fingerprinted and scanned for summary
+        headers; one that carries a header (a new block?) goes the full path.
+        """
+        known = view.appended(host_messages, fields)
+        if known is None:
+            return None
+        added = host_messages[known:]
+        if any(summary_refs_in(m) for m in added):
+            return None
+        prints = view.prints.copy()
+        for index in view.volatile:
+            prints[index] = self._prints.of(host_messages[view.start + index])
+        volatile = view.volatile + [
+            len(prints) + i for i, m in enumerate(added) if not hostview.is_stable(m)
+        ]
+        prints += [self._prints.of(m) for m in added]
+        return view.head, view.start, view.block, prints, volatile, True
+
+    def _plan_full(
+        self,
+        session_id: str,
+        host_messages: list[dict[str, Any]],
+        fields: hostview.Columns | None,
+    ) -> SyncPlan:
+        """The sync plan read from the whole transcript: head, last block, every print."""
+        head = 0
+        while head < len(host_messages) and host_messages[head].get("role") == "system":
+            head += 1
+        block, candidates = self._split_at_last_block(session_id, host_messages[head:])
+        prints = [self._prints.of(m) for m in candidates]
+        volatile = [i for i, m in enumerate(candidates) if not hostview.is_stable(m)]
+        # A header that is not one of this session's blocks (quoted, or not ours) may
+        # become one later: such a transcript is always read in full.
+        viewable = fields is not None and not any(summary_refs_in(m) for m in candidates)
+        start = len(host_messages) - len(candidates)
+        return head, start, block, prints, volatile, viewable
+
+    def _saved_host_state(
+        self, session_id: str, view: hostview.HostView | None
+    ) -> tuple[str | None, dict[str, Any]]:
+        """The session's stored host state, as text and parsed (parsed again only if changed)."""
+        text = self.store.host_state_text(session_id)
+        if view is not None and text is not None and text == view.saved_text:
+            return text, view.saved
+        return text, json.loads(text) if text else {}
 
     def _split_at_last_block(
         self, session_id: str, conversation: list[dict[str, Any]]
@@ -385,7 +512,7 @@ class LcmEngine:
         saved = self.store.host_state(session_id)
         previous = comparable(saved).get("raw", [])
         state = {
-            "raw": [fingerprint(m) for m in raw],
+            "raw": [self._prints.of(m) for m in raw],
             "block": block,
             "stale": previous,
             "fp": FINGERPRINT_SCHEME,
@@ -523,6 +650,7 @@ class LcmEngine:
     def close(self) -> None:
         if self.worker is not None:
             self.worker.stop()
+        self.store.stop_checkpoints()
         self.store.close()
 
 

@@ -150,9 +150,13 @@ def in_background_review() -> bool:
     session (``_persist_disabled``), and so must LCM, or the harness turn
     lands in the user's history and the next real sync no longer aligns.
     Hermes 0.19.0 marks that thread (and only it) with a tool whitelist.
+    Runs every turn: the module is looked up, not imported (an import
+    statement walks importlib's Python code each time); where Hermes' plugin
+    module was never loaded, no thread can carry its marker.
     """
-    from hermes_cli import plugins
-
+    plugins = sys.modules.get("hermes_cli.plugins")
+    if plugins is None:
+        return False
     marker = getattr(plugins, "_thread_tool_whitelist", None)
     return getattr(marker, "allowed", None) is not None
 

@@ -82,10 +82,13 @@ class Hit:
 # Identical contents fold into one hit (``count``, ``ids``): a fact repeated
 # twenty times (a transcript imported again, a tool output fetched over and
 # over) otherwise fills the whole result list with copies of one message and
-# pushes every other match out. Candidates are read ``OVERSAMPLE`` times the
-# number of results asked for, more while copies keep crowding, up to
+# pushes every other match out. Rankings read ``OVERSAMPLE`` times the number
+# of results asked for; grep reads ``FIRST_READ`` times first (each candidate
+# row is a random read of the messages table, cold on a large database), then
+# four times more at each pass while copies keep crowding, up to
 # ``MAX_CANDIDATES``.
 OVERSAMPLE = 20
+FIRST_READ = 2
 MAX_CANDIDATES = 20_000
 MAX_IDS = 50
 
@@ -255,7 +258,7 @@ def fold_copies(candidates: Iterable[Candidate], limit: int) -> tuple[list[Hit],
 
 def _distinct(fetch: Callable[[int], list[Candidate]], limit: int) -> list[Hit]:
     """Best-first distinct results, reading more candidates while copies crowd them out."""
-    wanted = max(limit * OVERSAMPLE, 50)
+    wanted = max(limit * FIRST_READ, 50)
     while True:
         candidates = fetch(wanted)
         hits, complete = fold_copies(candidates, limit)

@@ -24,6 +24,7 @@ import apsw
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.common.sqlite import connect
 from hermes_runtime.lcm import outputs as out
+from hermes_runtime.lcm.checkpoints import Checkpointer
 from hermes_runtime.lcm.records import (
     KNOWN_KEYS,
     ContextItem,
@@ -77,8 +78,13 @@ class LcmStore:
         externalize_chars: int = DEFAULT_EXTERNALIZE_CHARS,
         readonly: bool = False,
         create: bool = True,
+        background_checkpoints: bool = False,
     ) -> None:
         """Open (``readonly``: only open) an LCM database; never touch any other database.
+
+        ``background_checkpoints`` (long-lived writers: the gateway's engine)
+        moves WAL checkpoints from the commit that crosses the threshold to a
+        thread of their own (``checkpoints.py``).
 
         Read-only opens refuse a missing file and any file without the LCM
         schema; read-write opens create the schema only in a new (empty) file
@@ -91,12 +97,16 @@ class LcmStore:
         self.readonly = readonly
         self._local = threading.local()
         self._write_lock = threading.RLock()
+        self._checkpointer: Checkpointer | None = None
         if readonly or not create:
             self._require_file()
         if readonly:
             self._open_readonly()
         else:
             self._open_for_writing(create)
+        if background_checkpoints and not readonly:
+            self._checkpointer = Checkpointer(lambda: self.conn, self.close)
+            self._checkpointer.install(self.conn)
 
     def _require_file(self) -> None:
         if not self.db_path.is_file():
@@ -151,6 +161,8 @@ class LcmStore:
 
     def _adopt(self, conn: apsw.Connection) -> None:
         conn.create_scalar_function("regexp", _regexp, 2, deterministic=True)  # type: ignore[arg-type]
+        if self._checkpointer is not None and not self.readonly:
+            self._checkpointer.install(conn)
         self._local.conn = conn
 
     @contextlib.contextmanager
@@ -173,6 +185,11 @@ class LcmStore:
             yield
         finally:
             conn.set_busy_timeout(DEFAULT_BUSY_TIMEOUT_MS)
+
+    def stop_checkpoints(self) -> None:
+        """Stop the checkpoint thread (its last checkpoint finishes first)."""
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
@@ -238,15 +255,24 @@ class LcmStore:
         return str(value) if value is not None else None
 
     def host_state(self, session_id: str) -> dict[str, Any]:
-        row = fetch_one(self.conn, "SELECT host_state FROM sessions WHERE id = ?", (session_id,))
-        return json.loads(row[0]) if row and row[0] else {}
+        text = self.host_state_text(session_id)
+        return json.loads(text) if text else {}
+
+    def host_state_text(self, session_id: str) -> str | None:
+        """The host state as stored (JSON text), or None."""
+        value = fetch_value(
+            self.conn, "SELECT host_state FROM sessions WHERE id = ?", (session_id,)
+        )
+        return str(value) if value is not None else None
 
     def set_host_state(self, session_id: str, state: dict[str, Any]) -> None:
         """Save what the host holds; a session with no stored message has nothing to save."""
+        self.write_host_state(session_id, json.dumps(state))
+
+    def write_host_state(self, session_id: str, text: str) -> None:
+        """``set_host_state`` with the state already encoded as JSON text."""
         with self._write_lock, write_transaction(self.conn):
-            self.conn.execute(
-                "UPDATE sessions SET host_state = ? WHERE id = ?", (json.dumps(state), session_id)
-            )
+            self.conn.execute("UPDATE sessions SET host_state = ? WHERE id = ?", (text, session_id))
 
     # -- ingest ------------------------------------------------------------
 
@@ -261,12 +287,12 @@ class LcmStore:
         session_id: str,
         messages: Sequence[dict[str, Any]],
         created_at: float | None = None,
-        host_state: dict[str, Any] | None = None,
+        host_state: str | None = None,
         replay_window: float = 0.0,
     ) -> list[StoredMessage]:
         """Store messages in one transaction (batched import); outputs are written first.
 
-        ``host_state`` is saved in the same transaction, so what the host is
+        ``host_state`` (JSON text) is saved in the same transaction, so what the host is
         known to hold never disagrees with what was stored (no re-ingest
         after a crash between the two). With ``replay_window`` > 0, a user
         message repeating the session's newest stored message, a user message
@@ -287,14 +313,15 @@ class LcmStore:
                 stored.append(self._insert_message(session_id, seq, pos, row, stamp))
                 last = (row["role"], row["content"], stamp)
                 seq, pos = seq + 1, pos + 1
-            self.conn.execute(
-                "UPDATE sessions SET next_seq = ?, next_pos = ? WHERE id = ?",
-                (seq, pos, session_id),
-            )
-            if host_state is not None:
+            if host_state is None:
                 self.conn.execute(
-                    "UPDATE sessions SET host_state = ? WHERE id = ?",
-                    (json.dumps(host_state), session_id),
+                    "UPDATE sessions SET next_seq = ?, next_pos = ? WHERE id = ?",
+                    (seq, pos, session_id),
+                )
+            else:  # one statement: the counters and what the host holds
+                self.conn.execute(
+                    "UPDATE sessions SET next_seq = ?, next_pos = ?, host_state = ? WHERE id = ?",
+                    (seq, pos, host_state, session_id),
                 )
         return stored
 
@@ -546,24 +573,37 @@ class LcmStore:
         return result
 
     def _span(self, sources: Iterable[tuple[str, int]]) -> tuple[int, int, float, float, int]:
-        """first_seq, last_seq, start_at, end_at, message_count over the sources."""
-        first, last, start, end, count = 1 << 62, -1, float("inf"), float("-inf"), 0
+        """first_seq, last_seq, start_at, end_at, message_count over the sources.
+
+        Two aggregate queries (messages, child summaries), not one per source:
+        a leaf summary folds dozens of messages, and compaction runs on the
+        host's turn.
+        """
+        messages: list[int] = []
+        children: list[int] = []
         for kind, ident in sources:
-            if kind == "message":
-                seq, at = fetch_all(
-                    self.conn, "SELECT seq, created_at FROM messages WHERE id = ?", (ident,)
-                )[0]
-                first, last = min(first, seq), max(last, seq)
-                start, end, count = min(start, at), max(end, at), count + 1
-            else:
-                row = fetch_all(
-                    self.conn,
-                    "SELECT first_seq, last_seq, start_at, end_at, message_count "
-                    "FROM summaries WHERE id = ?",
-                    (ident,),
-                )[0]
-                first, last = min(first, row[0]), max(last, row[1])
-                start, end, count = min(start, row[2]), max(end, row[3]), count + row[4]
+            (messages if kind == "message" else children).append(int(ident))
+        first, last, start, end, count = 1 << 62, -1, float("inf"), float("-inf"), 0
+        parts = (
+            (
+                messages,
+                "SELECT min(seq), max(seq), min(created_at), max(created_at), count(*) "
+                "FROM messages WHERE id IN (SELECT value FROM json_each(?))",
+            ),
+            (
+                children,
+                "SELECT min(first_seq), max(last_seq), min(start_at), max(end_at), "
+                "total(message_count) FROM summaries WHERE id IN (SELECT value FROM json_each(?))",
+            ),
+        )
+        for ids, sql in parts:
+            if not ids:
+                continue
+            row = fetch_one(self.conn, sql, (json.dumps(ids),))
+            assert row is not None and row[0] is not None, "foreign keys: the sources exist"
+            first, last = min(first, int(row[0])), max(last, int(row[1]))
+            start, end = min(start, float(row[2])), max(end, float(row[3]))
+            count += int(row[4])
         return first, last, start, end, count
 
     # -- counts ------------------------------------------------------------

@@ -17,6 +17,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate.utils
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,6 +38,15 @@ FULLNAME = f"{RELEASE}-hermes-agent"
 SERVICE_MONITOR_API = "monitoring.coreos.com/v1/ServiceMonitor"
 
 POD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob", "Pod")
+
+# kubernetes-validate reads and parses its schema files (a 1.8 MB _definitions.json among
+# them) again for every object it checks, 0.4 s a render. They are read-only files of the
+# installed package: read each once per run. The validation itself is unchanged.
+kubernetes_validate.utils.schema_contents = cache(kubernetes_validate.utils.schema_contents)
+
+# PyYAML's safe loader with libyaml's parser when PyYAML has it: the same documents, a render
+# parsed in 0.03 s instead of 0.17 s (the pure-Python parser).
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @cache
@@ -99,7 +109,7 @@ def _render_cached(
     )
     if result.returncode != 0:
         raise AssertionError(f"helm template failed:\n{result.stderr}")
-    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
+    return tuple(doc for doc in yaml.load_all(result.stdout, Loader=YAML_LOADER) if doc)
 
 
 class Manifest:

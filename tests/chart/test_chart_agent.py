@@ -19,10 +19,21 @@ from chart_testlib import (
 LLM = {"llm": {"baseUrl": "http://llm:8000/v1", "model": "m1", "existingSecret": "llm-key"}}
 
 
-def test_single_writer_deployment() -> None:
+def test_single_writer_deployment_replaced_while_the_old_pod_serves() -> None:
     deployment = render().deployment
     assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    # maxUnavailable 1: the old pod is deleted at once, whether or not the new one gets Ready.
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 1},
+    }
+    recreate = render({"agent": {"updateStrategy": "Recreate"}}).deployment
+    assert recreate["spec"]["strategy"] == {"type": "Recreate"}
+
+
+def test_an_unknown_update_strategy_is_refused_by_the_schema() -> None:
+    result = render_error({"agent": {"updateStrategy": "OnDelete"}})
+    assert "updateStrategy" in result and "RollingUpdate" in result
 
 
 def test_data_pvc_kept_on_uninstall_and_mounted_at_opt_data() -> None:
@@ -85,21 +96,42 @@ def test_probes_hit_health_on_the_api_port_and_readiness_the_entrypoint() -> Non
 
 
 def test_the_hand_over_gets_its_timings_from_the_grace_period() -> None:
-    manifest = render({"agent": {"terminationGracePeriodSeconds": 45, "preStopSeconds": 4}})
+    manifest = render(
+        {
+            "agent": {
+                "terminationGracePeriodSeconds": 45,
+                "preStopSeconds": 4,
+                "handoverWaitSeconds": 15,
+            }
+        }
+    )
     agent = manifest.container("agent")
     assert manifest.agent_pod["terminationGracePeriodSeconds"] == 45
     assert agent["lifecycle"]["preStop"] == {"httpGet": {"path": "/pre-stop", "port": "metrics"}}
     env = env_map(agent)
     assert env["HERMES_RUNTIME_TERMINATION_GRACE_SECONDS"] == "45"
     assert env["HERMES_RUNTIME_PRESTOP_SECONDS"] == "4"
+    assert env["HERMES_RUNTIME_HANDOVER_SECONDS"] == "15"
     assert env["HERMES_RUNTIME_LOCK_TIMEOUT"] == "300"
+    assert env_map(render().container("agent"))["HERMES_RUNTIME_HANDOVER_SECONDS"] == "20"
+    # Told to the pod being replaced, which forwards new clients here meanwhile.
+    assert env["HERMES_RUNTIME_POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
 
 
-def test_a_pre_stop_wait_as_long_as_the_grace_period_is_refused() -> None:
-    result = render_error({"agent": {"terminationGracePeriodSeconds": 5, "preStopSeconds": 5}})
-    assert "agent.preStopSeconds must be shorter than agent.terminationGracePeriodSeconds" in (
-        result
+def test_a_stop_sequence_as_long_as_the_grace_period_is_refused() -> None:
+    result = render_error(
+        {
+            "agent": {
+                "terminationGracePeriodSeconds": 30,
+                "preStopSeconds": 5,
+                "handoverWaitSeconds": 25,
+            }
+        }
     )
+    assert (
+        "agent.preStopSeconds + agent.handoverWaitSeconds must be shorter than "
+        "agent.terminationGracePeriodSeconds (5 + 25 >= 30)"
+    ) in result
 
 
 def test_seed_config_sets_the_model_provider_and_lcm_without_secrets() -> None:

@@ -28,11 +28,22 @@ VALUES = {
 
 
 def _egress_ports(policy: dict) -> set[tuple[int, str]]:
+    """Egress ports to anything but the agent pods themselves (the hand-over's rule)."""
     return {
         (port["port"], port["protocol"])
         for rule in policy["spec"]["egress"]
+        if not _to_agent_pods(rule)
         for port in rule.get("ports", [])
     }
+
+
+def _to_agent_pods(rule: dict) -> bool:
+    peers = rule.get("to", [])
+    return any(
+        p.get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/component")
+        == "agent"
+        for p in peers
+    )
 
 
 def test_off_by_default() -> None:
@@ -64,9 +75,22 @@ def test_closed_ingress_admits_client_pods_and_listed_peers() -> None:
     manifest = render(values)
     (rule,) = manifest.one("NetworkPolicy", FULLNAME)["spec"]["ingress"]
     assert rule["from"][0] == {"podSelector": {"matchLabels": {f"{FULLNAME}-client": "true"}}}
-    assert rule["from"][1] == peer
+    agent_labels = manifest.deployment["spec"]["template"]["metadata"]["labels"]
+    # The pod being replaced forwards new clients to its successor.
+    assert rule["from"][1]["podSelector"]["matchLabels"].items() <= agent_labels.items()
+    assert rule["from"][2] == peer
     test_pod = manifest.one("Pod")
     assert test_pod["metadata"]["labels"][f"{FULLNAME}-client"] == "true"
+
+
+def test_the_agent_may_reach_its_successor_pod_during_a_hand_over() -> None:
+    manifest = render(VALUES)
+    egress = manifest.one("NetworkPolicy", FULLNAME)["spec"]["egress"]
+    (rule,) = [r for r in egress if _to_agent_pods(r)]
+    agent_labels = manifest.deployment["spec"]["template"]["metadata"]["labels"]
+    (peer,) = rule["to"]
+    assert peer["podSelector"]["matchLabels"].items() <= agent_labels.items()
+    assert {(p["port"], p["protocol"]) for p in rule["ports"]} == {(8642, "TCP"), (9090, "TCP")}
 
 
 def test_egress_destinations_can_be_narrowed() -> None:

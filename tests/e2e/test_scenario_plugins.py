@@ -37,6 +37,7 @@ from typing import Any
 
 import pytest
 from kubernetes.client.rest import ApiException
+from support.announce import announce
 
 from . import images, kube
 from .test_scenario_conversation import (
@@ -160,17 +161,6 @@ def _pull_outcome(cluster: kube.Cluster, namespace: str, image: str) -> str:
     return outcome[0]
 
 
-def announce(config: pytest.Config, text: str) -> None:
-    """A line on the terminal even when the test passes (print is captured)."""
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    capture = config.pluginmanager.get_plugin("capturemanager")
-    if reporter is None or capture is None:
-        print(text)
-        return
-    with capture.global_and_fixture_disabled():
-        reporter.write_line(text)
-
-
 def choose_git_sync_image(
     cluster: kube.Cluster, choice: str = "auto"
 ) -> tuple[dict[str, Any], str]:
@@ -198,10 +188,18 @@ def choose_git_sync_image(
 
 
 @pytest.fixture(scope="module")
-def git_sync_image(cluster: kube.Cluster, pytestconfig: pytest.Config) -> dict[str, Any]:
-    """gitSync.image values for every install of this module (announced on the terminal)."""
-    values, line = choose_git_sync_image(cluster, os.environ.get("E2E_GIT_SYNC", "auto"))
-    announce(pytestconfig, line)
+def git_sync_choice(cluster: kube.Cluster) -> tuple[dict[str, Any], str]:
+    """gitSync.image values for every install of this module, and the line saying which."""
+    return choose_git_sync_image(cluster, os.environ.get("E2E_GIT_SYNC", "auto"))
+
+
+@pytest.fixture
+def git_sync_image(
+    git_sync_choice: tuple[dict[str, Any], str], request: pytest.FixtureRequest
+) -> dict[str, Any]:
+    """The module's gitSync.image values (which image: announced on the terminal)."""
+    values, line = git_sync_choice
+    announce(request.node, line)
     return values
 
 
@@ -397,7 +395,7 @@ def test_plugins_from_git_load_once_reload_on_push_and_refuse_escapes(
     helm: kube.Helm,
     tmp_path: Path,
     git_sync_image: dict[str, Any],
-    pytestconfig: pytest.Config,
+    request: pytest.FixtureRequest,
 ) -> None:
     images.require(IMAGES)
     install(helm, tmp_path, git_sync_image, ["weather", "tools"], "scenario2")
@@ -446,7 +444,7 @@ def test_plugins_from_git_load_once_reload_on_push_and_refuse_escapes(
         remote.push("weather", plugin_files("weather", "2"))
         seconds = wait_for_version(cluster, namespace, "weather", "2", pushed)
         announce(
-            pytestconfig, f"push -> weather v2 running: {seconds:.1f} s (a turn was in flight)"
+            request.node, f"push -> weather v2 running: {seconds:.1f} s (a turn was in flight)"
         )
         talker.join(timeout=300)
         assert not errors, f"the in-flight conversation failed: {errors[0]!r}"

@@ -199,8 +199,14 @@ def delete_cluster_role_binding(rbac: client.RbacAuthorizationV1Api, name: str) 
 def delete_orphaned_token_reviewers(
     cluster: kube.Cluster, rbac: client.RbacAuthorizationV1Api
 ) -> None:
-    namespaces = {ns.metadata.name for ns in cluster.core.list_namespace().items}
+    """Delete the bindings whose namespace is gone (left by an interrupted run).
+
+    Bindings are listed before namespaces: a test running in parallel (pytest -n) creates
+    its namespace before its binding, so every binding in the first list has its namespace
+    in the second one until that test deletes both, and only true orphans are swept.
+    """
     bindings = rbac.list_cluster_role_binding(label_selector=f"{REVIEWER_LABEL}=vault").items
+    namespaces = {ns.metadata.name for ns in cluster.core.list_namespace().items}
     for binding in bindings:
         if not {s.namespace for s in binding.subjects or []} & namespaces:
             delete_cluster_role_binding(rbac, binding.metadata.name)

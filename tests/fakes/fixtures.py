@@ -8,7 +8,10 @@ test just asks for the fixture::
         fake_llm.set_mode("fail")         # normal | fail | hang | garbage
         fake_llm.requests()               # chat requests the server received
 
-``start_fake_llm()`` is the same thing without pytest (benchmarks, scripts).
+Here it is a process of this interpreter, for the unit tier; the integration tier overrides
+``fake_llm`` with the same server in its image (the one the e2e tier runs), shared by the
+session and reset for each test (tests/integration/conftest.py).
+``start_fake_llm()`` is the process without pytest (benchmarks, scripts).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import json
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,9 +47,9 @@ def post_json(url: str, payload: dict[str, Any], headers: dict[str, str] | None 
 class FakeLLM:
     """A running fake server: its URL plus helpers to steer and inspect it."""
 
-    process: subprocess.Popen[str]
     host: str
     port: int
+    halt: Callable[[], None]  # ends the process or removes the container
 
     @property
     def root_url(self) -> str:
@@ -70,12 +73,16 @@ class FakeLLM:
             return list(json.load(response))
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
+        self.halt()
+
+
+def _terminate(process: subprocess.Popen[str]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
 
 
 def start_fake_llm(host: str = "127.0.0.1", extra_args: list[str] | None = None) -> FakeLLM:
@@ -91,21 +98,11 @@ def start_fake_llm(host: str = "127.0.0.1", extra_args: list[str] | None = None)
         process.kill()
         raise RuntimeError(f"fake OpenAI server did not start: {banner!r}")
     port = int(banner.rsplit(":", 1)[1].split("/")[0])
-    return FakeLLM(process=process, host=host, port=port)
+    return FakeLLM(host=host, port=port, halt=lambda: _terminate(process))
 
 
 @pytest.fixture
 def fake_llm() -> Iterator[FakeLLM]:
-    server = start_fake_llm()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="session")
-def fake_llm_session() -> Iterator[FakeLLM]:
-    """One server for a whole test session; call ``reset()`` between tests that steer it."""
     server = start_fake_llm()
     try:
         yield server

@@ -9,6 +9,7 @@ import urllib.request
 from pathlib import Path
 
 from image_testlib import docker
+from support.git_ssh import SSHD_CONFIG, keypair, known_hosts_line
 from support.net import free_port
 from support.wait import wait_until
 
@@ -61,25 +62,6 @@ def test_git_server_serves_seeded_repos_and_accepts_pushes(
         docker("rm", "-f", name, check=False)
 
 
-SSHD_CONFIG = """\
-Port {port}
-HostKey /etc/ssh-server/host_key
-PidFile none
-AuthorizedKeysFile /etc/ssh-server/authorized_keys
-StrictModes no
-UsePAM no
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-AllowUsers git
-"""
-
-
-def keypair(directory: Path, name: str) -> Path:
-    key = directory / name
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    return key
-
-
 def test_git_server_serves_ssh_as_its_non_root_user(
     aux_images: dict[str, str], tmp_path: Path
 ) -> None:
@@ -103,7 +85,7 @@ def test_git_server_serves_ssh_as_its_non_root_user(
            "-v", f"{config}:/etc/ssh-server:ro",
            "--entrypoint", "sh", image, "-c", script)  # fmt: skip
     known = tmp_path / "known_hosts"
-    known.write_text(f"[127.0.0.1]:{port} {host.with_suffix('.pub').read_text()}")
+    known.write_text(known_hosts_line(port, host))
     url = f"ssh://git@127.0.0.1:{port}/srv/git/t.git"
 
     def ls_remote(key: Path) -> subprocess.CompletedProcess[str]:

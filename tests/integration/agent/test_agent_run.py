@@ -1,7 +1,7 @@
-"""`hermes-runtime agent run` with the real Hermes gateway (no Docker): seed, link, serve, stop.
+"""`hermes-runtime agent run` with the real Hermes gateway as a process: seed, link, serve, stop.
 
-The only fake is the LLM (tests/fakes/openai_server.py). Each test starts a real gateway, so
-the file takes a few tens of seconds.
+The only fake is the LLM (tests/fakes/openai_server.py, in its container: the tier's
+``fake_llm``). Each test starts a real gateway, so the file takes a few tens of seconds.
 """
 
 from __future__ import annotations
@@ -13,19 +13,19 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from fakes.fixtures import FakeLLM
 from ruamel.yaml import YAML
 from support.git_sync import git_sync_new_commit, git_synced_plugin
 from support.net import free_port
 from support.wait import wait_until
 
-REPO = Path(__file__).resolve().parents[3]
-FAKE_LLM = REPO / "tests" / "fakes" / "openai_server.py"
 API_KEY = "agent-test-key-0123456789abcdef"
 BIN = Path(sys.executable).parent
 
@@ -78,20 +78,7 @@ class Agent:
 
 
 @pytest.fixture
-def fake_llm() -> Iterator[int]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, str(FAKE_LLM), "--host", "127.0.0.1", "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    yield port
-    proc.terminate()
-    proc.wait(10)
-
-
-@pytest.fixture
-def layout(tmp_path: Path, fake_llm: int) -> dict[str, Path]:
+def layout(tmp_path: Path, fake_llm: FakeLLM) -> dict[str, Path]:
     etc = tmp_path / "etc"
     etc.mkdir()
     data = tmp_path / "data"
@@ -100,7 +87,7 @@ def layout(tmp_path: Path, fake_llm: int) -> dict[str, Path]:
         "# seeded by the chart\n"
         "model:\n"
         "  provider: custom\n"
-        f"  base_url: http://127.0.0.1:{fake_llm}/v1\n"
+        f"  base_url: {fake_llm.base_url}\n"
         "  default: fake-model\n"
         "  api_key: x\n"
         "agent:\n"
@@ -266,25 +253,18 @@ def test_a_new_plugin_commit_restarts_the_gateway_onto_it(
         assert agent.metric_sum("hermes_runtime_gateway_restarts_total") == 1  # counted once
 
 
-def llm_control(port: int, path: str, payload: dict | None = None) -> object:
-    data = None if payload is None else json.dumps(payload).encode()
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data)
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return json.loads(response.read())
-
-
 def test_sigterm_lets_an_in_flight_turn_finish_within_the_grace_period(
-    layout: dict[str, Path], tmp_path: Path, fake_llm: int
+    layout: dict[str, Path], tmp_path: Path, fake_llm: FakeLLM
 ) -> None:
     """Hermes' drain time comes from the grace period: a turn whose model call is still running
     when SIGTERM arrives gets its reply (with Hermes' default of 0 s it was interrupted)."""
     replies: list[str] = []
     with serving_agent(layout, tmp_path, HERMES_RUNTIME_TERMINATION_GRACE_SECONDS="40") as agent:
-        llm_control(fake_llm, "/_reset", {})
-        llm_control(fake_llm, "/_control", {"mode": "hang", "hang_seconds": 4})
+        fake_llm.reset()
+        fake_llm.set_mode("hang", hang_seconds=4)
         client = threading.Thread(target=lambda: replies.append(agent.chat("slow question")))
         client.start()
-        wait_until(lambda: llm_control(fake_llm, "/_requests"), 60, "the turn's model call")
+        wait_until(fake_llm.requests, 60, "the turn's model call")
     client.join(60)  # the agent got SIGTERM at the end of the block, mid-turn
     assert replies == ["Echo: slow question"]
     gateway_log = (layout["data"] / "logs" / "gateway.log").read_text()
@@ -294,7 +274,13 @@ def test_sigterm_lets_an_in_flight_turn_finish_within_the_grace_period(
 def test_a_gateway_killed_with_sigkill_is_restarted_in_place(
     layout: dict[str, Path], tmp_path: Path
 ) -> None:
-    """The real gateway, kill -9: the entrypoint (the container) stays, a new gateway serves."""
+    """The real gateway, kill -9: the entrypoint (the container) stays, a new gateway serves.
+
+    On a volume that saw many gateway starts lately (hand-overs, restarts): Hermes' own
+    respawn-storm breaker would sleep minutes before binding; the entrypoint turns it off."""
+    now = time.time()
+    starts = "".join(f"{now - second!r}\n" for second in range(10))
+    (layout["data"] / "gateway-starts.log").write_text(starts)
     with serving_agent(layout, tmp_path) as agent:
         pid_file = layout["data"] / "gateway.pid"
         killed = int(json.loads(pid_file.read_text())["pid"])
@@ -309,3 +295,5 @@ def test_a_gateway_killed_with_sigkill_is_restarted_in_place(
         assert int(json.loads(pid_file.read_text())["pid"]) != killed
         assert agent.metric('hermes_runtime_gateway_restarts_total{reason="crash-SIGKILL"}') == 1
         assert agent.chat("still there?") == "Echo: still there?"
+    logs = [tmp_path / "agent.log", *(layout["data"] / "logs").glob("*.log")]
+    assert not [log for log in logs if "respawn storm" in log.read_text()]

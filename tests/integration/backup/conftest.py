@@ -1,8 +1,8 @@
 """Fixtures for backup integration tests: a real SeaweedFS, Hermes-like data dirs, the CLI.
 
 Tests that take ``target`` run against BOTH kinds of target: a folder
-(``file://``) and a bucket on a real S3-compatible server (SeaweedFS from
-PyPI) started here as a plain process, once per session.
+(``file://``) and a bucket on a real S3-compatible server (SeaweedFS, the image the
+e2e tier runs, started here through testcontainers once per session).
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ def restic_password(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="session")
-def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
-    with seaweedfs_server(tmp_path_factory.mktemp("seaweed")) as server:
+def seaweed() -> Iterator[SeaweedServer]:
+    """One SeaweedFS container for the session; each test gets its own bucket (s3_target)."""
+    with seaweedfs_server() as server:
         yield server
 
 

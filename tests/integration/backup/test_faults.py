@@ -96,10 +96,10 @@ def test_unreachable_endpoint_fails_naming_it(data_dir: Path) -> None:
     assert "s3://backups/agent" in result.stderr and "127.0.0.1:9" in result.stderr
 
 
-def test_target_going_away_briefly_mid_upload_is_ridden_out(data_dir: Path, tmp_path: Path) -> None:
+def test_target_going_away_briefly_mid_upload_is_ridden_out(data_dir: Path) -> None:
     """restic retries a backend that fails mid-upload: a short outage costs time, not the backup."""
     add_many_files(data_dir, count=1500)
-    with seaweedfs_server(tmp_path) as server:
+    with seaweedfs_server() as server:
         target = s3_target(server)
         process = start_create(target, data_dir)
         wait_for_blobs(target, 1, process)

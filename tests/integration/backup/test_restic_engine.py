@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from backup_testlib import BackupTarget, rows
+from backup_testlib import BackupTarget, make_database, rows
 
+from hermes_runtime.backup.pieces import PIECE_SIZE
 from hermes_runtime.backup.restic import open_repository, restic_binary
-from hermes_runtime.backup.restic_engine import (
-    MANIFEST_RELPATH,
-    create_restic_backup,
-)
+from hermes_runtime.backup.restic_engine import MANIFEST_DIR, create_restic_backup
 from hermes_runtime.common.errors import RuntimeFailure
 
 PASSWORD = {"RESTIC_PASSWORD": "correct horse battery staple"}
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_missing_password_is_a_clear_error(target: BackupTarget) -> None:
@@ -36,19 +36,35 @@ def test_missing_password_is_a_clear_error(target: BackupTarget) -> None:
     assert "Traceback" not in result.stderr
 
 
+def restic_alone_block() -> str:
+    """The commands of docs/backup.md's "Restoring with restic alone", as a reader pastes them."""
+    text = (REPO / "docs" / "backup.md").read_text()
+    start = text.index("## Restoring with restic alone")
+    (block,) = re.findall(r"```sh\n(.*?)```", text[start : text.index("\n## ", start + 1)], re.S)
+    return str(block)
+
+
 def test_plain_restic_restores_the_data_dir(data_dir: Path, tmp_path: Path) -> None:
-    """The runbook's way without our CLI: `restic restore latest --target DIR`."""
+    """The runbook's way without our CLI: `restic restore`, then join the pieces with `cat`."""
     root = tmp_path / "repo"
     root.mkdir()
     repo = open_repository(f"file://{root}", environ={**os.environ, **PASSWORD})
-    create_restic_backup(data_dir, repo, work_dir=tmp_path)
+    make_database(data_dir / "sessions" / "big.db", 6000, payload=300)  # many pieces, nested
+    created = create_restic_backup(data_dir, repo, work_dir=tmp_path)
     out = tmp_path / "plain"
-    subprocess.run(
-        [restic_binary(), "-r", str(root), "restore", "latest", "--target", str(out)],
-        env={**os.environ, **PASSWORD},
-        check=True,
-        capture_output=True,
+    block = restic_alone_block().replace("/backup", str(root)).replace("/restore", str(out))
+    block = block.replace("export RESTIC_PASSWORD=...", ":")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "restic").symlink_to(restic_binary())
+    env = {**os.environ, **PASSWORD, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    done = subprocess.run(
+        ["bash", "-c", "set -euo pipefail\n" + block], env=env, capture_output=True, text=True
     )
+    assert done.returncode == 0, done.stdout + done.stderr
     assert (out / "memories" / "MEMORY.md").read_text() == "- the user likes tea\n"
-    assert rows(out / "lcm.db", "PRAGMA integrity_check") == [("ok",)]
-    assert (out / MANIFEST_RELPATH).exists()
+    for path, tables in created.databases.items():
+        assert rows(out / path, "PRAGMA integrity_check") == [("ok",)], path
+        assert rows(out / path, "SELECT count(*) FROM messages") == [(tables["messages"],)]
+    assert (out / "sessions" / "big.db").stat().st_size > 4 * PIECE_SIZE
+    assert not (out / MANIFEST_DIR).exists()

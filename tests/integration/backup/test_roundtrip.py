@@ -16,9 +16,9 @@ def test_restore_gives_back_the_data_dir_without_secrets_or_rebuildables(
     summary = create(target, data_dir)
     assert summary["databases"] == {"lcm.db": {"messages": 300}, "state.db": {"messages": 500}}
     listed = run_cli("list", "--target", target.url, "--json", env=target.env)
-    assert [(s["id"], s["databases"], s["status"]) for s in json.loads(listed.stdout)] == [
-        (summary["id"], 2, "ok")
-    ]
+    assert [
+        (s["id"], s["databases"], s["files"], s["status"]) for s in json.loads(listed.stdout)
+    ] == [(summary["id"], 2, summary["files"] + 2, "ok")], "pieces are not counted as files"
 
     verified = run_cli("verify", "--target", target.url, env=target.env)
     assert verified.returncode == 0, verified.stderr

@@ -7,10 +7,14 @@ situation on a real filesystem, a 1 MiB tmpfs as TMPDIR and a 4 MB database.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 from pathlib import Path
 
-from backup_testlib import BackupTarget, make_database, run_cli
+from backup_testlib import BackupTarget, create_json, make_database, run_cli
+
+from hermes_runtime.common.sqlite import connect
 
 
 def test_a_database_larger_than_tmp_backs_up_through_work_dir(
@@ -34,3 +38,27 @@ def test_a_database_larger_than_tmp_backs_up_through_work_dir(
     assert list(scratch.iterdir()) == [], "the scratch folder is emptied after the run"
     verified = run_cli("verify", "--target", target.url, env=target.env)
     assert verified.returncode == 0, verified.stderr
+
+
+def test_restic_pack_files_go_to_work_dir_not_tmpdir(
+    target: BackupTarget, data_dir: Path, tmp_path: Path, small_tmpfs: Path
+) -> None:
+    """restic writes each pack (up to 16 MiB) to a temporary file before uploading it.
+
+    An incompressible 4 MiB database makes packs larger than the 1 MiB TMPDIR, as in the
+    chart's backup pod, whose /tmp is a small emptyDir: with --work-dir they go there too.
+    """
+    db = connect(data_dir / "random.db")
+    db.execute("CREATE TABLE blobs(id INTEGER PRIMARY KEY, body BLOB)")
+    with db:
+        db.executemany(
+            "INSERT INTO blobs(body) VALUES (?)", ((os.urandom(1 << 16),) for _ in range(64))
+        )
+    db.close()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    small_tmp = dataclasses.replace(target, env={**target.env, "TMPDIR": str(small_tmpfs)})
+    summary = create_json(small_tmp, data_dir, "--work-dir", str(scratch))
+    assert summary["databases"]["random.db"] == {"blobs": 64}
+    assert summary["bytes_uploaded"] > 4 << 20, "the random rows cannot be compressed"
+    assert list(small_tmpfs.iterdir()) == []

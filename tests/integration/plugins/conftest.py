@@ -1,12 +1,26 @@
-"""Fixtures for the plugin bootstrapper's integration tests (helpers in plugins_testlib)."""
+"""Fixtures for the plugin bootstrapper's integration tests (helpers in plugins_testlib).
+
+Bare repositories live in ``origin_root``: a folder of this test, or one the session's
+git server container serves over HTTP (``git_server``) and SSH (``git_ssh_server``).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from plugins_testlib import GitSyncLike, PluginRepo, git, plugin_files
+from plugins_testlib import (
+    GitServer,
+    GitSshServer,
+    GitSyncLike,
+    PluginRepo,
+    git,
+    plugin_files,
+    serve_git,
+    serve_git_ssh,
+)
 
 
 @pytest.fixture
@@ -16,10 +30,42 @@ def data_dir(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def git_server_container(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GitServer]:
+    """The git server image (the e2e tier's), serving a folder of the host read-only."""
+    root = tmp_path_factory.mktemp("git-server")
+    root.chmod(0o755)  # the image's user (UID 10001) reads it; pytest makes it 0700
+    with serve_git(root) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def git_ssh_server(
+    git_server_container: GitServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GitSshServer]:
+    """The same image's sshd, serving the same folder over SSH (deploy key, known host)."""
+    with serve_git_ssh(git_server_container.root, tmp_path_factory.mktemp("git-ssh")) as server:
+        yield server
+
+
 @pytest.fixture
-def make_repo(tmp_path: Path) -> Callable[[str], PluginRepo]:
+def git_server(git_server_container: GitServer) -> GitServer:
+    """The session's git server, with a folder of this test's own: ``url`` serves it."""
+    folder = Path(tempfile.mkdtemp(dir=git_server_container.root))
+    folder.chmod(0o755)
+    return GitServer(f"{git_server_container.url}/{folder.name}", folder)
+
+
+@pytest.fixture
+def origin_root(tmp_path: Path) -> Path:
+    """Where make_repo puts bare repositories (test_gitsync_standin: the git server's)."""
+    return tmp_path / "origin"
+
+
+@pytest.fixture
+def make_repo(tmp_path: Path, origin_root: Path) -> Callable[[str], PluginRepo]:
     def _make(name: str) -> PluginRepo:
-        bare = tmp_path / "origin" / f"{name}.git"
+        bare = origin_root / f"{name}.git"
         work = tmp_path / "work" / name
         git("init", "-q", "--bare", "-b", "main", str(bare), cwd=tmp_path)
         git("clone", "-q", str(bare), str(work), cwd=tmp_path)

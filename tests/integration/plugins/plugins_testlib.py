@@ -4,6 +4,7 @@
 ``<root>`` is a git repository fetched from the bare origin, each synced
 commit is a ``git worktree`` at ``<root>/.worktrees/<sha>``, and ``<root>/current``
 is a relative symlink to it, swapped by rename (as git-sync does).
+``serve_git`` serves bare repositories over smart HTTP from the git server image.
 """
 
 from __future__ import annotations
@@ -13,11 +14,16 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from support.containers import running, start_server
+from support.git_ssh import CONFIG_DIR, SSHD_COMMAND, SSHD_CONFIG, keypair, known_hosts_line
 from support.git_sync import GIT_ENV
 from support.net import free_port
+from testcontainers.core.wait_strategies import HttpWaitStrategy, PortWaitStrategy
 
 
 def git(*args: str, cwd: Path | None = None) -> str:
@@ -103,6 +109,74 @@ class GitSyncLike:
             temp.unlink()
         os.symlink(target, temp)
         os.replace(temp, self.root / "current")
+
+
+@dataclass
+class GitServer:
+    """Smart HTTP (``git http-backend``) at ``url`` for the bare repositories in ``root``."""
+
+    url: str
+    root: Path
+
+
+@contextmanager
+def serve_git(root: Path) -> Iterator[GitServer]:
+    """The git server image (ci/images/git-server) serving ``root``, mounted read-only.
+
+    Pushes go to the bare repositories on the host's side (``PluginRepo.commit``), and a
+    test may rename one away to make the server fail: the container only reads.
+    """
+    port = free_port()
+    command = ["--root", "/srv/git", "--host", "127.0.0.1", "--port", str(port)]
+    ready = HttpWaitStrategy(port, "/healthz").for_status_code(200)
+    container = start_server(
+        "git-server", command, ready, read_only_mounts=[(str(root), "/srv/git")]
+    )
+    with running(container):
+        yield GitServer(f"http://127.0.0.1:{port}", root)
+
+
+@dataclass
+class GitSshServer:
+    """sshd of the git server image: ``url_of(path)`` for a bare repository under ``root``,
+    fetched with ``key`` and checked against ``known_hosts``."""
+
+    port: int
+    root: Path
+    key: Path
+    known_hosts: Path
+
+    def url_of(self, bare: Path) -> str:
+        return f"ssh://git@127.0.0.1:{self.port}/srv/git/{bare.relative_to(self.root)}"
+
+
+@contextmanager
+def serve_git_ssh(root: Path, keys: Path) -> Iterator[GitSshServer]:
+    """The git server image's sshd (as tests/e2e/charts/ci-backends runs it) serving ``root``.
+
+    A host key and a deploy key are made in ``keys``; the server's files go in before it
+    starts, as the chart mounts them from a Secret.
+    """
+    port = free_port()
+    host, deploy = keypair(keys, "host"), keypair(keys, "deploy")
+    files = {
+        f"{CONFIG_DIR}/sshd_config": SSHD_CONFIG.format(port=port).encode(),
+        f"{CONFIG_DIR}/host_key": host.read_bytes(),  # root-owned inside, as a Secret volume
+        f"{CONFIG_DIR}/authorized_keys": deploy.with_suffix(".pub").read_bytes(),
+    }
+    container = start_server(
+        "git-server",
+        SSHD_COMMAND[1:],
+        PortWaitStrategy(port),
+        read_only_mounts=[(str(root), "/srv/git")],
+        read_only=False,
+        files=files,
+        entrypoint=SSHD_COMMAND[0],
+    )
+    known_hosts = keys / "known_hosts"
+    known_hosts.write_text(known_hosts_line(port, host))
+    with running(container):
+        yield GitSshServer(port, root, deploy, known_hosts)
 
 
 def write_spec(path: Path, plugins: list[dict[str, object]]) -> Path:

@@ -2,9 +2,11 @@
 
 The stand-in replaces upstream git-sync v4 in the registry-less CI, so its on-disk and
 HTTP contract is checked here the way the agent depends on it: a real `git http-backend`
-(the e2e git server, ci/images/git-server/serve.py) serves bare repositories, commits are
-pushed with real git, and the stand-in runs as its own process with GITSYNC_* variables as
-the chart renders them.
+(the e2e git server's image, ci/images/git-server, in a container) serves bare repositories,
+commits are pushed with real git, and the stand-in runs as its own process with GITSYNC_*
+variables as the chart renders them. The stand-in stays a process of this machine, not its
+image: the tests read the files it writes, their modes and its exit codes directly; the image
+tier covers the image.
 """
 
 from __future__ import annotations
@@ -18,42 +20,22 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from plugins_testlib import PluginRepo, git, plugin_files
+from plugins_testlib import GitServer, GitSshServer, PluginRepo, git, plugin_files
+from support.git_ssh import keypair, known_hosts_line
 from support.net import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 STANDIN = REPO_ROOT / "ci" / "images" / "git-sync" / "git_sync.py"
-GIT_SERVER = REPO_ROOT / "ci" / "images" / "git-server" / "serve.py"
 PERIOD = "200ms"
 
 
-@dataclass
-class GitServer:
-    url: str
-    process: subprocess.Popen[bytes]
-
-
 @pytest.fixture
-def git_server(tmp_path: Path) -> Iterator[GitServer]:
-    """Smart HTTP over `git http-backend` for the bare repositories make_repo creates."""
-    root = tmp_path / "origin"
-    root.mkdir(exist_ok=True)
-    port = free_port()
-    serve = [sys.executable, str(GIT_SERVER), "--root", str(root), "--seed", str(tmp_path / "n")]
-    process = subprocess.Popen(
-        [*serve, "--host", "127.0.0.1", "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    wait_for(lambda: http_status(url + "/healthz")[0] == 200, 20, "the git server")
-    yield GitServer(url, process)
-    process.terminate()
-    process.wait(timeout=10)
+def origin_root(git_server: GitServer) -> Path:
+    """make_repo's bare repositories go where the git server serves them."""
+    return git_server.root
 
 
 def http_status(url: str) -> tuple[int, str]:
@@ -155,6 +137,47 @@ def test_one_time_sync_leaves_upstreams_layout(
     for path in (root, worktree, worktree / "plugin.yaml"):
         assert os.stat(path).st_mode & stat.S_IWGRP, f"{path} is not group-writable"
     assert "exiting after one sync" in standin.output()
+
+
+def test_one_time_sync_over_ssh_with_a_deploy_key(
+    git_ssh_server: GitSshServer,
+    make_repo: Callable[[str], PluginRepo],
+    standins: Callable[..., StandIn],
+) -> None:
+    """GITSYNC_SSH_KEY_FILE and the known-hosts check, against the git server image's sshd."""
+    repo = make_repo("weather")
+    sha = repo.commit(plugin_files("weather", "1"))
+    url = git_ssh_server.url_of(repo.bare)
+    standin = standins(
+        url,
+        GITSYNC_ONE_TIME="true",
+        GITSYNC_SSH_KEY_FILE=str(git_ssh_server.key),
+        GITSYNC_SSH_KNOWN_HOSTS_FILE=str(git_ssh_server.known_hosts),
+    )
+    assert standin.wait() == 0, standin.output()
+    assert linked_sha(standin.root) == sha
+    assert git("remote", "get-url", "origin", cwd=standin.root) == url
+
+
+def test_a_host_key_not_in_known_hosts_is_refused(
+    git_ssh_server: GitSshServer,
+    make_repo: Callable[[str], PluginRepo],
+    standins: Callable[..., StandIn],
+    tmp_path: Path,
+) -> None:
+    repo = make_repo("weather")
+    repo.commit(plugin_files("weather", "1"))
+    impostor = tmp_path / "known_hosts"
+    impostor.write_text(known_hosts_line(git_ssh_server.port, keypair(tmp_path, "impostor")))
+    standin = standins(
+        git_ssh_server.url_of(repo.bare),
+        GITSYNC_ONE_TIME="true",
+        GITSYNC_SSH_KEY_FILE=str(git_ssh_server.key),
+        GITSYNC_SSH_KNOWN_HOSTS_FILE=str(impostor),
+    )
+    assert standin.wait() == 1
+    assert "Host key verification failed" in standin.output(), standin.output()
+    assert not (standin.root / "current").exists()
 
 
 def test_new_commit_swaps_the_link_atomically_and_removes_the_old_worktree(

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.openbao import free_port
+from support.net import free_port
 from support.wait import wait_until
 from vault_testlib import SeededVault, event_names, file_value, refresher
 

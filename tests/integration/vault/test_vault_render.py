@@ -6,7 +6,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from support.openbao import free_port
+from support.net import free_port
 from vault_testlib import SeededVault, assert_no_secret_leaked, run_vault_cli, temp_leftovers
 
 from hermes_runtime.vault import read_env_file

@@ -3,8 +3,11 @@
 The entrypoint starts ``python -m hermes_cli.main gateway run``; a ``hermes_cli`` package put
 first on the gateway's ``PYTHONPATH`` takes its place (set through the secrets env file, which
 only the gateway's environment reads, so the entrypoint itself still imports real Hermes).
-The stand-in serves ``/health`` on the port the entrypoint gives it (behind the front door)
-after ``FAKE_START_SECONDS`` (a real gateway imports for seconds), keeps a history file of its
+The stand-in imports ``fake_heavy`` first, which takes ``FAKE_IMPORT_SECONDS`` and notes each
+import in ``FAKE_IMPORT_LOG`` (outside the data dir): the entrypoint's warm gateway preloads it
+(``HERMES_RUNTIME_GATEWAY_PRELOAD=fake_heavy``) while it waits for the lock, as it preloads
+Hermes' libraries. It serves ``/health`` on the port the entrypoint gives it (behind the front
+door) after ``FAKE_START_SECONDS``, keeps a history file of its
 starts and ends in the data dir (the evidence the lock tests read), writes Hermes' drain
 state file, and on SIGTERM waits ``FAKE_DRAIN_SECONDS`` before exiting, as a draining gateway
 does. Everything else (settings, lock, seeding,
@@ -29,7 +32,26 @@ from support.net import free_port
 BIN = Path(sys.executable).parent
 API_KEY = "fake-gateway-key-0123456789abcdef"
 
+FAKE_HEAVY = r"""
+import os, time
+time.sleep(float(os.environ.get("FAKE_IMPORT_SECONDS", "0")))
+if os.environ.get("FAKE_IMPORT_LOG"):
+    with open(os.environ["FAKE_IMPORT_LOG"], "a") as fh:
+        fh.write(f"{time.time():.6f} {os.getpid()}\n")
+"""
+
+# A sloppy library: touches the data dir when imported and swallows the error.
+FAKE_TOUCH = r"""
+import os
+try:
+    with open(os.path.join(os.environ["HERMES_HOME"], "touched-before-lock"), "w") as fh:
+        fh.write("x")
+except OSError:
+    pass
+"""
+
 FAKE_MAIN = r"""
+import fake_heavy
 import http.server, json, os, signal, sys, threading, time
 from pathlib import Path
 
@@ -42,7 +64,7 @@ def note(what):
 
 class Health(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        body = json.dumps({"status": "ok"}).encode()
+        body = json.dumps({"status": "ok", "name": name}).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -88,6 +110,8 @@ def shadow_hermes(root: Path) -> Path:
     package.mkdir(parents=True, exist_ok=True)
     (package / "__init__.py").write_text("")
     (package / "main.py").write_text(FAKE_MAIN)
+    (package.parent / "fake_heavy.py").write_text(FAKE_HEAVY)
+    (package.parent / "fake_touch.py").write_text(FAKE_TOUCH)
     return package.parent
 
 
@@ -119,9 +143,19 @@ class Entrypoint:
         return self.proc.wait(timeout)
 
 
+def distinct_ports(count: int) -> list[int]:
+    """Free ports, all different (two quick ``free_port`` calls can return the same one)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
 def start_entrypoint(data: Path, scratch: Path, name: str, **env: str) -> Entrypoint:
     """Start ``hermes-runtime agent run`` on ``data`` with the stand-in gateway."""
-    api_port, metrics_port = free_port(), free_port()
+    api_port, metrics_port, gateway_port = distinct_ports(3)
     secrets = scratch / f"{name}-secrets.env"
     secrets.write_text(f"API_SERVER_KEY={API_KEY}\nPYTHONPATH={shadow_hermes(scratch)}\n")
     full_env = {
@@ -130,8 +164,9 @@ def start_entrypoint(data: Path, scratch: Path, name: str, **env: str) -> Entryp
         "HERMES_RUNTIME_SECRETS_ENV": str(secrets),
         "API_SERVER_HOST": "127.0.0.1",
         "API_SERVER_PORT": str(api_port),
-        "HERMES_RUNTIME_GATEWAY_PORT": str(free_port()),  # the gateway behind the front door
+        "HERMES_RUNTIME_GATEWAY_PORT": str(gateway_port),  # the gateway behind the front door
         "HERMES_RUNTIME_METRICS_PORT": str(metrics_port),
+        "HERMES_RUNTIME_GATEWAY_PRELOAD": "fake_heavy",
         "AGENT_NAME": name,
         **env,
     }
@@ -156,6 +191,14 @@ class Event:
     name: str
 
 
+def imports(log: Path) -> list[tuple[float, int]]:
+    """``(time, pid)`` of each import of ``fake_heavy`` noted in ``FAKE_IMPORT_LOG``."""
+    if not log.exists():
+        return []
+    rows = [line.split() for line in log.read_text().splitlines() if line]
+    return [(float(at), int(pid)) for at, pid in rows]
+
+
 def history(data: Path) -> list[Event]:
     """The stand-in gateways' starts and ends, in the order they were written."""
     path = data / "gateway-history.log"
@@ -166,6 +209,11 @@ def history(data: Path) -> list[Event]:
         at, what, pid, name = [*line.split(), ""][:4]
         events.append(Event(float(at), what, int(pid), name))
     return events
+
+
+def started(data: Path, name: str) -> list[int]:
+    """PIDs of the stand-in gateways named ``name`` that started on ``data`` (empty: none)."""
+    return [e.pid for e in history(data) if e.what == "start" and e.name == name]
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 60.0, what: str = "") -> None:

@@ -8,7 +8,7 @@ import os
 import signal
 from pathlib import Path
 
-from fake_gateway import history, start_entrypoint, wait_for
+from fake_gateway import history, start_entrypoint, started, wait_for
 
 
 def intervals(data: Path) -> dict[int, tuple[float, float]]:
@@ -24,10 +24,6 @@ def assert_never_overlapping(data: Path) -> None:
     spans = sorted(intervals(data).values())
     for (_, end), (next_start, _) in itertools.pairwise(spans):
         assert next_start >= end, f"two gateways ran at once on {data}: {spans}"
-
-
-def started(data: Path, name: str) -> bool:
-    return any(e.what == "start" and e.name == name for e in history(data))
 
 
 def test_a_second_entrypoint_waits_and_starts_once_the_first_has_exited(tmp_path: Path) -> None:

@@ -7,13 +7,15 @@ played by plain HTTP requests to the endpoints it would call.
 from __future__ import annotations
 
 import json
-import threading
+import signal
+import socket
 from pathlib import Path
 
 import pytest
-from fake_gateway import start_entrypoint, wait_for
+from fake_gateway import history, start_entrypoint, wait_for
 
 from hermes_runtime.agent import AgentSettings
+from hermes_runtime.agent.settings import DEFAULT_PRELOAD
 from hermes_runtime.common.errors import RuntimeFailure
 
 
@@ -25,11 +27,28 @@ def test_the_drain_time_follows_the_grace_period_and_is_never_zero() -> None:
         }
     )
     assert settings.stop_budget == 53  # 60 - 5 (preStop) - 2 (our own exit)
+    waiting = AgentSettings.from_env(
+        {
+            "HERMES_RUNTIME_TERMINATION_GRACE_SECONDS": "60",
+            "HERMES_RUNTIME_PRESTOP_SECONDS": "4",
+            "HERMES_RUNTIME_HANDOVER_SECONDS": "20",
+        }
+    )
+    assert waiting.drain_timeout == 31  # 60 - 20 (successor wait) - 4 - 2 - 3
     assert settings.drain_timeout == 50  # Hermes' shutdown gets the last 3 s
     default = AgentSettings.from_env({})
     assert default.drain_timeout == 25  # Kubernetes' default 30 s grace period
     tiny = AgentSettings.from_env({"HERMES_RUNTIME_TERMINATION_GRACE_SECONDS": "0"})
     assert tiny.drain_timeout == 1.0
+
+
+def test_the_warm_gateway_preload_list_is_read_from_the_env() -> None:
+    assert AgentSettings.from_env({}).preload == DEFAULT_PRELOAD
+    given = {"HERMES_RUNTIME_GATEWAY_PRELOAD": " openai, aiohttp.web "}
+    assert AgentSettings.from_env(given).preload == ("openai", "aiohttp.web")
+    assert AgentSettings.from_env({"HERMES_RUNTIME_GATEWAY_PRELOAD": "none"}).preload == ()
+    with pytest.raises(RuntimeFailure, match="HERMES_RUNTIME_GATEWAY_PRELOAD: open-ai"):
+        AgentSettings.from_env({"HERMES_RUNTIME_GATEWAY_PRELOAD": "open-ai"})
 
 
 @pytest.mark.parametrize("value", ["soon", "-1", "inf", "nan"])
@@ -38,7 +57,9 @@ def test_a_bad_grace_period_names_the_variable(value: str) -> None:
         AgentSettings.from_env({"HERMES_RUNTIME_TERMINATION_GRACE_SECONDS": value})
 
 
-def test_pre_stop_turns_the_pod_unready_while_the_gateway_still_serves(tmp_path: Path) -> None:
+def test_pre_stop_turns_the_pod_unready_and_it_stays_reachable_after_its_gateway(
+    tmp_path: Path,
+) -> None:
     data = tmp_path / "data"
     data.mkdir()
     agent = start_entrypoint(
@@ -46,32 +67,30 @@ def test_pre_stop_turns_the_pod_unready_while_the_gateway_still_serves(tmp_path:
         tmp_path,
         "agent",
         HERMES_RUNTIME_TERMINATION_GRACE_SECONDS="60",
-        # A preStop wait long enough that "unready while still serving" is seen on a loaded box.
-        HERMES_RUNTIME_PRESTOP_SECONDS="10",
+        # Long enough that "reachable after the gateway exited" is seen on a loaded box.
+        HERMES_RUNTIME_PRESTOP_SECONDS="6",
     )
-    try:
-        wait_for(lambda: agent.get("/ready")[0] == 200, what="/ready")
-        status, body = agent.get("/ready")
-        assert json.loads(body) == {
-            "ready": True,
-            "checks": {"gateway": "ok", "data": "ok", "lcm": "ok"},
-        }
-        env = json.loads((data / "gateway-env.log").read_text().splitlines()[-1])
-        assert env["HERMES_RESTART_DRAIN_TIMEOUT"] == "45"  # 60 - 10 - 2 - 3
-        # The kubelet calls the preStop hook: unready at once, the gateway keeps serving.
-        hook: list[tuple[int, str]] = []
-        caller = threading.Thread(target=lambda: hook.append(agent.get("/pre-stop", timeout=30)))
-        caller.start()
-        wait_for(lambda: agent.get("/ready")[0] == 503, timeout=8, what="unready")
-        assert json.loads(agent.get("/ready")[1])["checks"] == {"stopping": "the pod is stopping"}
-        assert agent.get("/health", agent.api_port)[0] == 200
-        assert caller.is_alive()  # the hook holds the kubelet for the preStop wait
-        caller.join(20)
-        assert hook and hook[0][0] == 200
-        assert agent.get("/health", agent.api_port)[0] == 200  # SIGTERM has not come yet
-    finally:
-        status = agent.stop()
-    assert status == 0, agent.output()[-2000:]
+    wait_for(lambda: agent.get("/ready")[0] == 200, what="/ready")
+    status, body = agent.get("/ready")
+    assert json.loads(body) == {
+        "ready": True,
+        "checks": {"gateway": "ok", "data": "ok", "lcm": "ok"},
+    }
+    env = json.loads((data / "gateway-env.log").read_text().splitlines()[-1])
+    assert env["HERMES_RESTART_DRAIN_TIMEOUT"] == "49"  # 60 - 6 - 2 - 3
+    # The kubelet calls the preStop hook: no successor wait here (handover 0), unready at once.
+    status, body = agent.get("/pre-stop", timeout=30)
+    assert status == 200 and json.loads(body)["successor"] is False
+    assert json.loads(agent.get("/ready")[1])["checks"] == {"stopping": "the pod is stopping"}
+    assert agent.get("/health", agent.api_port)[0] == 200  # SIGTERM has not come yet
+    agent.proc.send_signal(signal.SIGTERM)
+    wait_for(lambda: any(e.what == "end" for e in history(data)), what="the gateway's exit")
+    # The gateway is gone; the API port still takes connections and closes them at once.
+    with socket.create_connection(("127.0.0.1", agent.api_port), timeout=5) as sock:
+        assert sock.recv(100) == b""
+    assert agent.proc.poll() is None
+    assert agent.proc.wait(60) == 0, agent.output()[-2000:]
+    assert "agent.stop.reachable" in agent.output()
 
 
 def test_ready_fails_naming_an_unreadable_lcm_database(tmp_path: Path) -> None:

@@ -100,3 +100,12 @@ def test_a_missing_secrets_file_names_the_file(tmp_path: Path) -> None:
     settings = AgentSettings(data_dir=tmp_path, secrets_env=tmp_path / "nope.env")
     with pytest.raises(RuntimeFailure, match=r"nope\.env"):
         gateway_env(settings, base={"API_SERVER_KEY": KEY})
+
+
+def test_hermes_respawn_storm_breaker_is_off_unless_the_operator_set_it(tmp_path: Path) -> None:
+    """Every hand-over and restart is a gateway start on the same volume: Hermes' breaker
+    would sleep 10 s, 20 s ... before binding from the 6th start in 120 s on."""
+    settings = AgentSettings(data_dir=tmp_path)
+    assert gateway_env(settings, base={"API_SERVER_KEY": KEY})["HERMES_GATEWAY_MAX_STARTS"] == "0"
+    mine = gateway_env(settings, base={"API_SERVER_KEY": KEY, "HERMES_GATEWAY_MAX_STARTS": "9"})
+    assert mine["HERMES_GATEWAY_MAX_STARTS"] == "9"

@@ -83,6 +83,9 @@ CASES = {
     "agent prepare with a missing seed": Case(
         ("agent", "prepare", "--seed-config", "/nope.yaml"), 1, ("--seed-config", "/nope.yaml")
     ),
+    "agent prepare with a missing plugin spec": Case(
+        ("agent", "prepare", "--spec", "/nope/plugins.yaml"), 1, ("--spec", "/nope/plugins.yaml")
+    ),
     # our own
     "VAULT_ADDR without scheme": Case(
         ("vault", "render", *VAULT),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,9 @@ import pytest
 from support.lcm_conversations import blob
 
 from hermes_runtime.common.errors import RuntimeFailure
+from hermes_runtime.common.sqlite import connect
 from hermes_runtime.lcm import LcmStore
+from hermes_runtime.lcm.checkpoints import Checkpointer
 from hermes_runtime.lcm.schema import MIGRATIONS, fetch_all, fetch_value, schema_version
 
 
@@ -110,3 +113,53 @@ def test_ingest_queues_embeddings_and_fts(store: LcmStore) -> None:
     rows = fetch_all(store.conn, "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'zebra'")
     assert len(rows) == 1
     assert json.loads(json.dumps(store.counts()))["messages"] == 1
+
+
+def commit_rows(conn: apsw.Connection, count: int) -> None:
+    """``count`` transactions of one ~3 kB row each (a page or so of WAL each)."""
+    for index in range(count):
+        with conn:
+            conn.execute(
+                "INSERT INTO outputs(id, sha256, size, encoding, relpath, created_at) "
+                "VALUES (?, ?, 1, 'text', 'x', 0)",
+                (f"out_{index}", "x" * 3_000 + str(index)),
+            )
+
+
+def test_background_checkpoints_take_over_from_the_committing_writer(tmp_path: Path) -> None:
+    """Commits only wake the checkpoint thread; it checkpoints, and nothing is lost."""
+    db = tmp_path / "lcm.db"
+    LcmStore(db).close()  # the schema, in WAL mode
+    writer, checkpointing = connect(db, wal=False), connect(db, wal=False)
+    checkpointer = Checkpointer(lambda: checkpointing, checkpointing.close, pages=20)
+    writer.execute("PRAGMA wal_autocheckpoint = 5")  # SQLite's own: replaced by the hook
+    checkpointer.install(writer)
+    try:
+        commit_rows(writer, 200)
+        deadline = time.monotonic() + 30
+        while checkpointer.checkpoints == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert checkpointer.checkpoints > 0
+    finally:
+        checkpointer.stop()
+    reader = connect(db, readonly=True)
+    assert reader.execute("SELECT count(*) FROM outputs").fetchone()[0] == 200
+    reader.close()
+    writer.close()
+
+
+def test_without_the_thread_commits_leave_the_wal_to_it(tmp_path: Path) -> None:
+    """With the hook installed, a commit never checkpoints itself: the WAL only grows."""
+    db = tmp_path / "lcm.db"
+    LcmStore(db).close()
+    writer = connect(db, wal=False)
+    checkpointer = Checkpointer(lambda: writer, lambda: None, pages=1_000_000)
+    checkpointer.install(writer)
+    try:
+        commit_rows(writer, 500)
+        wal_frames, _ = writer.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
+        assert wal_frames > 1_000  # past SQLite's autocheckpoint threshold, never reset
+        assert checkpointer.checkpoints == 0
+    finally:
+        checkpointer.stop()
+        writer.close()

@@ -141,7 +141,7 @@ def rendered_git_sync_containers(
     done = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, f"helm template failed:\n{done.stderr}"
     containers = []
-    for doc in yaml.safe_load_all(done.stdout):
+    for doc in yaml.load_all(done.stdout, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
         if not doc or doc.get("kind") != "Deployment":
             continue
         pod = doc["spec"]["template"]["spec"]

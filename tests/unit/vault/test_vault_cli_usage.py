@@ -1,21 +1,40 @@
-"""`hermes-runtime vault` argument handling: usage errors exit 2 before touching Vault."""
+"""`hermes-runtime vault` argument handling: usage errors exit 2 before touching Vault.
+
+In-process through the CLI's ``main`` (the exit code is its return value or argparse's
+``SystemExit``); the console entry itself, as a process, is tests/unit/cli/test_error_path.py's.
+"""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from hermes_runtime.cli import main
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "hermes_runtime", "vault", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+
+@dataclass(frozen=True)
+class Result:
+    returncode: int | str | None
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def run(capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
+    """``hermes-runtime vault ARGS``: its exit code and what it printed."""
+
+    def invoke(*args: str) -> Result:
+        try:
+            code: int | str | None = main(["vault", *args])
+        except SystemExit as exc:
+            code = exc.code
+        out, err = capsys.readouterr()
+        return Result(code, out, err)
+
+    return invoke
 
 
 BASE = ["--addr", "http://127.0.0.1:1", "--secret", "kv/x#k=ENV"]
@@ -35,19 +54,23 @@ BASE = ["--addr", "http://127.0.0.1:1", "--secret", "kv/x#k=ENV"]
         (["exec", *BASE, "--auth", "token", "--"], "command"),
     ],
 )
-def test_usage_errors_exit_2_with_the_option_named(args: list[str], message: str) -> None:
+def test_usage_errors_exit_2_with_the_option_named(
+    run: Callable[..., Result], args: list[str], message: str
+) -> None:
     result = run(*args)
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
 
 
-def test_render_help_documents_the_secret_format() -> None:
+def test_render_help_documents_the_secret_format(run: Callable[..., Result]) -> None:
     result = run("render", "--help")
     assert result.returncode == 0
     assert "PATH#KEY=ENV" in result.stdout and "--refresh" in result.stdout
 
 
-def test_duplicate_variable_is_an_operational_error(tmp_path: Path) -> None:
+def test_duplicate_variable_is_an_operational_error(
+    run: Callable[..., Result], tmp_path: Path
+) -> None:
     result = run(
         "render", "--addr", "http://127.0.0.1:1", "--auth", "token",
         "--secret", "a#k=X", "--secret", "b#k=X", "--out", str(tmp_path / "o"),

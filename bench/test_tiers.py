@@ -1,0 +1,72 @@
+"""Wall and CPU time of each test tier, the load average beside each (issue 12's time goals).
+
+Usage: .venv/bin/python bench/test_tiers.py [--tiers unit,integration,chart,image]
+                                            [--e2e-workers 3] [-- PYTEST_ARGS...]
+
+Runs each tier's pytest command exactly as `make test` does (the e2e tier with
+`-n E2E_WORKERS --dist worksteal` against KUBECONFIG, images already pushed to
+HERMES_E2E_REGISTRY), one after the other, and prints per tier: wall seconds, CPU seconds of
+the tier's processes (user + system, from getrusage of the children), the 1-minute load
+average before and after, and pytest's exit status. The figures for docs/benchmarks.md come
+from a quiet machine; a warm `.ci/run` on a fresh clone is timed by `time .ci/run` itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PYTEST = REPO / ".venv" / "bin" / "pytest"
+TIERS = ("unit", "integration", "chart", "image", "e2e")
+
+
+def command(tier: str, e2e_workers: int, extra: list[str]) -> list[str]:
+    cmd = [str(PYTEST), f"tests/{tier}", "-q", "-p", "no:cacheprovider"]
+    if tier == "e2e":
+        cmd += ["-n", str(e2e_workers), "--dist", "worksteal"]
+    return cmd + extra
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_tier(cmd: list[str]) -> tuple[float, float, int]:
+    cpu, start = children_cpu(), time.monotonic()
+    done = subprocess.run(cmd, cwd=REPO, stdout=subprocess.DEVNULL, check=False)
+    return time.monotonic() - start, children_cpu() - cpu, done.returncode
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tiers", default="unit,integration,chart,image")
+    parser.add_argument("--e2e-workers", type=int, default=3)
+    parser.add_argument("pytest_args", nargs="*", help="after --: passed to every pytest")
+    args = parser.parse_args()
+    tiers = [t for t in args.tiers.split(",") if t]
+    unknown = sorted(set(tiers) - set(TIERS))
+    if unknown:
+        parser.error(f"unknown tier(s) {unknown}: choose from {', '.join(TIERS)}")
+    failed = 0
+    for tier in tiers:
+        before = os.getloadavg()[0]
+        wall, cpu, status = run_tier(command(tier, args.e2e_workers, args.pytest_args))
+        after = os.getloadavg()[0]
+        failed += status != 0
+        print(
+            f"{tier:<12} {wall:7.1f} s wall  {cpu:7.1f} s CPU  "
+            f"load {before:.1f} -> {after:.1f}  exit {status}",
+            flush=True,
+        )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

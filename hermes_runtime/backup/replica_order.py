@@ -1,0 +1,264 @@
+"""Which copy of a database ``restore --snapshot latest`` takes: restic's, or its replica.
+
+The rule: the copy whose LAST TRANSACTION is later wins; a tie or a doubt keeps restic's copy.
+Never the time a file was written: Litestream writes files long after the transactions they
+hold (compactions into levels 1-3, its daily snapshot), so a replica whose files are newer may
+hold older data than the snapshot, and restoring it would lose the snapshot's last commits.
+
+- restic's copy of a database holds every commit made before its one-step online snapshot
+  began and none made after it ended; the manifest records when it ended, per database
+  (``databases.<path>.snapshot_at``; a manifest without it: the restic snapshot's own time,
+  which restic takes after every database was staged).
+- A replica holds transactions 1..N (``max_txid`` of ``litestream restore -dry-run``). The
+  header of the level-0 LTX file of transaction N carries, in ``Timestamp``, the moment
+  Litestream read that transaction from the WAL (``DB.sync``: the clock is read right after
+  the WAL); every compaction into levels 1-8 copies the last input's ``Timestamp``
+  (superfly/ltx ``Compactor``). We read that header. Not the dry-run's ``timestamp``: that is a
+  file's mtime (file replicas) or its S3 ``LastModified`` (the upload time), and a level-9
+  snapshot's header says when the snapshot was written, however old its last transaction.
+- The replica wins when its last transaction was read more than ``CLOCK_MARGIN`` after
+  restic's copy ended: it then holds every commit of that copy, and later ones. The margin
+  covers Litestream's own WAL read and the clocks of two pods. Within it, restic's copy is
+  kept: what can be lost is the commits made during the snapshot and in the second after it.
+- A database absent from the snapshot comes back when its replica's last transaction is after
+  the backup started (born after it); one deleted before it keeps an old replica (Litestream
+  never removes one) and stays deleted. With no restic snapshot at all every replica comes back.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from hermes_runtime.backup.dbsnap import check_database
+from hermes_runtime.backup.litestream import (
+    LTX_FOLDER,
+    ReplicaLocation,
+    ReplicaPlan,
+    restore_plan,
+    restore_replica,
+)
+from hermes_runtime.common.errors import RuntimeFailure
+
+CLOCK_MARGIN = timedelta(seconds=1)
+SNAPSHOT_LEVEL = 9  # Litestream's snapshots: their header time is when they were written
+LTX_MAGIC = b"LTX1"
+LTX_HEADER = struct.Struct(">4sIIIQQq")  # magic, flags, page size, commit, min, max, timestamp
+
+
+@dataclass(frozen=True)
+class LtxFile:
+    """One LTX file of a replica, from its key: ``<db>/[ltx/]<level>/<min>-<max>.ltx``."""
+
+    relpath: str  # the database
+    key: str  # below the replicas' root
+    level: int
+    min_txid: int
+    max_txid: int
+
+
+@dataclass(frozen=True)
+class ReplicaChoice:
+    """Where one restored database came from, for the restore report."""
+
+    source: str  # "restic" or "litestream"
+    at: str  # when that copy's last transaction was made (ISO 8601)
+    ref: str  # the restic snapshot id, or Litestream's last transaction id
+
+
+@dataclass(frozen=True)
+class ResticCopies:
+    """When the restic snapshot's database copies were taken; ``created_at`` None: no snapshot."""
+
+    created_at: datetime | None
+    ended_at: Mapping[str, datetime]  # per database in the snapshot: its snapshot's end
+
+    def replica_wins(self, relpath: str, last_tx_at: datetime | None) -> bool:
+        """True only when the replica provably holds more than the snapshot's copy."""
+        if self.created_at is None:
+            return True  # no snapshot: the replica is the only copy there is
+        if last_tx_at is None:
+            return False  # no proof of when its last transaction was made
+        ended = self.ended_at.get(relpath)
+        if ended is None:  # absent from the snapshot: born after it, or deleted before it
+            return last_tx_at > self.created_at
+        return last_tx_at > ended + CLOCK_MARGIN
+
+
+def parse_ltx_key(key: str) -> LtxFile | None:
+    """The LTX file a replica key names; None for anything else.
+
+    Litestream's file replicas keep levels under ``ltx/<level>``, its S3 replicas under a
+    four-digit ``<level>`` folder right below the database's path; files are
+    named ``<min txid>-<max txid>.ltx`` in 16 hexadecimal digits each.
+    """
+    parts = key.split("/")
+    if len(parts) < 3 or not parts[-1].endswith(".ltx") or not parts[-2].isdigit():
+        return None
+    try:
+        low, high = (int(t, 16) for t in parts[-1].removesuffix(".ltx").split("-"))
+    except ValueError:
+        return None
+    level = int(parts[-2])  # levels are 0-9: decimal and hexadecimal agree
+    folder = parts[:-2]
+    if folder and folder[-1] == LTX_FOLDER:
+        folder = folder[:-1]
+    relpath = "/".join(folder)
+    return LtxFile(relpath, key, level, low, high) if relpath else None
+
+
+def replica_of_key(key: str) -> str | None:
+    """The database a replica file belongs to, None when the key is no LTX file."""
+    parsed = parse_ltx_key(key)
+    return parsed.relpath if parsed else None
+
+
+def replica_files(location: ReplicaLocation) -> dict[str, list[LtxFile]]:
+    """Every LTX file under the target's replicas, per database."""
+    if location.kind == "file":
+        root = Path(location.replicas_root())
+        keys = (
+            [p.relative_to(root).as_posix() for p in root.rglob("*.ltx") if p.is_file()]
+            if root.is_dir()
+            else []
+        )
+    else:
+        keys = _list_s3_keys(location)
+    files: dict[str, list[LtxFile]] = {}
+    for parsed in filter(None, map(parse_ltx_key, keys)):
+        files.setdefault(parsed.relpath, []).append(parsed)
+    return dict(sorted(files.items()))
+
+
+def list_replicas(location: ReplicaLocation) -> list[str]:
+    """The relative paths of the databases that have a replica under the target's prefix."""
+    return list(replica_files(location))
+
+
+def last_transaction_at(
+    location: ReplicaLocation, files: list[LtxFile], max_txid: int
+) -> datetime | None:
+    """When Litestream read transaction ``max_txid`` from the WAL, from an LTX header.
+
+    The header of the lowest-level file ending at that transaction below the snapshots' level
+    (the level-0 file itself, or a compaction, which copies its time); None when only a
+    snapshot holds it (no proof).
+    """
+    ending = [f for f in files if f.max_txid == max_txid and f.level < SNAPSHOT_LEVEL]
+    if not ending:
+        return None
+    ltx = min(ending, key=lambda f: f.level)
+    magic, _flags, _page, _commit, _low, high, millis = LTX_HEADER.unpack_from(
+        _read_header(location, ltx.key)
+    )
+    if magic != LTX_MAGIC or high != max_txid:
+        raise RuntimeFailure(
+            f"litestream replica {location.replica_url(ltx.relpath).split('?')[0]}: "
+            f"{ltx.key} is not the LTX file its name says (bad header)"
+        )
+    return datetime.fromtimestamp(millis / 1000, UTC)
+
+
+def newer_replicas(
+    location: ReplicaLocation, copies: ResticCopies, scratch: Path
+) -> list[ReplicaPlan]:
+    """The replicas to restore instead of the snapshot's copy, with their last transaction."""
+    chosen = []
+    for relpath, files in replica_files(location).items():
+        plan = restore_plan(location, relpath, scratch)
+        if plan is None:
+            continue
+        last_tx_at = last_transaction_at(location, files, int(plan.max_txid, 16))
+        if copies.replica_wins(relpath, last_tx_at):
+            chosen.append(replace(plan, last_tx_at=last_tx_at))
+    return chosen
+
+
+def restore_replicas(location: ReplicaLocation, plans: list[ReplicaPlan], stage: Path) -> None:
+    """Put each chosen replica into the staged tree, checked, in place of the snapshot's copy."""
+    for plan in plans:
+        dest = stage / plan.relpath
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f"{dest.name}.litestream-restore")
+        for path in (tmp, *(tmp.with_name(tmp.name + s) for s in ("-wal", "-shm"))):
+            path.unlink(missing_ok=True)
+        restore_replica(location, plan.relpath, tmp)
+        check = check_database(tmp)
+        for suffix in ("-wal", "-shm"):
+            tmp.with_name(tmp.name + suffix).unlink(missing_ok=True)
+        if not check.ok:
+            raise RuntimeFailure(
+                f"database {plan.relpath} restored from Litestream replica {plan.url} fails "
+                f"integrity_check: {check.integrity}"
+            )
+        if dest.exists():
+            os.chmod(tmp, dest.stat().st_mode & 0o7777)
+        os.replace(tmp, dest)
+
+
+def _read_header(location: ReplicaLocation, key: str) -> bytes:
+    """The first bytes of one LTX file: its header is never compressed."""
+    size = LTX_HEADER.size
+    if location.kind == "file":
+        path = Path(location.replicas_root()) / key
+        try:
+            with path.open("rb") as fh:
+                header = fh.read(size)
+        except OSError as exc:
+            raise RuntimeFailure(f"litestream replica file {path}: {exc.strerror}") from exc
+    else:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        name = location.replicas_root() + key
+        try:
+            body = _s3_client(location).get_object(
+                Bucket=location.root, Key=name, Range=f"bytes=0-{size - 1}"
+            )["Body"]
+            header = bytes(body.read())
+        except (BotoCoreError, ClientError) as exc:
+            raise RuntimeFailure(
+                f"--target {location.url}: cannot read Litestream file {name}: {exc}"
+            ) from exc
+    if len(header) < size:
+        raise RuntimeFailure(f"--target {location.url}: Litestream file {key} is truncated")
+    return header
+
+
+def _s3_client(location: ReplicaLocation) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=location.endpoint,
+        region_name=location.region,
+        config=Config(
+            s3={"addressing_style": "path" if location.endpoint else "auto"},
+            retries={"max_attempts": 3},
+            connect_timeout=10,
+        ),
+    )
+
+
+def _list_s3_keys(location: ReplicaLocation) -> list[str]:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    prefix = location.replicas_root()
+    keys: list[str] = []
+    try:
+        for page in (
+            _s3_client(location)
+            .get_paginator("list_objects_v2")
+            .paginate(Bucket=location.root, Prefix=prefix)
+        ):
+            keys += [str(item["Key"])[len(prefix) :] for item in page.get("Contents", [])]
+    except (BotoCoreError, ClientError) as exc:
+        raise RuntimeFailure(
+            f"--target {location.url}: cannot list Litestream replicas under {prefix}: {exc}"
+        ) from exc
+    return keys

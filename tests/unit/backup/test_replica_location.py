@@ -1,0 +1,86 @@
+"""Target URLs map to Litestream replicas under ``litestream/``; no secret reaches its config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hermes_runtime.backup import ReplicationSettings, replica_location
+from hermes_runtime.backup.continuous import META_RELPATH, litestream_config
+from hermes_runtime.backup.replica_order import replica_of_key
+from hermes_runtime.common.errors import RuntimeFailure
+
+S3_ENV = {
+    "AWS_ENDPOINT_URL": "http://seaweedfs:8333",
+    "AWS_REGION": "eu-west-1",
+    "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",
+    "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG",
+}
+
+
+def test_a_folder_target_keeps_replicas_in_its_litestream_folder() -> None:
+    location = replica_location("file:///backup/", environ={})
+    assert location.replica_url("sub/x.db") == "file:///backup/litestream/sub/x.db"
+    config = location.replica_config("lcm.db")
+    assert config == {"type": "file", "path": "/backup/litestream/lcm.db"}
+    assert location.replicas_root() == "/backup/litestream"
+
+
+def test_s3_target_keeps_its_prefix_endpoint_and_region() -> None:
+    location = replica_location("s3://bkp/team/a/", environ=S3_ENV)
+    assert location.replica_config("lcm.db") == {
+        "type": "s3",
+        "bucket": "bkp",
+        "path": "team/a/litestream/lcm.db",
+        "region": "eu-west-1",
+        "endpoint": "http://seaweedfs:8333",
+        "force-path-style": True,
+    }
+    url = location.replica_url("lcm.db")
+    assert url.startswith("s3://bkp/team/a/litestream/lcm.db?")
+    assert "forcePathStyle=true" in url and "region=eu-west-1" in url
+    assert location.replicas_root() == "team/a/litestream/"
+    bare = replica_location("s3://bkp", "https://minio:9000", environ={})
+    assert bare.replica_config("x.db")["path"] == "litestream/x.db"
+    assert bare.endpoint == "https://minio:9000" and bare.region == "us-east-1"
+
+
+def test_aws_itself_needs_no_endpoint_nor_path_style() -> None:
+    config = replica_location("s3://bkp/p", environ={"AWS_REGION": "us-west-2"}).replica_config(
+        "a.db"
+    )
+    assert "endpoint" not in config and "force-path-style" not in config
+
+
+@pytest.mark.parametrize("url", ["ftp://x/y", "file://host/path", "s3:///prefix", "/plain"])
+def test_other_urls_are_refused_naming_them(url: str) -> None:
+    with pytest.raises(RuntimeFailure, match="expected file:///path or s3://bucket/prefix"):
+        replica_location(url, environ={})
+
+
+def test_config_names_paths_and_intervals_but_never_a_credential(tmp_path: Path) -> None:
+    location = replica_location("s3://bkp/agent", environ=S3_ENV)
+    settings = ReplicationSettings(sync_interval_seconds=0.5)
+    config = litestream_config(tmp_path, location, ["lcm.db", "sub/x.db"], settings)
+    text = repr(config)
+    assert S3_ENV["AWS_SECRET_ACCESS_KEY"] not in text and S3_ENV["AWS_ACCESS_KEY_ID"] not in text
+    first, second = config["dbs"]
+    assert first["path"] == str(tmp_path / "lcm.db")
+    assert first["meta-path"] == str(tmp_path / META_RELPATH / "lcm.db-litestream")
+    assert second["replica"]["path"] == "agent/litestream/sub/x.db"
+    assert first["monitor-interval"] == first["replica"]["sync-interval"] == "500ms"
+
+
+@pytest.mark.parametrize(
+    ("key", "database"),
+    [
+        ("lcm.db/ltx/0/0000000000000001-0000000000000001.ltx", "lcm.db"),  # file replica
+        ("lcm.db/0009/0000000000000001-0000000000000001.ltx", "lcm.db"),  # S3 replica
+        ("plugins/x/data.db/0001/0000000000000002-0000000000000005.ltx", "plugins/x/data.db"),
+        ("lcm.db/ltx/0/file.tmp", None),
+        ("stray.ltx", None),
+    ],
+)
+def test_replica_files_name_their_database(key: str, database: str | None) -> None:
+    assert replica_of_key(key) == database
