@@ -17,6 +17,7 @@ asserted (docs/benchmarks.md has them from a quiet machine).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -43,25 +44,45 @@ VALUES = {
     **images.agent_values(),
     "lcm": {"embeddings": {"mode": "off"}},
     "tests": {"enabled": False},
+    # The chart's default startup probe (ci.yaml probes every 5 s to spare the other scenarios'
+    # busy nodes): a replacement pod is only Ready once it passed, so its period is outage.
+    "agent": {"startupProbe": {"periodSeconds": 1, "failureThreshold": 600}},
 }
 SETTLE = 3.0  # seconds of records kept after recovery, so the window holds the whole fault
 SYNC_GRACE = 5.0  # answered this recently: the turn's LCM sync may still be pending
 # Makes a backup run last seconds (incompressible, so no target shortens it).
 BALLAST = "head -c 536870912 /dev/urandom > /opt/data/fault-ballast.bin"
 # Run in the backup container as soon as it runs: SIGKILL of `hermes-runtime backup create`
-# while it has the ballast open (so mid-run on any machine speed); prints the pid.
+# while it or its restic child has the ballast open (create stages the file, then restic
+# uploads the staged copy: either is mid-run on any machine speed); prints the pid.
 KILL_BACKUP = """
 import os, signal, sys, time
 
-def creator():
+def processes():
+    found = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as handle:
                 command = handle.read().split(b"\\0")
-        except OSError:
+            with open(f"/proc/{pid}/stat") as handle:
+                parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
             continue
+        found[int(pid)] = (command, parent)
+    return found
+
+def creator(found):
+    for pid, (command, _) in found.items():
         if b"backup" in command and b"create" in command:
-            return int(pid)
+            return pid
+
+def family(found, root):
+    members = {root}
+    while True:
+        more = {pid for pid, (_, parent) in found.items() if parent in members} - members
+        if not more:
+            return members
+        members |= more
 
 def reading_ballast(pid):
     try:
@@ -74,8 +95,9 @@ def reading_ballast(pid):
 
 deadline = time.monotonic() + 120
 while time.monotonic() < deadline:
-    pid = creator()
-    if pid and reading_ballast(pid):
+    found = processes()
+    pid = creator(found)
+    if pid and any(reading_ballast(member) for member in family(found, pid)):
         os.kill(pid, signal.SIGKILL)
         print(pid)
         sys.exit(0)
@@ -164,9 +186,33 @@ def kill_backup_job(cluster: kube.Cluster, namespace: str) -> None:
         cluster, namespace, running[0], "backup", ["python3", "-c", KILL_BACKUP], timeout=180
     )
     log = kube.pod_log(cluster, namespace, running[0], "backup")
+    ended = backup_container_exit_code(cluster, namespace, running[0])
     kube.kubectl(cluster, namespace, "delete", "job", job, "--wait=false")
-    assert killed.returncode == 0 and killed.stdout.strip(), f"backup not killed: {killed}"
+    # The container ends with `backup create`, and the runtime may take the exec down with it
+    # (exit 137) before it prints: then the container's own exit status is the proof.
+    assert (killed.returncode == 0 and killed.stdout.strip()) or (
+        killed.returncode == 137 and ended not in (None, 0)
+    ), f"backup not killed: {killed}, backup container exit code {ended}"
     assert "backup.create.finished" not in log, f"the backup finished before the kill:\n{log}"
+
+
+def backup_container_exit_code(cluster: kube.Cluster, namespace: str, pod: str) -> int | None:
+    """The backup container's exit code once it has ended (waits up to 30 s), else None."""
+    code: list[int] = []
+
+    def ended() -> bool:
+        status = cluster.core.read_namespaced_pod(pod, namespace).status
+        for container in status.container_statuses or []:
+            terminated = container.name == "backup" and container.state.terminated
+            if terminated:
+                code.append(int(terminated.exit_code))
+        return bool(code)
+
+    try:
+        kube.wait_until(ended, 30, f"backup container of {pod} ended", interval=0.2)
+    except AssertionError:
+        return None
+    return code[0]
 
 
 FAULTS = [
@@ -178,6 +224,58 @@ FAULTS = [
     Fault("rollout restart", rollout_restart),
     Fault("backup job killed", kill_backup_job, replaces_pod=False),
 ]
+
+
+# The entrypoint's log events that time a hand-over or a restart (agent/*.py).
+TIMELINE_EVENTS = {
+    "agent.pre_stop",
+    "agent.lock.successor",
+    "agent.lock.acquired",
+    "agent.gateway.crashed",
+    "agent.gateway.start",
+    "agent.gateway.stopped",
+    "agent.handover.successor_ready",
+}
+
+
+def read_agent_log(cluster: kube.Cluster, namespace: str, pod: str, since: float) -> str:
+    """The agent container's log since ``since`` ("" once the pod is gone)."""
+    try:
+        response = cluster.core.read_namespaced_pod_log(
+            pod,
+            namespace,
+            container="agent",
+            since_seconds=int(time.time() - since) + 5,
+            _preload_content=False,
+        )
+    except client.ApiException:
+        return ""
+    return str(response.data.decode("utf-8", errors="replace"))
+
+
+def entrypoint_events(pod: str, log: str, since: float) -> list[str]:
+    """``+seconds pod event detail`` of the pod's timing events after ``since``."""
+    lines = []
+    for line in log.splitlines():
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            record = json.loads(line)
+            if record.get("event") in TIMELINE_EVENTS and record.get("ts", 0) >= since:
+                keep = ("waited_seconds", "successor", "restart_in", "pid")
+                detail = " ".join(f"{k}={record[k]}" for k in keep if k in record)
+                lines.append(f"+{record['ts'] - since:.2f} {pod[-5:]} {record['event']} {detail}")
+    return lines
+
+
+def timeline(found: lib.Records, start: float, end: float, events: list[str]) -> str:
+    """What happened when, relative to the injection: /health changes and the pods' events,
+    so a long outage says where it went (printed, never asserted)."""
+    health = [
+        f"+{h.at - start:.2f} /health {'up' if h.up else 'down'} {h.detail[:60]}"
+        for h in found.health
+        if start <= h.at < end
+    ]
+    merged = sorted(health + events, key=lambda line: float(line.split()[0]))
+    return "".join(f"    {line}\n" for line in merged)
 
 
 def run_fault(cluster: kube.Cluster, namespace: str, fault: Fault) -> FaultFigures:
@@ -193,6 +291,9 @@ def run_fault(cluster: kube.Cluster, namespace: str, fault: Fault) -> FaultFigur
             f"{fault.name}: one new agent pod Ready",
         )
     lib.wait_answered(cluster, namespace, time.time() if fault.replaces_pod else injected)
+    # The serving pod's events (a replaced pod's log is gone with it).
+    serving = serving_pod(cluster, namespace).metadata.name
+    events = entrypoint_events(serving, read_agent_log(cluster, namespace, serving, start), start)
     end = time.time() + SETTLE
     time.sleep(SETTLE)
     found = lib.records(cluster, namespace)
@@ -201,13 +302,19 @@ def run_fault(cluster: kube.Cluster, namespace: str, fault: Fault) -> FaultFigur
     half = [s for s in snapshots if s["status"] != "ok"]
     assert not half, f"{fault.name}: backup list shows incomplete snapshots: {half}"
     figures = fault_figures(found.attempts, found.health, start, end)
+    errors = sorted(
+        {a.error.split(":")[0] for a in found.attempts if start <= a.started < end and not a.ok}
+    )
     print(
         f"fault {fault.name:<20} outage {figures.outage_s:5.2f} s  "
         f"failed requests {figures.failed_requests:3d} ({figures.turns_hit} turns)  "
         f"longest connect {figures.longest_connect_s:5.2f} s  "
         f"max latency {figures.max_latency_s:5.2f} s  "
         f"answered {figures.answered:3d}  "
-        f"(LCM checked {checked} turns, {len(snapshots)} snapshots listed)",
+        f"(LCM checked {checked} turns, {len(snapshots)} snapshots listed)"
+        + (f"  errors: {', '.join(errors)}" if errors else "")
+        + "\n"
+        + timeline(found, start, end, events),
         flush=True,
     )
     return figures

