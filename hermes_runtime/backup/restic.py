@@ -17,9 +17,10 @@ import json
 import os
 import socket
 import subprocess
-import tempfile
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -33,17 +34,32 @@ PASSWORD_VARIABLES = ("RESTIC_PASSWORD", "RESTIC_PASSWORD_FILE", "RESTIC_PASSWOR
 EXIT_NO_REPOSITORY = 10
 EXIT_WRONG_PASSWORD = 12
 STDERR_TAIL = 1500
+STDERR_LINES_KEPT = 400  # restic may retry for minutes: the failure message needs only the tail
 CONNECT_TIMEOUT_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
 class ResticRepository:
-    """One repository: our URL, restic's repository string, and the environment to run with."""
+    """One repository: our URL, restic's repository string, and the environment to run with.
+
+    ``on_stderr`` gets each line restic prints to stderr while it runs. restic retries a
+    failing store (full, refusing writes, gone) for up to 15 minutes and says so only there:
+    an operation that relays the lines shows the operator why it waits.
+    """
 
     url: str
     repository: str
     env: Mapping[str, str] = field(repr=False)
     options: tuple[str, ...] = ()
+    on_stderr: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def folder(self) -> Path | None:
+        """The repository's folder for ``file://``; None for S3."""
+        return None if self.repository.startswith("s3:") else Path(self.repository)
+
+    def with_messages_to(self, on_stderr: Callable[[str], None] | None) -> ResticRepository:
+        return replace(self, on_stderr=on_stderr)
 
 
 def restic_binary() -> str:
@@ -89,7 +105,7 @@ def _command(repo: ResticRepository, args: Sequence[str]) -> list[str]:
     restic retries an unreachable backend for minutes; a refused or unroutable endpoint
     should fail now, naming it, as every other command of ours does.
     """
-    if repo.repository.startswith("s3:"):
+    if repo.folder is None:
         _check_reachable(repo)
     return [restic_binary(), "--repo", repo.repository, *repo.options, *args]
 
@@ -115,15 +131,9 @@ def run_restic(
     check: bool = True,
 ) -> subprocess.CompletedProcess[str]:
     """Run one restic command on ``repo``; a failure names the repository and restic's words."""
-    command = _command(repo, args)
-    done = subprocess.run(
-        command,
-        cwd=cwd,
-        env=dict(repo.env),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    stdout: list[str] = []
+    done = _run_relaying(repo, args, stdout.append, cwd)
+    done.stdout = "".join(stdout)
     if check and done.returncode != 0:
         raise RuntimeFailure(failure_message(repo, args, done))
     return done
@@ -140,23 +150,60 @@ def stream_restic(
 
     A long backup then moves a progress bar (or logs progress lines) while restic works.
     """
-    command = _command(repo, args)
     records: list[dict[str, Any]] = []
-    with tempfile.TemporaryFile(mode="w+", encoding="utf-8") as errors:
-        with subprocess.Popen(
-            command, cwd=cwd, env=dict(repo.env), stdout=subprocess.PIPE, stderr=errors, text=True
-        ) as process:
-            assert process.stdout is not None
-            for line in process.stdout:
-                for record in json_lines(line):
-                    records.append(record)
-                    on_record(record)
-        errors.seek(0)
-        stderr = errors.read()
-    if process.returncode != 0:
-        done = subprocess.CompletedProcess(command, process.returncode, "", stderr)
+
+    def take(line: str) -> None:
+        for record in json_lines(line):
+            records.append(record)
+            on_record(record)
+
+    done = _run_relaying(repo, args, take, cwd)
+    if done.returncode != 0:
         raise RuntimeFailure(failure_message(repo, args, done))
     return records
+
+
+def _run_relaying(
+    repo: ResticRepository,
+    args: Sequence[str],
+    on_stdout_line: Callable[[str], None],
+    cwd: Path | None,
+) -> subprocess.CompletedProcess[str]:
+    """The one way restic runs: stdout lines to ``on_stdout_line``, stderr lines relayed.
+
+    The returned process holds the tail of stderr (for the failure message) and no stdout.
+    """
+    command = _command(repo, args)
+    kept: deque[str] = deque(maxlen=STDERR_LINES_KEPT)
+    with subprocess.Popen(
+        command,
+        cwd=cwd,
+        env=dict(repo.env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        encoding="utf-8",
+        errors="replace",
+    ) as process:
+        assert process.stdout is not None and process.stderr is not None
+        relay = threading.Thread(
+            target=_relay_lines, args=(process.stderr, kept, repo.on_stderr), daemon=True
+        )
+        relay.start()
+        for line in process.stdout:
+            on_stdout_line(line)
+        relay.join()
+    return subprocess.CompletedProcess(command, process.returncode, "", "".join(kept))
+
+
+def _relay_lines(
+    lines: Iterable[str], kept: deque[str], on_line: Callable[[str], None] | None
+) -> None:
+    for line in lines:
+        kept.append(line)
+        text = line.strip()
+        if text and on_line is not None:
+            on_line(text)
 
 
 def failure_message(
@@ -175,7 +222,7 @@ def repository_missing(done: subprocess.CompletedProcess[str]) -> bool:
 
 def require_folder(repo: ResticRepository) -> None:
     """A ``file://`` repository's folder must exist: an unmounted backup volume is an error."""
-    if not repo.repository.startswith("s3:") and not Path(repo.repository).is_dir():
+    if repo.folder is not None and not repo.folder.is_dir():
         raise RuntimeFailure(
             f"--target {repo.url}: {repo.repository} is not a folder "
             "(is the backup volume mounted?)"
@@ -189,7 +236,10 @@ def ensure_repository(repo: ResticRepository) -> bool:
     must fail the backup, not grow a repository in the container's own filesystem.
     """
     require_folder(repo)
-    done = run_restic(repo, ["cat", "config"], check=False)
+    if repo.folder is not None and (repo.folder / "config").is_file():
+        return False  # a restic repository's folder; every restic run derives the key (~0.65 s)
+    # Quiet: on a first backup this probe fails, as expected.
+    done = run_restic(repo.with_messages_to(None), ["cat", "config"], check=False)
     if done.returncode == 0:
         return False
     if not repository_missing(done):

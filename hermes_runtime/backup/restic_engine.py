@@ -27,7 +27,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -179,6 +179,7 @@ def _create_staged(
         excludes=list(excluder.patterns),
     )
     with reporter("backup.create", stream) as progress:
+        repo = repo.with_messages_to(lambda line: progress.relay("restic", line))
         progress.step("started", target=repo.url, data_dir=str(data_dir), scratch=str(stage))
         progress.start_task(f"backup {data_dir.name}", total=selection.total_bytes)
         try:
@@ -196,7 +197,9 @@ def _create_staged(
             args += ["--tag", databases, "--tag", files]
             args += ["--ignore-inode", "--ignore-ctime", "."]
             meter = _Meter(progress, progress_every)
+            uploading = time.monotonic()
             records = stream_restic(_temp_in(repo, stage.parent), args, meter.record, cwd=stage)
+            restic_seconds = time.monotonic() - uploading
         finally:
             shutil.rmtree(stage, ignore_errors=True)
         summary = next((r for r in records if r.get("message_type") == "summary"), {})
@@ -206,7 +209,12 @@ def _create_staged(
         if not FULL_ID.fullmatch(snapshot_id):  # older restic printed a short one
             snapshot_id = resolve_restic_snapshot(repo, snapshot_id)
         added = int(summary.get("data_added_packed", summary.get("data_added", 0)))
-        progress.step("finished", snapshot=snapshot_id, bytes_uploaded=added)
+        progress.step(
+            "finished",
+            snapshot=snapshot_id,
+            bytes_uploaded=added,
+            restic_seconds=round(restic_seconds, 3),
+        )
     return BackupSummary(
         id=snapshot_id,
         target=repo.url,
@@ -278,7 +286,9 @@ def _stage_tree(
         dest.parent.mkdir(parents=True, exist_ok=True)
         seconds = snapshot_database(data_dir / found.relpath, dest, attempts=staging.db_attempts)
         ended = datetime.now(UTC).isoformat()  # no commit after this is in the copy
+        checked = time.monotonic()
         check = check_database(dest)
+        check_seconds = time.monotonic() - checked
         if not check.ok:
             raise RuntimeFailure(
                 f"database {data_dir / found.relpath}: snapshot fails integrity_check: "
@@ -295,11 +305,18 @@ def _stage_tree(
             "snapshot_at": ended,
             "mode": found.mode,
         }
+        split = time.monotonic()
         if staging.piece_size:
             where = f"{MANIFEST_DIR}/{PIECES_DIR}/{found.relpath}"
             record["pieces"] = asdict(split_into_pieces(dest, stage, where, staging.piece_size))
         manifest.databases[found.relpath] = record
-        progress.step("database", path=found.relpath, seconds=round(seconds, 3))
+        progress.step(
+            "database",
+            path=found.relpath,
+            seconds=round(seconds, 3),
+            check_seconds=round(check_seconds, 3),
+            pieces_seconds=round(time.monotonic() - split, 3),
+        )
     for found in selection.files:
         dest = stage / found.relpath
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -319,6 +336,11 @@ def _stage_tree(
 
 
 NO_LOCK = "--no-lock"  # restic's flag for commands that only read the repository
+
+
+def _logged(event: str) -> Callable[[str], None]:
+    """Relays restic's stderr as structured lines: why a command waits on a failing store."""
+    return lambda line: log_event(event, message=line)
 
 
 def list_restic_snapshots(repo: ResticRepository) -> list[SnapshotInfo]:
@@ -413,6 +435,7 @@ def verify_restic_snapshot(
     ``--no-lock``, at the price of not excluding a concurrent prune.
     """
     no_lock = [] if lock else [NO_LOCK]
+    repo = repo.with_messages_to(_logged("backup.verify.restic"))
     snapshot_id = resolve_restic_snapshot(repo, snapshot)
     run_restic(repo, [*no_lock, "check", "--read-data"])
     dest = Path(scratch or tempfile.gettempdir()) / f"hermes-verify-{snapshot_id[:8]}"
@@ -447,6 +470,7 @@ def restore_restic_snapshot(
     unchanged.
     """
     started = time.monotonic()
+    repo = repo.with_messages_to(_logged("backup.restore.restic"))
     existing = data_dir_entries(data_dir)
     if existing and if_empty:
         return RestoreReport(None, str(data_dir), False, "data dir already holds data")
@@ -566,6 +590,7 @@ def prune_restic_snapshots(
     if policy.keep_weekly:
         args += ["--keep-weekly", str(policy.keep_weekly)]
     args += ["--dry-run"] if dry_run else ["--prune"]
+    repo = repo.with_messages_to(_logged("backup.prune.restic"))
     run_restic(repo, ["unlock"])  # only stale locks: those of a killed backup
     done = run_restic(repo, args)
     groups = json_document(done.stdout) or []

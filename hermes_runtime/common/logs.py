@@ -42,6 +42,13 @@ class Reporter:
         else:
             log_event(f"{self.operation}.{message}", self.stream, **fields)
 
+    def relay(self, source: str, line: str) -> None:
+        """A line another program printed (restic's retries), shown as it comes."""
+        if self._progress is not None:
+            self._progress.console.log(f"{source}: {line}", markup=False, highlight=False)
+        else:
+            log_event(f"{self.operation}.{source}", self.stream, message=line)
+
     def start_task(self, description: str, total: float | None) -> None:
         if self._progress is not None:
             self._task = self._progress.add_task(description, total=total)

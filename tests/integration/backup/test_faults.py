@@ -7,12 +7,17 @@ data dir is left as it was.
 
 from __future__ import annotations
 
+import json
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from backup_testlib import BackupTarget, file_target, run_cli, s3_target, tree_fingerprint
@@ -112,6 +117,84 @@ def test_target_going_away_briefly_mid_upload_is_ridden_out(data_dir: Path) -> N
         assert len(snapshots) == 1
         verified = run_cli("verify", "--target", target.url, env=target.env)
         assert verified.returncode == 0, verified.stderr
+
+
+class EventReader:
+    """Reads a running command's structured stderr lines as they come (one thread)."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        assert process.stderr is not None
+        self.process = process
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, args=(process.stderr,), daemon=True).start()
+
+    def _read(self, stderr: Iterable[str]) -> None:
+        for line in stderr:
+            self.lines.put(line)
+
+    def wait_for(self, event: str, timeout: float) -> dict[str, Any]:
+        """The next line ``event`` within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.5)
+            except queue.Empty:
+                assert self.process.poll() is None, f"exited; stderr: {self.seen[-10:]}"
+                continue
+            self.seen.append(line.strip())
+            if line.startswith("{") and json.loads(line).get("event") == event:
+                return dict(json.loads(line))
+        raise AssertionError(f"no {event} line in {timeout} s; stderr: {self.seen[-10:]}")
+
+
+def test_a_store_refusing_writes_is_named_while_create_waits(data_dir: Path) -> None:
+    """restic retries a failing store for up to 15 minutes and says why only on its stderr.
+
+    The store here answers every write to the backup's bucket with 500 (SeaweedFS capped at
+    one volume, which another bucket holds): the operator must see restic's retries while
+    `create` waits, not a silent hang (CI's failure in session 6).
+    """
+    with seaweedfs_server(volume_max=1) as server:
+        server.create_bucket("holds-the-only-volume")
+        server.client().put_object(Bucket="holds-the-only-volume", Key="object", Body=b"x")
+        target = s3_target(server)
+        process = start_create(target, data_dir)
+        try:
+            line = EventReader(process).wait_for("backup.create.restic", timeout=120)
+        finally:
+            process.kill()
+            process.communicate(timeout=30)
+        assert "retrying" in line["message"] or "error" in line["message"].lower(), line
+
+
+def test_a_store_lost_during_restore_is_named_and_the_data_dir_stays_untouched(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """A store that dies once restore found its snapshot: restic's retries are named."""
+    add_many_files(data_dir)  # 24 MB: restic is still reading packs when the store dies
+    with seaweedfs_server() as server:
+        target = s3_target(server)
+        create_ok(target, data_dir)
+        restored = tmp_path / "restored"
+        restore = ["backup", "restore", "--target", target.url, "--data-dir", str(restored)]
+        process = subprocess.Popen(
+            [sys.executable, "-m", "hermes_runtime", *restore],
+            env={**os.environ, **target.env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        events = EventReader(process)
+        try:
+            events.wait_for("backup.restore.started", timeout=60)
+            server.stop()  # the snapshot is found; restic now reads packs from a store gone
+            line = events.wait_for("backup.restore.restic", timeout=120)
+        finally:
+            process.kill()
+            process.communicate(timeout=30)
+        assert line["message"], line
+        assert not restored.exists() or not any(restored.iterdir())
 
 
 def test_kill_9_during_create_lists_no_half_snapshot(data_dir: Path, tmp_path: Path) -> None:
