@@ -112,12 +112,6 @@ def parse_ltx_key(key: str) -> LtxFile | None:
     return LtxFile(relpath, key, level, low, high) if relpath else None
 
 
-def replica_of_key(key: str) -> str | None:
-    """The database a replica file belongs to, None when the key is no LTX file."""
-    parsed = parse_ltx_key(key)
-    return parsed.relpath if parsed else None
-
-
 def replica_files(location: ReplicaLocation) -> dict[str, list[LtxFile]]:
     """Every LTX file under the target's replicas, per database."""
     if location.kind == "file":

@@ -8,7 +8,7 @@ import pytest
 
 from hermes_runtime.backup import ReplicationSettings, replica_location
 from hermes_runtime.backup.continuous import META_RELPATH, litestream_config
-from hermes_runtime.backup.replica_order import replica_of_key
+from hermes_runtime.backup.replica_order import parse_ltx_key
 from hermes_runtime.common.errors import RuntimeFailure
 
 S3_ENV = {
@@ -83,4 +83,5 @@ def test_config_names_paths_and_intervals_but_never_a_credential(tmp_path: Path)
     ],
 )
 def test_replica_files_name_their_database(key: str, database: str | None) -> None:
-    assert replica_of_key(key) == database
+    parsed = parse_ltx_key(key)
+    assert (parsed.relpath if parsed else None) == database
