@@ -56,7 +56,13 @@ def test_on_a_terminal_a_progress_bar_is_drawn_instead(data_dir: Path, tmp_path:
         text=True,
         timeout=120,
         check=False,
-        env={"TERM": "xterm-256color", "COLUMNS": "120", "PATH": os.environ["PATH"], **target.env},
+        env={
+            "TERM": "xterm-256color",
+            "COLUMNS": "120",
+            "PATH": os.environ["PATH"],
+            "HERMES_RUNTIME_RESTIC": os.environ["HERMES_RUNTIME_RESTIC"],  # the pinned build
+            **target.env,
+        },
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"backup {data_dir.name}" in result.stdout  # the bar's description
