@@ -3,12 +3,12 @@
 # and dockerd started by hand in the background (these machines have no systemd).
 # Idempotent: installs only what is missing and starts dockerd only if `docker info` fails.
 # Also installs the tools the image builds need (debootstrap for the base image,
-# catatonit for the pause image).
+# catatonit for the pause image, busybox-static for the e2e probe image).
 set -euo pipefail
 
 STATE_DIR="${HERMES_DOCKER_STATE_DIR:-/var/lib/docker}"
 LOG_FILE="${HERMES_DOCKER_LOG:-/var/log/hermes-dockerd.log}"
-PACKAGES=(docker.io containerd runc debootstrap catatonit ca-certificates iptables)
+PACKAGES=(docker.io containerd runc debootstrap catatonit busybox-static ca-certificates iptables)
 
 log() { echo "install-docker: $*" >&2; }
 
