@@ -10,10 +10,12 @@ COPY kind-files/usr/local/bin/ /usr/local/bin/
 COPY kind-files/kind/ /kind/
 COPY kind-files/etc/ /etc/
 COPY crictl /usr/local/bin/crictl
+# --force-confold: kind's /etc/containerd/config.toml (copied above) stays. Debian's containerd
+# 1.6.20~ds1-1+deb12u3 ships that file as a conffile, and dpkg's prompt fails without a tty.
 RUN chmod 0755 /usr/local/bin/* /kind /kind/bin /kind/bin/* \
     && export DEBIAN_FRONTEND=noninteractive \
     && apt-get update -qq \
-    && apt-get install -y -qq --no-install-recommends \
+    && apt-get install -y -qq --no-install-recommends -o Dpkg::Options::=--force-confold \
        systemd conntrack iptables nftables ipset iproute2 ethtool util-linux mount kmod \
        libseccomp2 pigz bash ca-certificates curl jq procps \
        containerd runc containernetworking-plugins >/dev/null \
