@@ -36,6 +36,7 @@ from hermes_runtime.lcm.embeddings import (
 from hermes_runtime.lcm.replay import collapse_merged_replay
 from hermes_runtime.lcm.store import LcmStore
 from hermes_runtime.lcm.summarize import OpenAISummarizer, Summarizer
+from hermes_runtime.lcm.writebehind import Job
 
 TOOL_SCHEMAS: list[dict[str, Any]] = [
     {
@@ -306,13 +307,16 @@ class LcmEngine:
         start_worker: bool = False,
     ) -> None:
         self.config = config
-        # A long-lived engine (the gateway's, with its worker) checkpoints off the turn's path.
+        # A long-lived engine (the gateway's, with its worker) checkpoints off the turn's
+        # path, and its turn hook queues turns for a group commit (``writebehind.py``).
         self.store = LcmStore(
             config.db_path,
             config.outputs_dir,
             config.externalize_chars,
             background_checkpoints=start_worker,
+            commit_interval=config.commit_interval_ms / 1000 if start_worker else 0.0,
         )
+        self.store.on_stored = self._stored
         self.summarizer = summarizer
         self.embedder = embedder if embedder is not None else make_embedder(config)
         self._locks: dict[str, threading.RLock] = {}
@@ -338,24 +342,38 @@ class LcmEngine:
         messages: list[dict[str, Any]],
         host_state: str | None = None,
         replay_window: float = 0.0,
+        defer: bool = False,
+        merged: int = 0,
     ) -> int:
         """Store ``messages`` as they are (an import keeps every row); ``host_state`` (JSON
-        text) and ``replay_window``: see ``LcmStore.ingest_many``. Returns how many were
-        stored."""
-        if not messages:
-            if host_state is not None:
-                self.store.write_host_state(session_id, host_state)
-            return 0
+        text), ``replay_window`` and ``defer``: see ``LcmStore.ingest_many``. Returns how
+        many were stored (0 when queued)."""
         started = time.perf_counter()
         stored = self.store.ingest_many(
-            session_id, messages, host_state=host_state, replay_window=replay_window
+            session_id,
+            messages,
+            host_state=host_state,
+            replay_window=replay_window,
+            defer=defer,
+            merged=merged,
         )
-        metrics.INGEST_SECONDS.observe(time.perf_counter() - started)
-        metrics.INGESTED.inc(len(stored))
-        metrics.EXTERNALIZED.inc(sum(1 for m in stored if m.output_id))
+        if messages:
+            metrics.INGEST_SECONDS.observe(time.perf_counter() - started)
+        return len(stored)
+
+    def _stored(self, job: Job) -> None:
+        """After a commit (any thread): count what one write stored, wake the embedder."""
+        if not job.rows:
+            return
+        metrics.INGESTED.inc(len(job.stored))
+        metrics.EXTERNALIZED.inc(sum(1 for m in job.stored if m.output_id))
+        metrics.REPLAYED_TURNS.inc(max(job.merged, len(job.rows) - len(job.stored)))
         if self.worker is not None:
             self.worker.wake()
-        return len(stored)
+
+    def flush(self) -> None:
+        """Commit the turns the hook queued (``LcmStore.flush``)."""
+        self.store.flush()
 
     def sync(self, session_id: str, host_messages: list[dict[str, Any]]) -> SyncResult:
         """Ingest what the host added since we last saw its transcript.
@@ -381,17 +399,23 @@ class LcmEngine:
         this session's lock (held by a compaction of the same session) and
         for another process's write lock. A skipped sync loses nothing: the
         next sync of the session stores whatever is still new.
+
+        With group commit on (the gateway's engine), the new messages and the
+        host state are queued, not written: ``ingested`` is 0 and the writer
+        thread stores them in its next batch (``writebehind.py``).
         """
         lock = self.session_lock(session_id)
         if not lock.acquire(timeout=wait_seconds):
             return None
         try:
             with self.store.busy_timeout(max(1, int(wait_seconds * 1000))):
-                return self._sync(session_id, host_messages)
+                return self._sync(session_id, host_messages, defer=True)
         finally:
             lock.release()
 
-    def _sync(self, session_id: str, host_messages: list[dict[str, Any]]) -> SyncResult:
+    def _sync(
+        self, session_id: str, host_messages: list[dict[str, Any]], defer: bool = False
+    ) -> SyncResult:
         fields = hostview.columns(host_messages)
         view = self._views.get(session_id)
         plan = self._plan_appended(view, host_messages, fields) if view and fields else None
@@ -405,13 +429,12 @@ class LcmEngine:
         # A host's transcript may replay a turn a client retried (replay.py): stored once.
         window, now = self.config.replay_window_seconds, time.time()
         fresh = [collapse_merged_replay(m, now, window) for m in candidates[overlap:]]
+        merged = sum(1 for a, b in zip(candidates[overlap:], fresh, strict=True) if a is not b)
         if state != saved:
             saved_text, saved = json.dumps(state), state
-            count = self.ingest(session_id, fresh, host_state=saved_text, replay_window=window)
+            count = self.ingest(session_id, fresh, saved_text, window, defer=defer, merged=merged)
         else:
-            count = self.ingest(session_id, fresh, replay_window=window)
-        merged = sum(1 for a, b in zip(candidates[overlap:], fresh, strict=True) if a is not b)
-        metrics.REPLAYED_TURNS.inc(max(merged, len(fresh) - count))
+            count = self.ingest(session_id, fresh, None, window, defer=defer, merged=merged)
         if viewable and fields is not None:
             self._views.put(
                 session_id,
@@ -648,10 +671,14 @@ class LcmEngine:
         raise RuntimeFailure(f"unknown LCM tool {name!r}")
 
     def close(self) -> None:
-        if self.worker is not None:
-            self.worker.stop()
-        self.store.stop_checkpoints()
-        self.store.close()
+        """Commit the queued turns (an error is raised after the rest is shut), then stop."""
+        try:
+            self.store.stop_group_commit()
+        finally:
+            if self.worker is not None:
+                self.worker.stop()
+            self.store.stop_checkpoints()
+            self.store.close()
 
 
 def make_embedder(config: LcmConfig) -> Embedder | None:

@@ -20,6 +20,7 @@ sync dedups, so the hook and they never store a message twice.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import subprocess
@@ -191,6 +192,14 @@ def is_memory_message(message: dict[str, Any]) -> bool:
     )
 
 
+def commit_at_exit(engine: LcmEngine) -> None:
+    """The gateway's exit: commit the turns still queued (an error is logged, not lost)."""
+    try:
+        engine.store.stop_group_commit()
+    except Exception as exc:  # the process ends anyway; the next sync re-stores the turns
+        logger.warning("LCM: committing the queued turns at exit failed: %s", exc)
+
+
 class _Shared:
     """State every copy of the engine shares: created lazily, once."""
 
@@ -273,6 +282,7 @@ class _Shared:
                     hermes_home(), read_lcm_section(hermes_home())
                 )
                 self._engine = LcmEngine(config, start_worker=True)
+                atexit.register(commit_at_exit, self._engine)
                 self._refresh_summarizer()
                 serve_metrics(os.environ.get(METRICS_PORT_ENV, ""))
                 if config.import_hermes_state:

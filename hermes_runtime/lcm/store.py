@@ -14,7 +14,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,7 @@ from hermes_runtime.lcm.schema import (
     migrate,
     write_transaction,
 )
+from hermes_runtime.lcm.writebehind import Job, WriteBehind
 
 MESSAGE_COLUMNS = (
     "id, session_id, seq, role, content, content_json, tool_calls, tool_call_id, name, extra, "
@@ -54,6 +55,19 @@ SUMMARY_COLUMNS = (
 )
 DEFAULT_EXTERNALIZE_CHARS = 16_000
 DEFAULT_BUSY_TIMEOUT_MS = 30_000
+
+
+_UNKNOWN: Any = object()  # a session's newest message, not looked up yet
+
+
+@dataclass
+class _Cursor:
+    """One session inside a batch: its next seq and position, newest message, host state."""
+
+    seq: int
+    pos: int
+    last: Any = _UNKNOWN  # (role, content, created_at) | None | _UNKNOWN
+    host_state: str | None = None
 
 
 @dataclass(frozen=True)
@@ -79,12 +93,16 @@ class LcmStore:
         readonly: bool = False,
         create: bool = True,
         background_checkpoints: bool = False,
+        commit_interval: float = 0.0,
     ) -> None:
         """Open (``readonly``: only open) an LCM database; never touch any other database.
 
         ``background_checkpoints`` (long-lived writers: the gateway's engine)
         moves WAL checkpoints from the commit that crosses the threshold to a
-        thread of their own (``checkpoints.py``).
+        thread of their own (``checkpoints.py``). ``commit_interval`` > 0
+        (seconds) lets ``ingest_many(defer=True)`` queue its rows for a
+        writer thread that commits them in batches (``writebehind.py``); every
+        other write and every read through ``conn`` commits the queue first.
 
         Read-only opens refuse a missing file and any file without the LCM
         schema; read-write opens create the schema only in a new (empty) file
@@ -98,6 +116,9 @@ class LcmStore:
         self._local = threading.local()
         self._write_lock = threading.RLock()
         self._checkpointer: Checkpointer | None = None
+        self._behind: WriteBehind | None = None
+        # Called after each commit with each job written (the engine's metrics, its worker).
+        self.on_stored: Callable[[Job], None] | None = None
         if readonly or not create:
             self._require_file()
         if readonly:
@@ -105,8 +126,12 @@ class LcmStore:
         else:
             self._open_for_writing(create)
         if background_checkpoints and not readonly:
-            self._checkpointer = Checkpointer(lambda: self.conn, self.close)
-            self._checkpointer.install(self.conn)
+            self._checkpointer = Checkpointer(self._connection, self.close)
+            self._checkpointer.install(self._connection())
+        if commit_interval > 0 and not readonly:
+            self._behind = WriteBehind(
+                self._commit_jobs, self._write_lock, commit_interval, on_exit=self.close
+            )
 
     def _require_file(self) -> None:
         if not self.db_path.is_file():
@@ -142,6 +167,16 @@ class LcmStore:
 
     @property
     def conn(self) -> apsw.Connection:
+        """This thread's connection, once every queued write is committed (``flush``).
+
+        Reads through it see every message a turn hook queued before; writes
+        through it come after them.
+        """
+        if self._behind is not None and not self._behind.settled():
+            self.flush()
+        return self._connection()
+
+    def _connection(self) -> apsw.Connection:
         """This thread's connection (apsw connections are not shared across threads here)."""
         conn = getattr(self._local, "conn", None)
         if conn is None:
@@ -167,9 +202,35 @@ class LcmStore:
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[apsw.Connection]:
-        """One write transaction: in-process lock, then ``BEGIN IMMEDIATE``."""
-        with self._write_lock, write_transaction(self.conn):
-            yield self.conn
+        """One write transaction after the queued ones: in-process lock, ``BEGIN IMMEDIATE``."""
+        with self._write_lock:
+            self.flush()
+            conn = self._connection()
+            self._local.writing = getattr(self._local, "writing", 0) + 1
+            try:
+                with write_transaction(conn):
+                    yield conn
+            finally:
+                self._local.writing -= 1
+
+    def flush(self) -> None:
+        """Commit every queued write now, on this thread; raise an error a batch met.
+
+        Inside a write transaction of this thread it does nothing: the
+        transaction began after a flush, and nesting one is impossible.
+        """
+        if self._behind is not None and not getattr(self._local, "writing", 0):
+            self._behind.flush()
+
+    def stop_group_commit(self) -> None:
+        """Commit what is queued and end the writer thread; later writes are synchronous."""
+        behind, self._behind = self._behind, None
+        if behind is not None:
+            behind.stop()
+
+    @property
+    def group_commit(self) -> WriteBehind | None:
+        return self._behind
 
     @contextlib.contextmanager
     def busy_timeout(self, milliseconds: int) -> Iterator[None]:
@@ -179,7 +240,7 @@ class LcmStore:
         runs on Hermes' reply path) gives up with ``apsw.BusyError`` after
         ``milliseconds`` instead of the default 30 s; the next sync catches up.
         """
-        conn = self.conn
+        conn = self._connection()
         conn.set_busy_timeout(milliseconds)
         try:
             yield
@@ -231,13 +292,13 @@ class LcmStore:
         _validate_session_id(lcm_session_id)
         if host_session_id == lcm_session_id:
             if self.host_session(host_session_id) is not None:
-                with self._write_lock, write_transaction(self.conn):
-                    self.conn.execute(
+                with self.writing() as conn:
+                    conn.execute(
                         "DELETE FROM host_sessions WHERE host_session_id = ?", (host_session_id,)
                     )
             return
-        with self._write_lock, write_transaction(self.conn):
-            self.conn.execute(
+        with self.writing() as conn:
+            conn.execute(
                 "INSERT INTO host_sessions(host_session_id, lcm_session_id, bound_at) "
                 "VALUES (?, ?, ?) ON CONFLICT(host_session_id) DO UPDATE SET "
                 "lcm_session_id = excluded.lcm_session_id, bound_at = excluded.bound_at "
@@ -247,8 +308,8 @@ class LcmStore:
 
     def host_session(self, host_session_id: str) -> str | None:
         """The LCM session bound to a host session id, or None."""
-        value = fetch_value(
-            self.conn,
+        value = fetch_value(  # bindings are never queued: no flush
+            self._connection(),
             "SELECT lcm_session_id FROM host_sessions WHERE host_session_id = ?",
             (host_session_id,),
         )
@@ -259,9 +320,16 @@ class LcmStore:
         return json.loads(text) if text else {}
 
     def host_state_text(self, session_id: str) -> str | None:
-        """The host state as stored (JSON text), or None."""
+        """The host state as stored, or as a queued write will store it (JSON text), or None.
+
+        Never waits for the queue: the turn hook reads it before queuing the next turn.
+        """
+        if self._behind is not None:
+            pending = self._behind.pending_state(session_id)
+            if pending is not None:
+                return pending
         value = fetch_value(
-            self.conn, "SELECT host_state FROM sessions WHERE id = ?", (session_id,)
+            self._connection(), "SELECT host_state FROM sessions WHERE id = ?", (session_id,)
         )
         return str(value) if value is not None else None
 
@@ -269,10 +337,9 @@ class LcmStore:
         """Save what the host holds; a session with no stored message has nothing to save."""
         self.write_host_state(session_id, json.dumps(state))
 
-    def write_host_state(self, session_id: str, text: str) -> None:
+    def write_host_state(self, session_id: str, text: str, defer: bool = False) -> None:
         """``set_host_state`` with the state already encoded as JSON text."""
-        with self._write_lock, write_transaction(self.conn):
-            self.conn.execute("UPDATE sessions SET host_state = ? WHERE id = ?", (text, session_id))
+        self.ingest_many(session_id, [], host_state=text, defer=defer)
 
     # -- ingest ------------------------------------------------------------
 
@@ -289,6 +356,8 @@ class LcmStore:
         created_at: float | None = None,
         host_state: str | None = None,
         replay_window: float = 0.0,
+        defer: bool = False,
+        merged: int = 0,
     ) -> list[StoredMessage]:
         """Store messages in one transaction (batched import); outputs are written first.
 
@@ -298,32 +367,90 @@ class LcmStore:
         message repeating the session's newest stored message, a user message
         stored at most that many seconds ago, is the retry of a cut turn and
         is not stored again (``replay.is_repeated_turn``); deciding inside the
-        transaction means two writers can never both store it.
+        transaction means two writers can never both store it. Without
+        messages only the host state of an existing session is saved.
+
+        ``defer`` (with group commit on, see ``__init__``): queue the rows and
+        return [] at once; the writer thread stores them in its next batch.
+        Otherwise the queue is committed first, then this write: a batch of one.
         """
         _validate_session_id(session_id)
-        prepared = [self._prepare(m) for m in messages]
-        stamp = created_at if created_at is not None else time.time()
-        stored: list[StoredMessage] = []
-        with self._write_lock, write_transaction(self.conn):
-            seq, pos = self._ensure_session(session_id)
-            last = self._newest_message(session_id) if replay_window > 0 else None
-            for row in prepared:
-                if is_repeated_turn(last, row["role"], row["content"], stamp, replay_window):
+        job = Job(
+            session_id,
+            [self._prepare(m) for m in messages],
+            created_at if created_at is not None else time.time(),
+            host_state,
+            replay_window,
+            merged,
+        )
+        if not job.rows and host_state is None:
+            return []
+        if defer and self._behind is not None:
+            self._behind.submit(job)
+            return []
+        with self._write_lock:  # flushes first: the queued writes come before this one
+            self.flush()
+            self._commit_jobs([job])
+        return job.stored
+
+    def _commit_jobs(self, jobs: list[Job]) -> None:
+        """Write jobs in one transaction (caller holds the write lock), then report each."""
+        conn = self._connection()
+        self._local.writing = getattr(self._local, "writing", 0) + 1
+        try:
+            with write_transaction(conn):
+                self._apply(jobs)
+        finally:
+            self._local.writing -= 1
+        if self.on_stored is not None:
+            for job in jobs:
+                self.on_stored(job)
+
+    def _apply(self, jobs: list[Job]) -> None:
+        """Jobs' rows, counters and host states, in order, inside the caller's transaction.
+
+        A batch is one transaction, so no reader ever sees a state between two of
+        its jobs: each session's counters and newest host state are written once,
+        at the end, and a session's counters are read once, at its first job.
+        """
+        cursors: dict[str, _Cursor] = {}
+        for job in jobs:
+            session_id, stamp, window = job.session_id, job.stamp, job.replay_window
+            cursor = cursors.get(session_id)
+            if not job.rows:  # only what the host holds; a session without messages has none
+                if cursor is None:
+                    self.conn.execute(
+                        "UPDATE sessions SET host_state = ? WHERE id = ?",
+                        (job.host_state, session_id),
+                    )
+                else:
+                    cursor.host_state = job.host_state
+                continue
+            if cursor is None:
+                cursor = cursors[session_id] = _Cursor(*self._ensure_session(session_id))
+            if window > 0 and cursor.last is _UNKNOWN:
+                cursor.last = self._newest_message(session_id)
+            seq, pos, last = cursor.seq, cursor.pos, cursor.last
+            for row in job.rows:
+                if is_repeated_turn(last, row["role"], row["content"], stamp, window):
                     continue
-                stored.append(self._insert_message(session_id, seq, pos, row, stamp))
+                job.stored.append(self._insert_message(session_id, seq, pos, row, stamp))
                 last = (row["role"], row["content"], stamp)
                 seq, pos = seq + 1, pos + 1
-            if host_state is None:
+            cursor.seq, cursor.pos, cursor.last = seq, pos, last
+            if job.host_state is not None:
+                cursor.host_state = job.host_state
+        for session_id, cursor in cursors.items():
+            if cursor.host_state is None:
                 self.conn.execute(
                     "UPDATE sessions SET next_seq = ?, next_pos = ? WHERE id = ?",
-                    (seq, pos, session_id),
+                    (cursor.seq, cursor.pos, session_id),
                 )
             else:  # one statement: the counters and what the host holds
                 self.conn.execute(
                     "UPDATE sessions SET next_seq = ?, next_pos = ?, host_state = ? WHERE id = ?",
-                    (seq, pos, host_state, session_id),
+                    (cursor.seq, cursor.pos, cursor.host_state, session_id),
                 )
-        return stored
 
     def _newest_message(self, session_id: str) -> tuple[str, str | None, float] | None:
         """(role, content, created_at) of the session's last stored message (the seq index)."""
@@ -424,8 +551,10 @@ class LcmStore:
         return StoredMessage(*row) if row else None
 
     def summary(self, summary_id: int) -> Summary | None:
-        row = fetch_one(
-            self.conn, f"SELECT {SUMMARY_COLUMNS} FROM summaries WHERE id = ?", (summary_id,)
+        row = fetch_one(  # summaries are never queued: no flush (the turn hook reads them)
+            self._connection(),
+            f"SELECT {SUMMARY_COLUMNS} FROM summaries WHERE id = ?",
+            (summary_id,),
         )
         return Summary(*row) if row else None
 
@@ -517,7 +646,7 @@ class LcmStore:
         """
         if not positions:
             return None
-        with self._write_lock, write_transaction(self.conn):
+        with self.writing():
             present = fetch_value(
                 self.conn,
                 "SELECT count(*) FROM context_items WHERE session_id = ? AND position "
