@@ -84,7 +84,8 @@ class WriteBehind:
         self._error: BaseException | None = None
         self._stopping = False
         self._thread: threading.Thread | None = None
-        self.batches = 0
+        self.batches = 0  # committed
+        self.failures = 0  # rolled back
 
     # -- callers -------------------------------------------------------------
 
@@ -109,8 +110,8 @@ class WriteBehind:
                     target=self._run, name="lcm-group-commit", daemon=True
                 )
                 self._thread.start()
-            if backlog >= self._batch_messages:
-                self._cond.notify_all()
+            if len(self._queue) == 1 or backlog >= self._batch_messages:
+                self._cond.notify_all()  # the first job starts the interval; a full batch ends it
         if backlog >= MAX_QUEUED_MESSAGES:
             self.flush()
 
@@ -192,6 +193,7 @@ class WriteBehind:
                 self._queue, self._queued_messages = [], 0
                 self._unsettled -= len(dropped)
                 self._pending.clear()
+                self.failures += 1
                 if record:
                     self._error = exc
             logger.warning(
