@@ -323,9 +323,11 @@ class LcmStore:
         """The host state as stored, or as a queued write will store it (JSON text), or None.
 
         Never waits for the queue: the turn hook reads it before queuing the next turn.
+        This thread's next ``ingest_many`` is refused if a batch fails in between
+        (``writebehind.StalePlan``): it is planned on what this returns.
         """
         if self._behind is not None:
-            pending = self._behind.pending_state(session_id)
+            pending, self._local.planned = self._behind.pending_state(session_id)
             if pending is not None:
                 return pending
         value = fetch_value(
@@ -383,13 +385,16 @@ class LcmStore:
             replay_window,
             merged,
         )
+        planned, self._local.planned = getattr(self._local, "planned", None), None
         if not job.rows and host_state is None:
             return []
         if defer and self._behind is not None:
-            self._behind.submit(job)
+            self._behind.submit(job, planned)
             return []
         with self._write_lock:  # flushes first: the queued writes come before this one
             self.flush()
+            if self._behind is not None:
+                self._behind.check_plan(planned)
             self._commit_jobs([job])
         return job.stored
 

@@ -24,6 +24,10 @@ Rules that keep this lossless and consistent:
   The dropped messages are still in the host's transcript: the next sync of
   the session aligns with the state last committed and stores them again.
   A crash (SIGKILL) loses the queue the same way, and recovers the same way.
+- A job planned on a state a failure dropped meanwhile (another thread's
+  sync read it just before) would claim the dropped messages as stored:
+  every failure starts a new ``generation``, and a job planned in an older
+  one is refused (``StalePlan``); the next sync plans it again.
 """
 
 from __future__ import annotations
@@ -35,7 +39,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from hermes_runtime.common.errors import RuntimeFailure
+
 logger = logging.getLogger(__name__)
+
+
+class StalePlan(RuntimeFailure):
+    """A write planned on a host state that a failed batch dropped since."""
+
 
 # Queued messages that wake the writer before its interval is up.
 BATCH_MESSAGES = 1_000
@@ -82,6 +93,7 @@ class WriteBehind:
         self._pending: dict[str, tuple[int, str]] = {}  # session -> (ticket, host state)
         self._tickets = 0
         self._error: BaseException | None = None
+        self.generation = 0  # failures so far: a plan of an older generation is stale
         self._stopping = False
         self._thread: threading.Thread | None = None
         self.batches = 0  # committed
@@ -89,10 +101,14 @@ class WriteBehind:
 
     # -- callers -------------------------------------------------------------
 
-    def submit(self, job: Job) -> None:
-        """Queue a job; raises the error of a batch that failed since the last call."""
+    def submit(self, job: Job, planned: int | None = None) -> None:
+        """Queue a job; raises the error of a batch that failed since the last call.
+
+        ``planned``: the ``generation`` of the state the job was planned on.
+        """
         with self._cond:
             self._raise_error()
+            self._check_plan(planned)
             if self._stopping:
                 raise RuntimeError("LCM write-behind queue is closed")
             self._tickets += 1
@@ -115,11 +131,25 @@ class WriteBehind:
         if backlog >= MAX_QUEUED_MESSAGES:
             self.flush()
 
-    def pending_state(self, session_id: str) -> str | None:
-        """The host state a queued job will store for the session, or None."""
+    def pending_state(self, session_id: str) -> tuple[str | None, int]:
+        """The host state a queued job will store for the session (or None), and the
+        generation to plan the next job in."""
         with self._cond:
             found = self._pending.get(session_id)
-        return found[1] if found is not None else None
+            generation = self.generation
+        return (found[1] if found is not None else None), generation
+
+    def check_plan(self, planned: int | None) -> None:
+        """Refuse a write planned before the latest failure (``StalePlan``)."""
+        with self._cond:
+            self._check_plan(planned)
+
+    def _check_plan(self, planned: int | None) -> None:
+        if planned is not None and planned != self.generation:
+            raise StalePlan(
+                "LCM: a group commit failed while this write was planned; "
+                "the next sync of the session stores it"
+            )
 
     def settled(self) -> bool:
         """Nothing queued or being committed and no error to report (no lock: a hint)."""
@@ -194,6 +224,7 @@ class WriteBehind:
                 self._unsettled -= len(dropped)
                 self._pending.clear()
                 self.failures += 1
+                self.generation += 1
                 if record:
                     self._error = exc
             logger.warning(

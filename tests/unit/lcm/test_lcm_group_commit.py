@@ -22,6 +22,7 @@ from support.lcm_conversations import SYSTEM, make_hermes_engine
 from hermes_runtime.common.sqlite import connect
 from hermes_runtime.lcm import hermes_plugin
 from hermes_runtime.lcm.hermes_plugin import LcmContextEngine
+from hermes_runtime.lcm.writebehind import StalePlan
 
 # Long enough that nothing in a test commits on the clock: what is stored was flushed.
 QUEUED_MS = 10_000
@@ -198,3 +199,28 @@ def test_commit_interval_zero_writes_each_turn_in_the_hook(tmp_path: Path) -> No
     hook(engine, history)
     assert committed(tmp_path) == [m["content"] for m in history[1:]]
     engine.engine.close()
+
+
+def test_a_write_planned_on_a_state_a_failure_dropped_is_refused(tmp_path: Path) -> None:
+    """A sync reads the queued host state, another thread's flush fails and drops it:
+    writing the sync's job would claim the dropped turn as stored. It is refused, and
+    the next sync stores both turns."""
+    engine = make_hermes_engine(tmp_path, commit_interval_ms=QUEUED_MS)
+    store = engine.engine.store
+    history = [SYSTEM, *turns(0)]
+    hook(engine, history)  # queued, with the host state that lists turn 0
+    planned_on = store.host_state_text("session-1")  # what a sync plans the next turn on
+    assert planned_on is not None
+    other = connect(tmp_path / "lcm.db")
+    other.execute(REFUSE)
+    with pytest.raises(apsw.ConstraintError):
+        engine.engine.flush()  # turn 0 is dropped from the queue
+    other.execute("DROP TRIGGER test_refuse")
+    other.close()
+    with pytest.raises(StalePlan):
+        store.ingest_many("session-1", turns(1), host_state=planned_on, defer=True)
+    assert committed(tmp_path) == []
+    history += turns(1)
+    hook(engine, history)
+    engine.engine.close()
+    assert committed(tmp_path) == [m["content"] for m in history[1:]]
