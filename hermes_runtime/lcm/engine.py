@@ -171,6 +171,25 @@ def _digest(value: Any) -> str:
     return hashlib.blake2b(data.encode(), digest_size=12).hexdigest()
 
 
+_json_str = json.encoder.encode_basestring  # json.dumps' own string encoder (ensure_ascii=False)
+
+
+def _plain_digest(content: str | None, role: str | None, call_id: str | None) -> str:
+    """``_digest`` of a plain message's canonical dict, byte for byte the same JSON
+    (sorted keys, default separators), built directly: the hook prints every new
+    message, and the generic encoder was most of a print's cost."""
+    data = (
+        '{"content": '
+        + ("null" if content is None else _json_str(content.strip()))
+        + ', "role": '
+        + ("null" if role is None else _json_str(role))
+        + ', "tool_call_id": '
+        + ("null" if call_id is None else _json_str(call_id))
+        + ', "tool_calls": null}'
+    )
+    return hashlib.blake2b(data.encode(), digest_size=12).hexdigest()
+
+
 def fingerprint(message: dict[str, Any]) -> str:
     """What identifies a message across host round trips: role, content, calls, call id.
 
@@ -182,6 +201,14 @@ def fingerprint(message: dict[str, Any]) -> str:
     """
     content = message.get("content")
     calls = message.get("tool_calls")
+    role, call_id = message.get("role"), message.get("tool_call_id")
+    if (
+        isinstance(content, str | None)
+        and isinstance(role, str | None)
+        and isinstance(call_id, str | None)
+        and not isinstance(calls, list)
+    ):  # a plain message: the JSON below, written without the encoder's generic walk
+        return _plain_digest(content, role, call_id)
     canonical = {
         "role": message.get("role"),
         "content": content.strip() if isinstance(content, str) else content,
