@@ -36,7 +36,7 @@ from hermes_runtime.lcm.embeddings import (
 from hermes_runtime.lcm.replay import collapse_merged_replay
 from hermes_runtime.lcm.store import LcmStore
 from hermes_runtime.lcm.summarize import OpenAISummarizer, Summarizer
-from hermes_runtime.lcm.writebehind import Job
+from hermes_runtime.lcm.writebehind import HostState, Job
 
 TOOL_SCHEMAS: list[dict[str, Any]] = [
     {
@@ -367,7 +367,7 @@ class LcmEngine:
         self,
         session_id: str,
         messages: list[dict[str, Any]],
-        host_state: str | None = None,
+        host_state: HostState | None = None,
         replay_window: float = 0.0,
         defer: bool = False,
         merged: int = 0,
@@ -450,7 +450,7 @@ class LcmEngine:
             plan = self._plan_full(session_id, host_messages, fields)
         head, start, block, prints, volatile, viewable = plan
         candidates = host_messages[start:]
-        saved_text, saved = self._saved_host_state(session_id, view)
+        saved_raw, saved = self._saved_host_state(session_id, view)
         overlap = known_overlap(saved, block, prints)
         state = next_host_state(saved, block, prints, overlap)
         # A host's transcript may replay a turn a client retried (replay.py): stored once.
@@ -458,8 +458,8 @@ class LcmEngine:
         fresh = [collapse_merged_replay(m, now, window) for m in candidates[overlap:]]
         merged = sum(1 for a, b in zip(candidates[overlap:], fresh, strict=True) if a is not b)
         if state != saved:
-            saved_text, saved = json.dumps(state), state
-            count = self.ingest(session_id, fresh, saved_text, window, defer=defer, merged=merged)
+            saved_raw, saved = state, state  # encoded when written (once a batch)
+            count = self.ingest(session_id, fresh, state, window, defer=defer, merged=merged)
         else:
             count = self.ingest(session_id, fresh, None, window, defer=defer, merged=merged)
         if viewable and fields is not None:
@@ -473,7 +473,7 @@ class LcmEngine:
                     block,
                     prints,
                     volatile,
-                    saved_text,
+                    saved_raw,
                     saved,
                 ),
             )
@@ -526,12 +526,21 @@ class LcmEngine:
 
     def _saved_host_state(
         self, session_id: str, view: hostview.HostView | None
-    ) -> tuple[str | None, dict[str, Any]]:
-        """The session's stored host state, as text and parsed (parsed again only if changed)."""
-        text = self.store.host_state_text(session_id)
-        if view is not None and text is not None and text == view.saved_text:
-            return text, view.saved
-        return text, json.loads(text) if text else {}
+    ) -> tuple[HostState | None, dict[str, Any]]:
+        """The session's host state as the store has it, and parsed (only if it changed).
+
+        The store hands back the very dict a sync queued (or committed last)
+        while that is the state, so an unchanged state is neither encoded nor
+        parsed again.
+        """
+        raw = self.store.host_state_raw(session_id)
+        if raw is None:
+            return None, {}
+        if view is not None and (raw is view.saved_raw or raw == view.saved_raw):
+            return raw, view.saved
+        if isinstance(raw, dict):
+            return raw, raw
+        return raw, json.loads(raw) if raw else {}
 
     def _split_at_last_block(
         self, session_id: str, conversation: list[dict[str, Any]]

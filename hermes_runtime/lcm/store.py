@@ -14,6 +14,7 @@ import contextlib
 import json
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +44,7 @@ from hermes_runtime.lcm.schema import (
     migrate,
     write_transaction,
 )
-from hermes_runtime.lcm.writebehind import Job, WriteBehind
+from hermes_runtime.lcm.writebehind import HostState, Job, WriteBehind
 
 MESSAGE_COLUMNS = (
     "id, session_id, seq, role, content, content_json, tool_calls, tool_call_id, name, extra, "
@@ -55,6 +56,7 @@ SUMMARY_COLUMNS = (
 )
 DEFAULT_EXTERNALIZE_CHARS = 16_000
 DEFAULT_BUSY_TIMEOUT_MS = 30_000
+ENCODED_STATES = 256  # sessions whose last committed host state is remembered as a dict
 
 
 _UNKNOWN: Any = object()  # a session's newest message, not looked up yet
@@ -67,7 +69,7 @@ class _Cursor:
     seq: int
     pos: int
     last: Any = _UNKNOWN  # (role, content, created_at) | None | _UNKNOWN
-    host_state: str | None = None
+    host_state: HostState | None = None
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,8 @@ class LcmStore:
         self._write_lock = threading.RLock()
         self._checkpointer: Checkpointer | None = None
         self._behind: WriteBehind | None = None
+        # The dict each session's committed host state was encoded from, with its text.
+        self._encoded: OrderedDict[str, tuple[dict[str, Any], str]] = OrderedDict()
         # Called after each commit with each job written (the engine's metrics, its worker).
         self.on_stored: Callable[[Job], None] | None = None
         if readonly or not create:
@@ -320,7 +324,27 @@ class LcmStore:
         return json.loads(text) if text else {}
 
     def host_state_text(self, session_id: str) -> str | None:
-        """The host state as stored, or as a queued write will store it (JSON text), or None.
+        """The host state as stored, or as a queued write will store it (JSON text), or None."""
+        state = self.host_state_raw(session_id)
+        return state if state is None or isinstance(state, str) else json.dumps(state)
+
+    def _encode_state(self, session_id: str, state: HostState | None) -> str | None:
+        """The JSON text to store; a dict's is remembered (``host_state_raw``).
+
+        Remembered before the commit: a text that never commits is never read back.
+        """
+        if not isinstance(state, dict):
+            self._encoded.pop(session_id, None)
+            return state
+        text = json.dumps(state)
+        self._encoded[session_id] = (state, text)
+        self._encoded.move_to_end(session_id)
+        while len(self._encoded) > ENCODED_STATES:
+            self._encoded.popitem(last=False)
+        return text
+
+    def host_state_raw(self, session_id: str) -> HostState | None:
+        """``host_state_text``, or the very dict a queued write will store (not encoded).
 
         Never waits for the queue: the turn hook reads it before queuing the next turn.
         This thread's next ``ingest_many`` is refused if a batch fails in between
@@ -333,11 +357,16 @@ class LcmStore:
         value = fetch_value(
             self._connection(), "SELECT host_state FROM sessions WHERE id = ?", (session_id,)
         )
-        return str(value) if value is not None else None
+        if value is None:
+            return None
+        encoded = self._encoded.get(session_id)
+        if encoded is not None and encoded[1] == value:
+            return encoded[0]  # the dict it was encoded from: no parse
+        return str(value)
 
     def set_host_state(self, session_id: str, state: dict[str, Any]) -> None:
         """Save what the host holds; a session with no stored message has nothing to save."""
-        self.write_host_state(session_id, json.dumps(state))
+        self.ingest_many(session_id, [], host_state=state)
 
     def write_host_state(self, session_id: str, text: str, defer: bool = False) -> None:
         """``set_host_state`` with the state already encoded as JSON text."""
@@ -356,15 +385,16 @@ class LcmStore:
         session_id: str,
         messages: Sequence[dict[str, Any]],
         created_at: float | None = None,
-        host_state: str | None = None,
+        host_state: HostState | None = None,
         replay_window: float = 0.0,
         defer: bool = False,
         merged: int = 0,
     ) -> list[StoredMessage]:
         """Store messages in one transaction (batched import); outputs are written first.
 
-        ``host_state`` (JSON text) is saved in the same transaction, so what the host is
-        known to hold never disagrees with what was stored (no re-ingest
+        ``host_state`` (JSON text, or a dict to encode) is saved in the same
+        transaction, so what the host is known to hold never disagrees with
+        what was stored (no re-ingest
         after a crash between the two). With ``replay_window`` > 0, a user
         message repeating the session's newest stored message, a user message
         stored at most that many seconds ago, is the retry of a cut turn and
@@ -426,7 +456,7 @@ class LcmStore:
                 if cursor is None:
                     self.conn.execute(
                         "UPDATE sessions SET host_state = ? WHERE id = ?",
-                        (job.host_state, session_id),
+                        (self._encode_state(session_id, job.host_state), session_id),
                     )
                 else:
                     cursor.host_state = job.host_state
@@ -454,7 +484,12 @@ class LcmStore:
             else:  # one statement: the counters and what the host holds
                 self.conn.execute(
                     "UPDATE sessions SET next_seq = ?, next_pos = ?, host_state = ? WHERE id = ?",
-                    (cursor.seq, cursor.pos, cursor.host_state, session_id),
+                    (
+                        cursor.seq,
+                        cursor.pos,
+                        self._encode_state(session_id, cursor.host_state),
+                        session_id,
+                    ),
                 )
 
     def _newest_message(self, session_id: str) -> tuple[str, str | None, float] | None:

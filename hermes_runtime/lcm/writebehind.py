@@ -54,6 +54,11 @@ BATCH_MESSAGES = 1_000
 MAX_QUEUED_MESSAGES = 20_000
 
 
+# What the host holds: JSON text as stored, or the dict a sync made (encoded at commit,
+# once a batch per session: the hook does not pay a JSON encoding per turn).
+HostState = str | dict[str, Any]
+
+
 @dataclass
 class Job:
     """One ingest: prepared rows of one session, and the host state saved with them."""
@@ -61,7 +66,7 @@ class Job:
     session_id: str
     rows: list[dict[str, Any]]
     stamp: float
-    host_state: str | None = None
+    host_state: HostState | None = None
     replay_window: float = 0.0
     merged: int = 0  # messages the sync collapsed as a host-merged replay (metrics)
     ticket: int = 0
@@ -90,7 +95,7 @@ class WriteBehind:
         self._queued_messages = 0
         self._unsettled = 0  # queued or being committed
         self._first_queued_at = 0.0
-        self._pending: dict[str, tuple[int, str]] = {}  # session -> (ticket, host state)
+        self._pending: dict[str, tuple[int, HostState]] = {}  # session -> (ticket, state)
         self._tickets = 0
         self._error: BaseException | None = None
         self.generation = 0  # failures so far: a plan of an older generation is stale
@@ -131,7 +136,7 @@ class WriteBehind:
         if backlog >= MAX_QUEUED_MESSAGES:
             self.flush()
 
-    def pending_state(self, session_id: str) -> tuple[str | None, int]:
+    def pending_state(self, session_id: str) -> tuple[HostState | None, int]:
         """The host state a queued job will store for the session (or None), and the
         generation to plan the next job in."""
         with self._cond:
