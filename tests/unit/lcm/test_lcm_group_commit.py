@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -224,3 +225,49 @@ def test_a_write_planned_on_a_state_a_failure_dropped_is_refused(tmp_path: Path)
     hook(engine, history)
     engine.engine.close()
     assert committed(tmp_path) == [m["content"] for m in history[1:]]
+
+
+def test_hooks_of_many_sessions_and_reads_at_once_store_every_turn_once(tmp_path: Path) -> None:
+    """Hermes runs agents on pooled threads: hooks of several sessions, compactions and
+    tool reads interleave with the writer thread; nothing waits forever, nothing is lost."""
+    engine = make_hermes_engine(tmp_path, commit_interval_ms=2)
+    sessions = [f"hermes-{n}" for n in range(4)]
+    histories: dict[str, list[dict[str, Any]]] = {}
+    errors: list[BaseException] = []
+
+    def agent(session: str) -> None:
+        try:
+            copy = engine.__deepcopy__({})  # Hermes deep-copies the engine per agent
+            copy.on_session_start(session)
+            history = [SYSTEM]
+            for index in range(40):
+                history += turns(index)
+                copy._shared.store_turn(session_id=session, conversation_history=list(history))
+                if index % 10 == 9:
+                    history = copy.compress(list(history))
+                if index % 7 == 0:
+                    copy.engine.handle_tool("lcm_grep", {"query": f"walrus{index}"}, session)
+            histories[session] = history
+        except BaseException as exc:  # reported below, with the thread's session
+            errors.append(exc)
+
+    threads = [threading.Thread(target=agent, args=(s,)) for s in sessions]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    assert not any(t.is_alive() for t in threads), "an agent thread never finished"
+    assert errors == []
+    engine.engine.close()
+    conn = connect(tmp_path / "lcm.db", readonly=True)
+    try:
+        for session in sessions:
+            rows = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT content FROM messages WHERE session_id = ? ORDER BY seq", (session,)
+                )
+            ]
+            assert rows == [m["content"] for m in [SYSTEM, *turns(0, 40)][1:]], session
+    finally:
+        conn.close()
