@@ -256,9 +256,13 @@ class _Shared:
 
         Only sessions an LCM engine was bound to are stored (with another
         context engine selected, the hook does nothing). Never raises into
-        Hermes and never waits more than ``TURN_SYNC_WAIT_SECONDS``: a busy
-        database or a compaction in progress skips this sync, and the next
-        one stores what is still missing.
+        Hermes and never waits more than ``TURN_SYNC_WAIT_SECONDS`` for the
+        session: a compaction in progress skips this sync, and the next one
+        stores what is still missing. With group commit (``lcm.commit_interval_ms``
+        > 0, the default) the turn is queued, not written: a busy database
+        holds the writer thread, not Hermes, and an error of an earlier batch
+        is logged here (its turns, and this one, are stored by the next sync).
+        With 0 the turn is written here, waiting at most as long for the database.
         """
         lcm_session = self.lcm_session(session_id or "")
         if lcm_session is None or not conversation_history or in_background_review():

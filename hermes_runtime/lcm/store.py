@@ -176,7 +176,8 @@ class LcmStore:
         Reads through it see every message a turn hook queued before; writes
         through it come after them.
         """
-        if self._behind is not None and not self._behind.settled():
+        behind = self._behind
+        if behind is not None and not behind.settled():
             self.flush()
         return self._connection()
 
@@ -223,8 +224,9 @@ class LcmStore:
         Inside a write transaction of this thread it does nothing: the
         transaction began after a flush, and nesting one is impossible.
         """
-        if self._behind is not None and not getattr(self._local, "writing", 0):
-            self._behind.flush()
+        behind = self._behind
+        if behind is not None and not getattr(self._local, "writing", 0):
+            behind.flush()
 
     def stop_group_commit(self) -> None:
         """Commit what is queued and end the writer thread; later writes are synchronous."""
@@ -350,8 +352,9 @@ class LcmStore:
         This thread's next ``ingest_many`` is refused if a batch fails in between
         (``writebehind.StalePlan``): it is planned on what this returns.
         """
-        if self._behind is not None:
-            pending, self._local.planned = self._behind.pending_state(session_id)
+        behind = self._behind
+        if behind is not None:
+            pending, self._local.planned = behind.pending_state(session_id)
             if pending is not None:
                 return pending
         value = fetch_value(
@@ -368,9 +371,9 @@ class LcmStore:
         """Save what the host holds; a session with no stored message has nothing to save."""
         self.ingest_many(session_id, [], host_state=state)
 
-    def write_host_state(self, session_id: str, text: str, defer: bool = False) -> None:
+    def write_host_state(self, session_id: str, text: str) -> None:
         """``set_host_state`` with the state already encoded as JSON text."""
-        self.ingest_many(session_id, [], host_state=text, defer=defer)
+        self.ingest_many(session_id, [], host_state=text)
 
     # -- ingest ------------------------------------------------------------
 
@@ -394,8 +397,8 @@ class LcmStore:
 
         ``host_state`` (JSON text, or a dict to encode) is saved in the same
         transaction, so what the host is known to hold never disagrees with
-        what was stored (no re-ingest
-        after a crash between the two). With ``replay_window`` > 0, a user
+        what was stored (no re-ingest after a crash between the two). With
+        ``replay_window`` > 0, a user
         message repeating the session's newest stored message, a user message
         stored at most that many seconds ago, is the retry of a cut turn and
         is not stored again (``replay.is_repeated_turn``); deciding inside the
@@ -418,13 +421,14 @@ class LcmStore:
         planned, self._local.planned = getattr(self._local, "planned", None), None
         if not job.rows and host_state is None:
             return []
-        if defer and self._behind is not None:
-            self._behind.submit(job, planned)
+        behind = self._behind
+        if defer and behind is not None:
+            behind.submit(job, planned)
             return []
         with self._write_lock:  # flushes first: the queued writes come before this one
             self.flush()
-            if self._behind is not None:
-                self._behind.check_plan(planned)
+            if behind is not None:
+                behind.check_plan(planned)
             self._commit_jobs([job])
         return job.stored
 
