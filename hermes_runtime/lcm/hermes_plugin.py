@@ -279,6 +279,19 @@ class _Shared:
                 "LCM: session %s busy; this turn is stored by the next sync", lcm_session
             )
 
+    def commit_queue(self, **_: Any) -> None:
+        """Hermes ``on_session_finalize`` hook (a gateway shutdown fires it for every live
+        agent, before it ends the process with ``os._exit``, which skips ``atexit``):
+        commit the turns the hook queued. Logs, never raises into Hermes."""
+        with self._guard:
+            engine = self._engine
+        if engine is None:
+            return
+        try:
+            engine.flush()
+        except Exception as exc:  # the next sync of each session stores the turns again
+            logger.warning("LCM: committing the queued turns failed: %s", exc)
+
     def engine(self) -> LcmEngine:
         with self._guard:
             if self._engine is None:
@@ -451,8 +464,11 @@ class LcmContextEngine(ContextEngine):
         self._shared.bind_session(session_id, self._session_id)
 
     def on_session_end(self, session_id: str, messages: list[dict[str, Any]]) -> None:
+        """Store what is new, and commit what the turn hook queued (Hermes calls this at
+        session boundaries and for every live agent when the gateway shuts down)."""
         if messages:
             self.engine.sync(self.session_id, messages)
+        self._shared.commit_queue()
 
     # -- tools -------------------------------------------------------------
 
@@ -477,11 +493,13 @@ def register(ctx: Any) -> None:
     """Hermes plugin hook: offer the LCM engine (selected by ``context.engine: lcm``).
 
     The ``post_llm_call`` hook shares the engine's state, so it stores each
-    turn in the session that engine copies bound to.
+    turn in the session that engine copies bound to; ``on_session_finalize``
+    commits the turns that hook queued (group commit).
     """
     engine = LcmContextEngine()
     ctx.register_context_engine(engine)
     ctx.register_hook("post_llm_call", engine._shared.store_turn)
+    ctx.register_hook("on_session_finalize", engine._shared.commit_queue)
     warm_static_embedder()
 
 

@@ -65,8 +65,8 @@ def test_turns_queued_at_a_sigkill_are_stored_by_the_next_sync_after_restart(
     assert contents(tmp_path) == expected(5)  # turns 2-4 recovered, nothing stored twice
 
 
-def test_a_gateway_that_exits_commits_its_queue(tmp_path: Path) -> None:
-    finish(drive(tmp_path, "exit", "1", "2", "3"))  # no flush, no close: the exit path
+def test_a_process_that_exits_commits_its_queue(tmp_path: Path) -> None:
+    finish(drive(tmp_path, "exit", "1", "2", "3"))  # no flush, no close: atexit commits
     assert contents(tmp_path) == expected(3)
     finish(drive(tmp_path, "exit", "4"))  # a later run appends after it, once
     assert contents(tmp_path) == expected(4)

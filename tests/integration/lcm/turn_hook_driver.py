@@ -5,7 +5,9 @@ Each STEP is a number N (hand the hook the host's transcript of turns
 0..N-1, as Hermes' ``post_llm_call`` does after a turn) or ``flush`` (commit
 the hook's queue now). Then one JSON line is printed; with END ``hang`` the
 process waits on stdin (to be killed: what a SIGKILL keeps), with ``exit``
-it returns from main without closing anything (the gateway's exit path).
+it returns from main without closing anything (a normal interpreter exit:
+``atexit`` commits the queue; Hermes' gateway instead ends with ``os._exit``
+after its shutdown calls ``on_session_finalize`` and ``on_session_end``).
 """
 
 from __future__ import annotations

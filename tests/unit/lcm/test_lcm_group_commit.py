@@ -271,3 +271,23 @@ def test_hooks_of_many_sessions_and_reads_at_once_store_every_turn_once(tmp_path
             assert rows == [m["content"] for m in [SYSTEM, *turns(0, 40)][1:]], session
     finally:
         conn.close()
+
+
+def test_session_end_and_the_finalize_hook_commit_the_queue(tmp_path: Path) -> None:
+    """Hermes' gateway ends with ``os._exit`` (no ``atexit``) after calling, for each live
+    agent, the ``on_session_finalize`` hook and the engine's ``on_session_end``."""
+    engine = make_hermes_engine(tmp_path, commit_interval_ms=QUEUED_MS)
+    history = [SYSTEM, *turns(0)]
+    hook(engine, history)
+    assert committed(tmp_path) == []
+    engine.on_session_end("session-1", [])
+    assert committed(tmp_path) == [m["content"] for m in history[1:]]
+    history += turns(1)
+    hook(engine, history)
+    engine._shared.commit_queue(session_id="session-1", platform="gateway", reason="shutdown")
+    assert committed(tmp_path) == [m["content"] for m in history[1:]]
+    history += turns(2)
+    hook(engine, history)
+    engine.on_session_end("session-1", list(history))  # nothing new to sync: still commits
+    assert committed(tmp_path) == [m["content"] for m in history[1:]]
+    engine.engine.close()
