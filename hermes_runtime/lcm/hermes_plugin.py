@@ -15,7 +15,9 @@ Every turn is stored as it happens: ``register`` also hooks
 ``post_llm_call`` (fired by Hermes once per turn, after the reply), which
 syncs the turn's transcript into the LCM session the engine bound to that
 Hermes session. Compaction, tool calls and session end still sync too; the
-sync dedups, so the hook and they never store a message twice.
+sync dedups, so the hook and they never store a message twice. The hook
+queues the turn and a writer thread commits the queue every
+``lcm.commit_interval_ms`` (group commit, ``writebehind.py``).
 """
 
 from __future__ import annotations
