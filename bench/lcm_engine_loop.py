@@ -7,7 +7,10 @@ transcript, Hermes' ``post_llm_call`` hook stores the turn
 (``store_turn``), and when the transcript passes the compression threshold
 the host calls ``compress()`` and continues from the fitted context it gets
 back (``--no-turn-hook``: a host without the hook, where ``compress()``
-stores everything new in one transaction). The summarizer is the instant
+stores everything new in one transaction). The hook queues each turn for
+LCM's group commit (``lcm.commit_interval_ms``, default 50; pass
+``--commit-interval-ms 0`` for a transaction a turn); the loop's last turns
+are committed before the clock stops. The summarizer is the instant
 one (no model endpoint: LCM's deterministic fallback), so the figure is
 LCM's own cost, not a model's.
 Every 20th turn carries a tool result of 6-20k characters, so large outputs

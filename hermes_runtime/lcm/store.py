@@ -56,7 +56,7 @@ SUMMARY_COLUMNS = (
 )
 DEFAULT_EXTERNALIZE_CHARS = 16_000
 DEFAULT_BUSY_TIMEOUT_MS = 30_000
-ENCODED_STATES = 256  # sessions whose last committed host state is remembered as a dict
+ENCODED_STATES = 64  # sessions whose last committed host state is remembered as a dict
 
 
 _UNKNOWN: Any = object()  # a session's newest message, not looked up yet
