@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -45,6 +46,8 @@ from hermes_runtime.lcm.schema import (
     write_transaction,
 )
 from hermes_runtime.lcm.writebehind import HostState, Job, WriteBehind
+
+logger = logging.getLogger(__name__)
 
 MESSAGE_COLUMNS = (
     "id, session_id, seq, role, content, content_json, tool_calls, tool_call_id, name, extra, "
@@ -224,9 +227,19 @@ class LcmStore:
         Inside a write transaction of this thread it does nothing: the
         transaction began after a flush, and nesting one is impossible.
         """
-        behind = self._behind
-        if behind is not None and not getattr(self._local, "writing", 0):
+        behind, local = self._behind, self._local
+        busy = getattr(local, "writing", 0) or getattr(local, "no_flush", False)
+        if behind is not None and not busy:
             behind.flush()
+
+    def skip_flush_on_this_thread(self) -> None:
+        """This thread's reads and writes never commit the queue (nor raise its errors).
+
+        For a background thread that works on committed rows only (the
+        embedding worker): the queued turns are nothing to it, and an error of
+        a failed batch belongs to the hook and the readers that need the turns.
+        """
+        self._local.no_flush = True
 
     def stop_group_commit(self) -> None:
         """Commit what is queued and end the writer thread; later writes are synchronous."""
@@ -443,7 +456,10 @@ class LcmStore:
             self._local.writing -= 1
         if self.on_stored is not None:
             for job in jobs:
-                self.on_stored(job)
+                try:
+                    self.on_stored(job)
+                except Exception as exc:  # committed: a report failing is no failed batch
+                    logger.warning("LCM: after a commit: %s", exc)
 
     def _apply(self, jobs: list[Job]) -> None:
         """Jobs' rows, counters and host states, in order, inside the caller's transaction.
