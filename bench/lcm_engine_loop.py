@@ -7,7 +7,10 @@ transcript, Hermes' ``post_llm_call`` hook stores the turn
 (``store_turn``), and when the transcript passes the compression threshold
 the host calls ``compress()`` and continues from the fitted context it gets
 back (``--no-turn-hook``: a host without the hook, where ``compress()``
-stores everything new in one transaction). The summarizer is the instant
+stores everything new in one transaction). The hook queues each turn for
+LCM's group commit (``lcm.commit_interval_ms``, default 50; pass
+``--commit-interval-ms 0`` for a transaction a turn); the loop's last turns
+are committed before the clock stops. The summarizer is the instant
 one (no model endpoint: LCM's deterministic fallback), so the figure is
 LCM's own cost, not a model's.
 Every 20th turn carries a tool result of 6-20k characters, so large outputs
@@ -70,10 +73,18 @@ def conversation(total: int, talk: Talk) -> list[str]:
 
 
 def drive(
-    total: int, workdir: Path, embeddings: str, seed: int, turn_hook: bool = True
+    total: int,
+    workdir: Path,
+    embeddings: str,
+    seed: int,
+    turn_hook: bool = True,
+    commit_interval_ms: int | None = None,
 ) -> dict[str, Any]:
     """Run ``total`` messages through a fresh engine; time the whole host loop."""
-    config = LcmConfig.for_home(workdir, {"embeddings": embeddings})
+    section: dict[str, Any] = {"embeddings": embeddings}
+    if commit_interval_ms is not None:
+        section["commit_interval_ms"] = commit_interval_ms
+    config = LcmConfig.for_home(workdir, section)
     engine = LcmContextEngine(config)
     engine.update_model(model="bench", context_length=CONTEXT_TOKENS)
     session = f"bench-{total}"
@@ -96,13 +107,16 @@ def drive(
             transcript = engine.compress(transcript)
             in_compress += clock() - mark
             compressions += 1
+    engine.engine.flush()  # the loop's last turns are stored before the clock stops
     elapsed, cpu = clock() - started, time.process_time() - cpu_started
     counts = engine.engine.store.counts()
+    batches = engine.engine.store.group_commit
     engine.engine.close()
     return {
         "messages": total,
         "embeddings": embeddings,
         "turn_hook": turn_hook,
+        "commit_interval_ms": config.commit_interval_ms,
         "seconds": round(elapsed, 2),
         "messages_per_s": round(total / elapsed),
         # Where the time went: the turn hook, compress(), and the host's own work
@@ -116,6 +130,7 @@ def drive(
         "compressions": compressions,
         "stored_messages": counts["messages"],
         "summaries": counts.get("summaries", 0),
+        "group_commits": batches.batches if batches is not None else None,
         "load_1m": round(os.getloadavg()[0], 2),  # the machine is shared: read figures beside it
     }
 
@@ -138,6 +153,12 @@ def main() -> int:
         action="store_true",
         help="store only at compress() (a host without Hermes' post_llm_call hook)",
     )
+    parser.add_argument(
+        "--commit-interval-ms",
+        type=int,
+        default=None,
+        help="lcm.commit_interval_ms for the engine (default: LcmConfig's; 0: a commit a turn)",
+    )
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
     try:
@@ -149,7 +170,14 @@ def main() -> int:
     results = []
     for size in sizes:
         with tempfile.TemporaryDirectory(prefix="lcm-loop-") as workdir:
-            result = drive(size, Path(workdir), args.embeddings, args.seed, not args.no_turn_hook)
+            result = drive(
+                size,
+                Path(workdir),
+                args.embeddings,
+                args.seed,
+                not args.no_turn_hook,
+                args.commit_interval_ms,
+            )
         results.append(result)
         print(json.dumps(result), flush=True)
     if len(results) > 1:

@@ -35,6 +35,9 @@ class LcmConfig:
     import_hermes_state: bool = True  # day one: archive state.db's history, searchable
     # A user turn replayed by a retry within this many seconds is stored once (0: off).
     replay_window_seconds: float = 120.0
+    # The gateway's turn hook queues each turn; one thread commits the queue in one
+    # transaction at most this often (0: a transaction a turn). See docs/lcm.md.
+    commit_interval_ms: int = 50
 
     @classmethod
     def for_home(cls, hermes_home: Path | str, section: dict[str, Any] | None = None) -> LcmConfig:
@@ -73,6 +76,7 @@ class LcmConfig:
             ("leaf_target_tokens", self.policy.leaf_target_tokens >= 32),
             ("call_timeout_seconds", self.policy.call_timeout_seconds > 0),
             ("replay_window_seconds", 0 <= self.replay_window_seconds <= 86_400),
+            ("commit_interval_ms", 0 <= self.commit_interval_ms <= 10_000),
         ]
         for name, ok in checks:
             if not ok:

@@ -384,6 +384,9 @@ class EmbeddingWorker:
             self._thread = None
 
     def _run(self) -> None:
+        # Embeds committed items only: it neither waits for the turn hook's queue nor
+        # takes the error of a failed batch away from the hook and the readers.
+        self.store.skip_flush_on_this_thread()
         try:
             enqueue_missing(self.store, self.embedder.model)
         except Exception as exc:  # the queue still holds new items; retried at next start

@@ -36,6 +36,7 @@ from hermes_runtime.lcm.embeddings import (
 from hermes_runtime.lcm.replay import collapse_merged_replay
 from hermes_runtime.lcm.store import LcmStore
 from hermes_runtime.lcm.summarize import OpenAISummarizer, Summarizer
+from hermes_runtime.lcm.writebehind import HostState, Job
 
 TOOL_SCHEMAS: list[dict[str, Any]] = [
     {
@@ -170,6 +171,25 @@ def _digest(value: Any) -> str:
     return hashlib.blake2b(data.encode(), digest_size=12).hexdigest()
 
 
+_json_str = json.encoder.encode_basestring  # json.dumps' own string encoder (ensure_ascii=False)
+
+
+def _plain_digest(content: str | None, role: str | None, call_id: str | None) -> str:
+    """``_digest`` of a plain message's canonical dict, byte for byte the same JSON
+    (sorted keys, default separators), built directly: the hook prints every new
+    message, and the generic encoder was most of a print's cost."""
+    data = (
+        '{"content": '
+        + ("null" if content is None else _json_str(content.strip()))
+        + ', "role": '
+        + ("null" if role is None else _json_str(role))
+        + ', "tool_call_id": '
+        + ("null" if call_id is None else _json_str(call_id))
+        + ', "tool_calls": null}'
+    )
+    return hashlib.blake2b(data.encode(), digest_size=12).hexdigest()
+
+
 def fingerprint(message: dict[str, Any]) -> str:
     """What identifies a message across host round trips: role, content, calls, call id.
 
@@ -181,6 +201,14 @@ def fingerprint(message: dict[str, Any]) -> str:
     """
     content = message.get("content")
     calls = message.get("tool_calls")
+    role, call_id = message.get("role"), message.get("tool_call_id")
+    if (
+        isinstance(content, str | None)
+        and isinstance(role, str | None)
+        and isinstance(call_id, str | None)
+        and not isinstance(calls, list)
+    ):  # a plain message: the JSON below, written without the encoder's generic walk
+        return _plain_digest(content, role, call_id)
     canonical = {
         "role": message.get("role"),
         "content": content.strip() if isinstance(content, str) else content,
@@ -306,13 +334,16 @@ class LcmEngine:
         start_worker: bool = False,
     ) -> None:
         self.config = config
-        # A long-lived engine (the gateway's, with its worker) checkpoints off the turn's path.
+        # A long-lived engine (the gateway's, with its worker) checkpoints off the turn's
+        # path, and its turn hook queues turns for a group commit (``writebehind.py``).
         self.store = LcmStore(
             config.db_path,
             config.outputs_dir,
             config.externalize_chars,
             background_checkpoints=start_worker,
+            commit_interval=config.commit_interval_ms / 1000 if start_worker else 0.0,
         )
+        self.store.on_stored = self._stored
         self.summarizer = summarizer
         self.embedder = embedder if embedder is not None else make_embedder(config)
         self._locks: dict[str, threading.RLock] = {}
@@ -336,26 +367,40 @@ class LcmEngine:
         self,
         session_id: str,
         messages: list[dict[str, Any]],
-        host_state: str | None = None,
+        host_state: HostState | None = None,
         replay_window: float = 0.0,
+        defer: bool = False,
+        merged: int = 0,
     ) -> int:
         """Store ``messages`` as they are (an import keeps every row); ``host_state`` (JSON
-        text) and ``replay_window``: see ``LcmStore.ingest_many``. Returns how many were
-        stored."""
-        if not messages:
-            if host_state is not None:
-                self.store.write_host_state(session_id, host_state)
-            return 0
+        text), ``replay_window`` and ``defer``: see ``LcmStore.ingest_many``. Returns how
+        many were stored (0 when queued)."""
         started = time.perf_counter()
         stored = self.store.ingest_many(
-            session_id, messages, host_state=host_state, replay_window=replay_window
+            session_id,
+            messages,
+            host_state=host_state,
+            replay_window=replay_window,
+            defer=defer,
+            merged=merged,
         )
-        metrics.INGEST_SECONDS.observe(time.perf_counter() - started)
-        metrics.INGESTED.inc(len(stored))
-        metrics.EXTERNALIZED.inc(sum(1 for m in stored if m.output_id))
+        if messages:
+            metrics.INGEST_SECONDS.observe(time.perf_counter() - started)
+        return len(stored)
+
+    def _stored(self, job: Job) -> None:
+        """After a commit (any thread): count what one write stored, wake the embedder."""
+        if not job.rows:
+            return
+        metrics.INGESTED.inc(len(job.stored))
+        metrics.EXTERNALIZED.inc(sum(1 for m in job.stored if m.output_id))
+        metrics.REPLAYED_TURNS.inc(max(job.merged, len(job.rows) - len(job.stored)))
         if self.worker is not None:
             self.worker.wake()
-        return len(stored)
+
+    def flush(self) -> None:
+        """Commit the turns the hook queued (``LcmStore.flush``)."""
+        self.store.flush()
 
     def sync(self, session_id: str, host_messages: list[dict[str, Any]]) -> SyncResult:
         """Ingest what the host added since we last saw its transcript.
@@ -381,17 +426,23 @@ class LcmEngine:
         this session's lock (held by a compaction of the same session) and
         for another process's write lock. A skipped sync loses nothing: the
         next sync of the session stores whatever is still new.
+
+        With group commit on (the gateway's engine), the new messages and the
+        host state are queued, not written: ``ingested`` is 0 and the writer
+        thread stores them in its next batch (``writebehind.py``).
         """
         lock = self.session_lock(session_id)
         if not lock.acquire(timeout=wait_seconds):
             return None
         try:
             with self.store.busy_timeout(max(1, int(wait_seconds * 1000))):
-                return self._sync(session_id, host_messages)
+                return self._sync(session_id, host_messages, defer=True)
         finally:
             lock.release()
 
-    def _sync(self, session_id: str, host_messages: list[dict[str, Any]]) -> SyncResult:
+    def _sync(
+        self, session_id: str, host_messages: list[dict[str, Any]], defer: bool = False
+    ) -> SyncResult:
         fields = hostview.columns(host_messages)
         view = self._views.get(session_id)
         plan = self._plan_appended(view, host_messages, fields) if view and fields else None
@@ -399,19 +450,18 @@ class LcmEngine:
             plan = self._plan_full(session_id, host_messages, fields)
         head, start, block, prints, volatile, viewable = plan
         candidates = host_messages[start:]
-        saved_text, saved = self._saved_host_state(session_id, view)
+        saved_raw, saved = self._saved_host_state(session_id, view)
         overlap = known_overlap(saved, block, prints)
         state = next_host_state(saved, block, prints, overlap)
         # A host's transcript may replay a turn a client retried (replay.py): stored once.
         window, now = self.config.replay_window_seconds, time.time()
         fresh = [collapse_merged_replay(m, now, window) for m in candidates[overlap:]]
-        if state != saved:
-            saved_text, saved = json.dumps(state), state
-            count = self.ingest(session_id, fresh, host_state=saved_text, replay_window=window)
-        else:
-            count = self.ingest(session_id, fresh, replay_window=window)
         merged = sum(1 for a, b in zip(candidates[overlap:], fresh, strict=True) if a is not b)
-        metrics.REPLAYED_TURNS.inc(max(merged, len(fresh) - count))
+        if state != saved:
+            saved_raw, saved = state, state  # encoded when written (once a batch)
+            count = self.ingest(session_id, fresh, state, window, defer=defer, merged=merged)
+        else:
+            count = self.ingest(session_id, fresh, None, window, defer=defer, merged=merged)
         if viewable and fields is not None:
             self._views.put(
                 session_id,
@@ -423,7 +473,7 @@ class LcmEngine:
                     block,
                     prints,
                     volatile,
-                    saved_text,
+                    saved_raw,
                     saved,
                 ),
             )
@@ -476,12 +526,21 @@ class LcmEngine:
 
     def _saved_host_state(
         self, session_id: str, view: hostview.HostView | None
-    ) -> tuple[str | None, dict[str, Any]]:
-        """The session's stored host state, as text and parsed (parsed again only if changed)."""
-        text = self.store.host_state_text(session_id)
-        if view is not None and text is not None and text == view.saved_text:
-            return text, view.saved
-        return text, json.loads(text) if text else {}
+    ) -> tuple[HostState | None, dict[str, Any]]:
+        """The session's host state as the store has it, and parsed (only if it changed).
+
+        The store hands back the very dict a sync queued (or committed last)
+        while that is the state, so an unchanged state is neither encoded nor
+        parsed again.
+        """
+        raw = self.store.host_state_raw(session_id)
+        if raw is None:
+            return None, {}
+        if view is not None and (raw is view.saved_raw or raw == view.saved_raw):
+            return raw, view.saved
+        if isinstance(raw, dict):
+            return raw, raw
+        return raw, json.loads(raw) if raw else {}
 
     def _split_at_last_block(
         self, session_id: str, conversation: list[dict[str, Any]]
@@ -648,10 +707,14 @@ class LcmEngine:
         raise RuntimeFailure(f"unknown LCM tool {name!r}")
 
     def close(self) -> None:
-        if self.worker is not None:
-            self.worker.stop()
-        self.store.stop_checkpoints()
-        self.store.close()
+        """Commit the queued turns (an error is raised after the rest is shut), then stop."""
+        try:
+            self.store.stop_group_commit()
+        finally:
+            if self.worker is not None:
+                self.worker.stop()
+            self.store.stop_checkpoints()
+            self.store.close()
 
 
 def make_embedder(config: LcmConfig) -> Embedder | None:

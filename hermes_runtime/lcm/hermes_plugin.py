@@ -15,11 +15,14 @@ Every turn is stored as it happens: ``register`` also hooks
 ``post_llm_call`` (fired by Hermes once per turn, after the reply), which
 syncs the turn's transcript into the LCM session the engine bound to that
 Hermes session. Compaction, tool calls and session end still sync too; the
-sync dedups, so the hook and they never store a message twice.
+sync dedups, so the hook and they never store a message twice. The hook
+queues the turn and a writer thread commits the queue every
+``lcm.commit_interval_ms`` (group commit, ``writebehind.py``).
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import subprocess
@@ -191,6 +194,14 @@ def is_memory_message(message: dict[str, Any]) -> bool:
     )
 
 
+def commit_at_exit(engine: LcmEngine) -> None:
+    """The gateway's exit: commit the turns still queued (an error is logged, not lost)."""
+    try:
+        engine.store.stop_group_commit()
+    except Exception as exc:  # the process ends anyway; the next sync re-stores the turns
+        logger.warning("LCM: committing the queued turns at exit failed: %s", exc)
+
+
 class _Shared:
     """State every copy of the engine shares: created lazily, once."""
 
@@ -247,9 +258,13 @@ class _Shared:
 
         Only sessions an LCM engine was bound to are stored (with another
         context engine selected, the hook does nothing). Never raises into
-        Hermes and never waits more than ``TURN_SYNC_WAIT_SECONDS``: a busy
-        database or a compaction in progress skips this sync, and the next
-        one stores what is still missing.
+        Hermes and never waits more than ``TURN_SYNC_WAIT_SECONDS`` for the
+        session: a compaction in progress skips this sync, and the next one
+        stores what is still missing. With group commit (``lcm.commit_interval_ms``
+        > 0, the default) the turn is queued, not written: a busy database
+        holds the writer thread, not Hermes, and an error of an earlier batch
+        is logged here (its turns, and this one, are stored by the next sync).
+        With 0 the turn is written here, waiting at most as long for the database.
         """
         lcm_session = self.lcm_session(session_id or "")
         if lcm_session is None or not conversation_history or in_background_review():
@@ -266,6 +281,19 @@ class _Shared:
                 "LCM: session %s busy; this turn is stored by the next sync", lcm_session
             )
 
+    def commit_queue(self, **_: Any) -> None:
+        """Hermes ``on_session_finalize`` hook (a gateway shutdown fires it for every live
+        agent, before it ends the process with ``os._exit``, which skips ``atexit``):
+        commit the turns the hook queued. Logs, never raises into Hermes."""
+        with self._guard:
+            engine = self._engine
+        if engine is None:
+            return
+        try:
+            engine.flush()
+        except Exception as exc:  # the next sync of each session stores the turns again
+            logger.warning("LCM: committing the queued turns failed: %s", exc)
+
     def engine(self) -> LcmEngine:
         with self._guard:
             if self._engine is None:
@@ -273,6 +301,7 @@ class _Shared:
                     hermes_home(), read_lcm_section(hermes_home())
                 )
                 self._engine = LcmEngine(config, start_worker=True)
+                atexit.register(commit_at_exit, self._engine)
                 self._refresh_summarizer()
                 serve_metrics(os.environ.get(METRICS_PORT_ENV, ""))
                 if config.import_hermes_state:
@@ -437,8 +466,11 @@ class LcmContextEngine(ContextEngine):
         self._shared.bind_session(session_id, self._session_id)
 
     def on_session_end(self, session_id: str, messages: list[dict[str, Any]]) -> None:
+        """Store what is new, and commit what the turn hook queued (Hermes calls this at
+        session boundaries and for every live agent when the gateway shuts down)."""
         if messages:
             self.engine.sync(self.session_id, messages)
+        self._shared.commit_queue()
 
     # -- tools -------------------------------------------------------------
 
@@ -463,11 +495,13 @@ def register(ctx: Any) -> None:
     """Hermes plugin hook: offer the LCM engine (selected by ``context.engine: lcm``).
 
     The ``post_llm_call`` hook shares the engine's state, so it stores each
-    turn in the session that engine copies bound to.
+    turn in the session that engine copies bound to; ``on_session_finalize``
+    commits the turns that hook queued (group commit).
     """
     engine = LcmContextEngine()
     ctx.register_context_engine(engine)
     ctx.register_hook("post_llm_call", engine._shared.store_turn)
+    ctx.register_hook("on_session_finalize", engine._shared.commit_queue)
     warm_static_embedder()
 
 

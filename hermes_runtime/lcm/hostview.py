@@ -60,7 +60,7 @@ class HostView:
     block: list[int]  # that block's summary ids ([] without one)
     prints: list[str]  # fingerprints of messages[start:]
     volatile: list[int]  # indexes into ``prints`` to fingerprint again (``is_stable`` False)
-    saved_text: str | None  # the session's host state as stored after that sync
+    saved_raw: Any  # the session's host state after that sync, as the store gave it (text/dict)
     saved: dict[str, Any]  # the same, parsed
 
     def appended(self, messages: list[dict[str, Any]], fields: Columns) -> int | None:

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,9 @@ from hermes_runtime.lcm.schema import (
     migrate,
     write_transaction,
 )
+from hermes_runtime.lcm.writebehind import HostState, Job, WriteBehind
+
+logger = logging.getLogger(__name__)
 
 MESSAGE_COLUMNS = (
     "id, session_id, seq, role, content, content_json, tool_calls, tool_call_id, name, extra, "
@@ -54,6 +59,20 @@ SUMMARY_COLUMNS = (
 )
 DEFAULT_EXTERNALIZE_CHARS = 16_000
 DEFAULT_BUSY_TIMEOUT_MS = 30_000
+ENCODED_STATES = 64  # sessions whose last committed host state is remembered as a dict
+
+
+_UNKNOWN: Any = object()  # a session's newest message, not looked up yet
+
+
+@dataclass
+class _Cursor:
+    """One session inside a batch: its next seq and position, newest message, host state."""
+
+    seq: int
+    pos: int
+    last: Any = _UNKNOWN  # (role, content, created_at) | None | _UNKNOWN
+    host_state: HostState | None = None
 
 
 @dataclass(frozen=True)
@@ -79,12 +98,16 @@ class LcmStore:
         readonly: bool = False,
         create: bool = True,
         background_checkpoints: bool = False,
+        commit_interval: float = 0.0,
     ) -> None:
         """Open (``readonly``: only open) an LCM database; never touch any other database.
 
         ``background_checkpoints`` (long-lived writers: the gateway's engine)
         moves WAL checkpoints from the commit that crosses the threshold to a
-        thread of their own (``checkpoints.py``).
+        thread of their own (``checkpoints.py``). ``commit_interval`` > 0
+        (seconds) lets ``ingest_many(defer=True)`` queue its rows for a
+        writer thread that commits them in batches (``writebehind.py``); every
+        other write and every read through ``conn`` commits the queue first.
 
         Read-only opens refuse a missing file and any file without the LCM
         schema; read-write opens create the schema only in a new (empty) file
@@ -98,6 +121,11 @@ class LcmStore:
         self._local = threading.local()
         self._write_lock = threading.RLock()
         self._checkpointer: Checkpointer | None = None
+        self._behind: WriteBehind | None = None
+        # The dict each session's committed host state was encoded from, with its text.
+        self._encoded: OrderedDict[str, tuple[dict[str, Any], str]] = OrderedDict()
+        # Called after each commit with each job written (the engine's metrics, its worker).
+        self.on_stored: Callable[[Job], None] | None = None
         if readonly or not create:
             self._require_file()
         if readonly:
@@ -105,8 +133,12 @@ class LcmStore:
         else:
             self._open_for_writing(create)
         if background_checkpoints and not readonly:
-            self._checkpointer = Checkpointer(lambda: self.conn, self.close)
-            self._checkpointer.install(self.conn)
+            self._checkpointer = Checkpointer(self._connection, self.close)
+            self._checkpointer.install(self._connection())
+        if commit_interval > 0 and not readonly:
+            self._behind = WriteBehind(
+                self._commit_jobs, self._write_lock, commit_interval, on_exit=self.close
+            )
 
     def _require_file(self) -> None:
         if not self.db_path.is_file():
@@ -142,6 +174,17 @@ class LcmStore:
 
     @property
     def conn(self) -> apsw.Connection:
+        """This thread's connection, once every queued write is committed (``flush``).
+
+        Reads through it see every message a turn hook queued before; writes
+        through it come after them.
+        """
+        behind = self._behind
+        if behind is not None and not behind.settled():
+            self.flush()
+        return self._connection()
+
+    def _connection(self) -> apsw.Connection:
         """This thread's connection (apsw connections are not shared across threads here)."""
         conn = getattr(self._local, "conn", None)
         if conn is None:
@@ -167,9 +210,46 @@ class LcmStore:
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[apsw.Connection]:
-        """One write transaction: in-process lock, then ``BEGIN IMMEDIATE``."""
-        with self._write_lock, write_transaction(self.conn):
-            yield self.conn
+        """One write transaction after the queued ones: in-process lock, ``BEGIN IMMEDIATE``."""
+        with self._write_lock:
+            self.flush()
+            conn = self._connection()
+            self._local.writing = getattr(self._local, "writing", 0) + 1
+            try:
+                with write_transaction(conn):
+                    yield conn
+            finally:
+                self._local.writing -= 1
+
+    def flush(self) -> None:
+        """Commit every queued write now, on this thread; raise an error a batch met.
+
+        Inside a write transaction of this thread it does nothing: the
+        transaction began after a flush, and nesting one is impossible.
+        """
+        behind, local = self._behind, self._local
+        busy = getattr(local, "writing", 0) or getattr(local, "no_flush", False)
+        if behind is not None and not busy:
+            behind.flush()
+
+    def skip_flush_on_this_thread(self) -> None:
+        """This thread's reads and writes never commit the queue (nor raise its errors).
+
+        For a background thread that works on committed rows only (the
+        embedding worker): the queued turns are nothing to it, and an error of
+        a failed batch belongs to the hook and the readers that need the turns.
+        """
+        self._local.no_flush = True
+
+    def stop_group_commit(self) -> None:
+        """Commit what is queued and end the writer thread; later writes are synchronous."""
+        behind, self._behind = self._behind, None
+        if behind is not None:
+            behind.stop()
+
+    @property
+    def group_commit(self) -> WriteBehind | None:
+        return self._behind
 
     @contextlib.contextmanager
     def busy_timeout(self, milliseconds: int) -> Iterator[None]:
@@ -179,7 +259,7 @@ class LcmStore:
         runs on Hermes' reply path) gives up with ``apsw.BusyError`` after
         ``milliseconds`` instead of the default 30 s; the next sync catches up.
         """
-        conn = self.conn
+        conn = self._connection()
         conn.set_busy_timeout(milliseconds)
         try:
             yield
@@ -231,13 +311,13 @@ class LcmStore:
         _validate_session_id(lcm_session_id)
         if host_session_id == lcm_session_id:
             if self.host_session(host_session_id) is not None:
-                with self._write_lock, write_transaction(self.conn):
-                    self.conn.execute(
+                with self.writing() as conn:
+                    conn.execute(
                         "DELETE FROM host_sessions WHERE host_session_id = ?", (host_session_id,)
                     )
             return
-        with self._write_lock, write_transaction(self.conn):
-            self.conn.execute(
+        with self.writing() as conn:
+            conn.execute(
                 "INSERT INTO host_sessions(host_session_id, lcm_session_id, bound_at) "
                 "VALUES (?, ?, ?) ON CONFLICT(host_session_id) DO UPDATE SET "
                 "lcm_session_id = excluded.lcm_session_id, bound_at = excluded.bound_at "
@@ -247,8 +327,8 @@ class LcmStore:
 
     def host_session(self, host_session_id: str) -> str | None:
         """The LCM session bound to a host session id, or None."""
-        value = fetch_value(
-            self.conn,
+        value = fetch_value(  # bindings are never queued: no flush
+            self._connection(),
             "SELECT lcm_session_id FROM host_sessions WHERE host_session_id = ?",
             (host_session_id,),
         )
@@ -259,20 +339,54 @@ class LcmStore:
         return json.loads(text) if text else {}
 
     def host_state_text(self, session_id: str) -> str | None:
-        """The host state as stored (JSON text), or None."""
+        """The host state as stored, or as a queued write will store it (JSON text), or None."""
+        state = self.host_state_raw(session_id)
+        return state if state is None or isinstance(state, str) else json.dumps(state)
+
+    def _encode_state(self, session_id: str, state: HostState | None) -> str | None:
+        """The JSON text to store; a dict's is remembered (``host_state_raw``).
+
+        Remembered before the commit: a text that never commits is never read back.
+        """
+        if not isinstance(state, dict):
+            self._encoded.pop(session_id, None)
+            return state
+        text = json.dumps(state)
+        self._encoded[session_id] = (state, text)
+        self._encoded.move_to_end(session_id)
+        while len(self._encoded) > ENCODED_STATES:
+            self._encoded.popitem(last=False)
+        return text
+
+    def host_state_raw(self, session_id: str) -> HostState | None:
+        """``host_state_text``, or the very dict a queued write will store (not encoded).
+
+        Never waits for the queue: the turn hook reads it before queuing the next turn.
+        This thread's next ``ingest_many`` is refused if a batch fails in between
+        (``writebehind.StalePlan``): it is planned on what this returns.
+        """
+        behind = self._behind
+        if behind is not None:
+            pending, self._local.planned = behind.pending_state(session_id)
+            if pending is not None:
+                return pending
         value = fetch_value(
-            self.conn, "SELECT host_state FROM sessions WHERE id = ?", (session_id,)
+            self._connection(), "SELECT host_state FROM sessions WHERE id = ?", (session_id,)
         )
-        return str(value) if value is not None else None
+        if value is None:
+            return None
+        encoded = self._encoded.get(session_id)
+        if encoded is not None and encoded[1] == value:
+            return encoded[0]  # the dict it was encoded from: no parse
+        return str(value)
 
     def set_host_state(self, session_id: str, state: dict[str, Any]) -> None:
         """Save what the host holds; a session with no stored message has nothing to save."""
-        self.write_host_state(session_id, json.dumps(state))
+        self.ingest_many(session_id, [], host_state=state)
 
     def write_host_state(self, session_id: str, text: str) -> None:
         """``set_host_state`` with the state already encoded as JSON text."""
-        with self._write_lock, write_transaction(self.conn):
-            self.conn.execute("UPDATE sessions SET host_state = ? WHERE id = ?", (text, session_id))
+        self.ingest_many(session_id, [], host_state=text)
 
     # -- ingest ------------------------------------------------------------
 
@@ -287,43 +401,116 @@ class LcmStore:
         session_id: str,
         messages: Sequence[dict[str, Any]],
         created_at: float | None = None,
-        host_state: str | None = None,
+        host_state: HostState | None = None,
         replay_window: float = 0.0,
+        defer: bool = False,
+        merged: int = 0,
     ) -> list[StoredMessage]:
         """Store messages in one transaction (batched import); outputs are written first.
 
-        ``host_state`` (JSON text) is saved in the same transaction, so what the host is
-        known to hold never disagrees with what was stored (no re-ingest
-        after a crash between the two). With ``replay_window`` > 0, a user
+        ``host_state`` (JSON text, or a dict to encode) is saved in the same
+        transaction, so what the host is known to hold never disagrees with
+        what was stored (no re-ingest after a crash between the two). With
+        ``replay_window`` > 0, a user
         message repeating the session's newest stored message, a user message
         stored at most that many seconds ago, is the retry of a cut turn and
         is not stored again (``replay.is_repeated_turn``); deciding inside the
-        transaction means two writers can never both store it.
+        transaction means two writers can never both store it. Without
+        messages only the host state of an existing session is saved.
+
+        ``defer`` (with group commit on, see ``__init__``): queue the rows and
+        return [] at once; the writer thread stores them in its next batch.
+        Otherwise the queue is committed first, then this write: a batch of one.
         """
         _validate_session_id(session_id)
-        prepared = [self._prepare(m) for m in messages]
-        stamp = created_at if created_at is not None else time.time()
-        stored: list[StoredMessage] = []
-        with self._write_lock, write_transaction(self.conn):
-            seq, pos = self._ensure_session(session_id)
-            last = self._newest_message(session_id) if replay_window > 0 else None
-            for row in prepared:
-                if is_repeated_turn(last, row["role"], row["content"], stamp, replay_window):
+        job = Job(
+            session_id,
+            [self._prepare(m) for m in messages],
+            created_at if created_at is not None else time.time(),
+            host_state,
+            replay_window,
+            merged,
+        )
+        planned, self._local.planned = getattr(self._local, "planned", None), None
+        if not job.rows and host_state is None:
+            return []
+        behind = self._behind
+        if defer and behind is not None:
+            behind.submit(job, planned)
+            return []
+        with self._write_lock:  # flushes first: the queued writes come before this one
+            self.flush()
+            if behind is not None:
+                behind.check_plan(planned)
+            self._commit_jobs([job])
+        return job.stored
+
+    def _commit_jobs(self, jobs: list[Job]) -> None:
+        """Write jobs in one transaction (caller holds the write lock), then report each."""
+        conn = self._connection()
+        self._local.writing = getattr(self._local, "writing", 0) + 1
+        try:
+            with write_transaction(conn):
+                self._apply(jobs)
+        finally:
+            self._local.writing -= 1
+        if self.on_stored is not None:
+            for job in jobs:
+                try:
+                    self.on_stored(job)
+                except Exception as exc:  # committed: a report failing is no failed batch
+                    logger.warning("LCM: after a commit: %s", exc)
+
+    def _apply(self, jobs: list[Job]) -> None:
+        """Jobs' rows, counters and host states, in order, inside the caller's transaction.
+
+        A batch is one transaction, so no reader ever sees a state between two of
+        its jobs: each session's counters and newest host state are written once,
+        at the end, and a session's counters are read once, at its first job.
+        """
+        cursors: dict[str, _Cursor] = {}
+        for job in jobs:
+            session_id, stamp, window = job.session_id, job.stamp, job.replay_window
+            cursor = cursors.get(session_id)
+            if not job.rows:  # only what the host holds; a session without messages has none
+                if cursor is None:
+                    self.conn.execute(
+                        "UPDATE sessions SET host_state = ? WHERE id = ?",
+                        (self._encode_state(session_id, job.host_state), session_id),
+                    )
+                else:
+                    cursor.host_state = job.host_state
+                continue
+            if cursor is None:
+                cursor = cursors[session_id] = _Cursor(*self._ensure_session(session_id))
+            if window > 0 and cursor.last is _UNKNOWN:
+                cursor.last = self._newest_message(session_id)
+            seq, pos, last = cursor.seq, cursor.pos, cursor.last
+            for row in job.rows:
+                if is_repeated_turn(last, row["role"], row["content"], stamp, window):
                     continue
-                stored.append(self._insert_message(session_id, seq, pos, row, stamp))
+                job.stored.append(self._insert_message(session_id, seq, pos, row, stamp))
                 last = (row["role"], row["content"], stamp)
                 seq, pos = seq + 1, pos + 1
-            if host_state is None:
+            cursor.seq, cursor.pos, cursor.last = seq, pos, last
+            if job.host_state is not None:
+                cursor.host_state = job.host_state
+        for session_id, cursor in cursors.items():
+            if cursor.host_state is None:
                 self.conn.execute(
                     "UPDATE sessions SET next_seq = ?, next_pos = ? WHERE id = ?",
-                    (seq, pos, session_id),
+                    (cursor.seq, cursor.pos, session_id),
                 )
             else:  # one statement: the counters and what the host holds
                 self.conn.execute(
                     "UPDATE sessions SET next_seq = ?, next_pos = ?, host_state = ? WHERE id = ?",
-                    (seq, pos, host_state, session_id),
+                    (
+                        cursor.seq,
+                        cursor.pos,
+                        self._encode_state(session_id, cursor.host_state),
+                        session_id,
+                    ),
                 )
-        return stored
 
     def _newest_message(self, session_id: str) -> tuple[str, str | None, float] | None:
         """(role, content, created_at) of the session's last stored message (the seq index)."""
@@ -424,8 +611,10 @@ class LcmStore:
         return StoredMessage(*row) if row else None
 
     def summary(self, summary_id: int) -> Summary | None:
-        row = fetch_one(
-            self.conn, f"SELECT {SUMMARY_COLUMNS} FROM summaries WHERE id = ?", (summary_id,)
+        row = fetch_one(  # summaries are never queued: no flush (the turn hook reads them)
+            self._connection(),
+            f"SELECT {SUMMARY_COLUMNS} FROM summaries WHERE id = ?",
+            (summary_id,),
         )
         return Summary(*row) if row else None
 
@@ -517,7 +706,7 @@ class LcmStore:
         """
         if not positions:
             return None
-        with self._write_lock, write_transaction(self.conn):
+        with self.writing():
             present = fetch_value(
                 self.conn,
                 "SELECT count(*) FROM context_items WHERE session_id = ? AND position "

@@ -5,8 +5,10 @@ Why a subprocess: Hermes reads HERMES_HOME and keeps process-wide caches
 Usage: ``python hermes_driver.py BASE_URL TURNS.json`` with HERMES_HOME set;
 prints one JSON object: the final reply of each turn, the agent's session
 id, the engine's name, the final message list, and the user messages
-``lcm.db`` held right after each turn (read by a separate connection while
-the agent is still alive: what a crash at that moment would keep).
+``lcm.db`` held right after each turn once the turn hook's queue is
+committed (read by a separate connection while the agent is still alive:
+what a crash at that moment would keep; the hook's group commit does the
+same on its own within ``lcm.commit_interval_ms``).
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ def main() -> int:
         result = agent.run_conversation(prompt, conversation_history=history)
         history = result.get("messages") or history
         replies.append(result.get("final_response") or "")
+        compressor = agent.context_compressor
+        if getattr(compressor, "name", "") == "lcm":
+            compressor.engine.flush()
         stored_after_turn.append(stored_user_messages(db_path))
     engine = agent.context_compressor
     print(

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,6 +145,27 @@ def gateway_config(llm: FakeLLM, lcm: dict[str, Any], context_length: int = 0, *
         **extra,
     }
     return json.dumps(config)
+
+
+def rows_when(
+    db_path: Path,
+    sql: str,
+    done: Callable[[list[tuple[Any, ...]]], bool],
+    params: tuple[Any, ...] = (),
+    timeout: float = 30.0,
+) -> list[tuple[Any, ...]]:
+    """``stored_rows`` once ``done(rows)`` holds, or as they are at ``timeout`` (to assert on).
+
+    The gateway's turn hook queues a turn; its writer thread commits the queue
+    within ``lcm.commit_interval_ms`` (docs/lcm.md, group commit): another
+    process sees a turn shortly after its reply, not at the instant it ends.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = stored_rows(db_path, sql, params)
+        if done(rows) or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.05)
 
 
 def stored_rows(db_path: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from fakes.fixtures import FakeLLM
-from lcm_testlib import gateway_config, stored_rows
+from lcm_testlib import gateway_config, rows_when, stored_rows
 
 SESSION = "lcm-continuity"
 EXTERNALIZE_CHARS = 30_000
@@ -44,9 +44,12 @@ def last_user_text_sent_to_model(fake_llm: FakeLLM) -> str:
     return str(users[-1]["content"])
 
 
-def user_rows(db: Any) -> list[tuple[Any, ...]]:
-    return stored_rows(
-        db, "SELECT session_id, seq, content FROM messages WHERE role = 'user' ORDER BY id"
+def user_rows(db: Any, at_least: int) -> list[tuple[Any, ...]]:
+    """The user rows, once ``at_least`` are committed (the turn hook's group commit)."""
+    return rows_when(
+        db,
+        "SELECT session_id, seq, content FROM messages WHERE role = 'user' ORDER BY id",
+        lambda rows: len(rows) >= at_least,
     )
 
 
@@ -78,7 +81,7 @@ def test_session_continues_once_per_turn_verbatim_and_across_a_restart(
         # Hermes may merge our summary block into the user message that follows it;
         # the newest turn must still end the last user message, byte for byte.
         assert last_user_text_sent_to_model(fake_llm).endswith(text), f"turn {index}"
-        assert [r[2] for r in user_rows(gateway.db_path)] == sent, f"after turn {index}"
+        assert [r[2] for r in user_rows(gateway.db_path, len(sent))] == sent, f"turn {index}"
     assert stored_rows(gateway.db_path, "SELECT count(*) FROM summaries")[0][0] >= 1
     if not in_place:
         assert session != SESSION, "Hermes did not rotate its session id at compaction"
@@ -92,7 +95,7 @@ def test_session_continues_once_per_turn_verbatim_and_across_a_restart(
     reply = gateway.chat(text, session)
     sent.append(text)
     assert last_user_text_sent_to_model(fake_llm).endswith(text)
-    rows = user_rows(gateway.db_path)
+    rows = user_rows(gateway.db_path, len(sent))
     assert [r[2] for r in rows] == sent
     assert {r[0] for r in rows} == {SESSION}  # one LCM session, before and after the restart
     assert rows[-1][1] > before[1]  # appended after what the first process stored
@@ -116,4 +119,4 @@ def test_session_continues_once_per_turn_verbatim_and_across_a_restart(
     session = gateway.chat(huge, reply.session_id or session).session_id or session
     arrived = last_user_text_sent_to_model(fake_llm)
     assert "[LCM externalized user output out_" in arrived and huge not in arrived
-    assert [r[2] for r in user_rows(gateway.db_path)][:-1] == sent
+    assert [r[2] for r in user_rows(gateway.db_path, len(sent) + 1)][:-1] == sent

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from fakes.fixtures import FakeLLM
-from lcm_testlib import gateway_config, stored_rows
+from lcm_testlib import gateway_config, rows_when, stored_rows
 
 REVIEW_PROMPT = "Review the conversation above"
 SESSIONS = (
@@ -53,7 +53,8 @@ def test_review_forks_and_rotations_leave_no_empty_lcm_session(
             text = f"{conversation} turn {index} " + "Notes about the harbour. " * 800
             session = gateway.chat(text, session).session_id or session
     assert wait_for_reviews(fake_llm, 6), "Hermes spawned no review fork: the test proves nothing"
-    sessions = dict(stored_rows(gateway.db_path, SESSIONS))
+    settled = rows_when(gateway.db_path, SESSIONS, lambda rows: sum(r[1] for r in rows) >= 12)
+    sessions = dict(settled)
     assert sessions == {"alpha": 6, "beta": 6}, sessions
     bound = {r[0] for r in stored_rows(gateway.db_path, "SELECT lcm_session_id FROM host_sessions")}
     assert bound <= {"alpha", "beta"}, bound  # rotations point back; fork ids need no row

@@ -22,7 +22,7 @@ from typing import Any
 
 import apsw
 from fakes.fixtures import FakeLLM
-from lcm_testlib import Gateway, gateway_config
+from lcm_testlib import Gateway, gateway_config, rows_when
 
 from hermes_runtime.lcm import LcmConfig, LcmEngine, LcmStore
 from hermes_runtime.lcm.embeddings import embed_all, offline_embedder
@@ -118,6 +118,9 @@ def test_processes_starting_at_once_on_a_fresh_database(
     assert backups["errors"] == [] and backups["checks"] == ["ok"] * 3, backups
     assert backups["counts"] == sorted(backups["counts"])
 
+    rows_when(  # the gateway's turn hook commits its queue shortly after the reply
+        db, "SELECT 1 FROM messages WHERE content = ?", lambda rows: bool(rows), (turn,)
+    )
     store = LcmStore(db, readonly=True)
     counts = dict(fetch_all(store.conn, "SELECT session_id, count(*) FROM messages GROUP BY 1"))
     workers = {**{f"s{i}": 30 for i in range(4)}, "imp0": 50, "imp1": 50}

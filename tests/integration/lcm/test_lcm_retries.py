@@ -19,7 +19,7 @@ import urllib.error
 from typing import Any
 
 from fakes.fixtures import FakeLLM
-from lcm_testlib import gateway_config, stored_rows
+from lcm_testlib import gateway_config, rows_when, stored_rows
 from support.wait import wait_until
 
 SESSION = "lcm-retried-turn"
@@ -70,6 +70,11 @@ def test_a_cut_then_retried_turn_is_stored_once(make_gateway: Any, fake_llm: Fak
     assert "heron" in reply.text
     assert gateway.chat("and the next turn", SESSION).text == "Echo: and the next turn"
 
+    rows_when(  # the turn hook's group commit stores the last turn shortly after its reply
+        gateway.db_path,
+        "SELECT content FROM messages WHERE role = 'user'",
+        lambda rows: any("and the next turn" in str(r[0]) for r in rows),
+    )
     assert lcm_copies(gateway, CUT) == 1, stored_rows(
         gateway.db_path, "SELECT seq, role, content FROM messages ORDER BY seq"
     )

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from hermes_runtime.lcm.assembly import summary_refs_in
-from hermes_runtime.lcm.engine import FingerprintMemo, fingerprint
+from hermes_runtime.lcm.engine import FingerprintMemo, _call_identity, _digest, fingerprint
 
 MESSAGES: list[dict[str, Any]] = [
     {"role": "user", "content": "hello"},
@@ -69,3 +73,40 @@ def test_summary_headers_count_only_at_the_start_or_after_a_block_separator() ->
     assert summary_refs_in({"role": "user", "content": quoted}) == []
     assert summary_refs_in({"role": "assistant", "content": "x\n\n" + header.format(7)}) == [7]
     assert summary_refs_in({"role": "tool", "content": header.format(8)}) == []
+
+
+def slow_fingerprint(message: dict[str, Any]) -> str:
+    """``fingerprint`` through the generic JSON encoder only (what scheme 2 is defined by)."""
+    content = message.get("content")
+    calls = message.get("tool_calls")
+    canonical = {
+        "role": message.get("role"),
+        "content": content.strip() if isinstance(content, str) else content,
+        "tool_calls": [_call_identity(c) for c in calls] if isinstance(calls, list) else None,
+        "tool_call_id": message.get("tool_call_id"),
+    }
+    return _digest(canonical)
+
+
+texts = st.one_of(st.none(), st.text(), st.text(alphabet=st.characters(codec="utf-8")))
+
+
+@given(content=texts, role=texts, call_id=texts, calls=st.sampled_from([None, "x", 3]))
+def test_the_plain_message_print_is_the_generic_encoders_byte_for_byte(
+    content: str | None, role: str | None, call_id: str | None, calls: Any
+) -> None:
+    message = {"role": role, "content": content, "tool_call_id": call_id, "tool_calls": calls}
+    assert fingerprint(message) == slow_fingerprint(message)
+    sparse = {k: v for k, v in message.items() if v is not None}  # absent keys read as None
+    assert fingerprint(sparse) == slow_fingerprint(sparse)
+
+
+def test_every_sample_message_prints_as_the_generic_encoder_does() -> None:
+    odd = 'é " \u2028 \x00 \t \\ /'  # what JSON escapes, and what it does not
+    for message in [*MESSAGES, {"role": "user", "content": odd}]:
+        assert fingerprint(message) == slow_fingerprint(message), message
+    lone = {"role": "user", "content": "\ud800"}  # a lone surrogate: both refuse it alike
+    with pytest.raises(UnicodeEncodeError):
+        slow_fingerprint(lone)
+    with pytest.raises(UnicodeEncodeError):
+        fingerprint(lone)

@@ -36,6 +36,7 @@ def test_entry_point_points_at_register() -> None:
     register(ctx)
     assert isinstance(ctx.engine, ContextEngine) and ctx.engine.name == "lcm"
     assert ctx.hooks["post_llm_call"].__self__ is ctx.engine._shared
+    assert ctx.hooks["on_session_finalize"].__self__ is ctx.engine._shared
 
 
 def test_deepcopy_shares_store_but_not_counters(tmp_path: Path) -> None:

@@ -111,7 +111,7 @@ def test_busy_database_is_skipped_with_a_warning_and_caught_up_later(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(hermes_plugin, "TURN_SYNC_WAIT_SECONDS", 0.2)
-    engine = make_hermes_engine(tmp_path)
+    engine = make_hermes_engine(tmp_path, commit_interval_ms=0)  # a transaction a turn
     first = plain_turns(0)
     other_process = connect(tmp_path / "lcm.db")
     other_process.execute("BEGIN IMMEDIATE")
@@ -126,6 +126,28 @@ def test_busy_database_is_skipped_with_a_warning_and_caught_up_later(
     assert waited < 10
     assert "session-1" in caplog.text
     assert engine.engine.store.counts()["messages"] == 0
+    history = [*first, *plain_turns(1)]
+    hook(engine, "session-1", history)
+    assert engine.engine.store.counts()["messages"] == len(history)
+
+
+def test_busy_database_does_not_hold_a_queued_turn_and_it_is_stored_once_free(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With group commit (the default) the hook only queues: another process's write
+    lock holds the writer thread, never Hermes' turn; the turn is stored after it."""
+    engine = make_hermes_engine(tmp_path)
+    first = plain_turns(0)
+    other_process = connect(tmp_path / "lcm.db")
+    other_process.execute("BEGIN IMMEDIATE")
+    try:
+        with caplog.at_level(logging.WARNING, logger=hermes_plugin.__name__):
+            hook(engine, "session-1", first)  # returns with the lock still held
+        assert caplog.text == ""
+    finally:
+        other_process.execute("ROLLBACK")
+        other_process.close()
+    assert user_texts(engine, "session-1") == [first[0]["content"]]
     history = [*first, *plain_turns(1)]
     hook(engine, "session-1", history)
     assert engine.engine.store.counts()["messages"] == len(history)
