@@ -8,8 +8,8 @@ transcript, Hermes' ``post_llm_call`` hook stores the turn
 the host calls ``compress()`` and continues from the fitted context it gets
 back (``--no-turn-hook``: a host without the hook, where ``compress()``
 stores everything new in one transaction). The hook queues each turn for
-LCM's group commit (``lcm.commit_interval_ms``, default 50; pass
-``--commit-interval-ms 0`` for a transaction a turn); the loop's last turns
+LCM's group commit with ``--commit-interval-ms 50`` (``lcm.commit_interval_ms``;
+the default, 0, is a transaction a turn); the loop's last turns
 are committed before the clock stops. The summarizer is the instant
 one (no model endpoint: LCM's deterministic fallback), so the figure is
 LCM's own cost, not a model's.

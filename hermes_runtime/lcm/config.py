@@ -35,9 +35,10 @@ class LcmConfig:
     import_hermes_state: bool = True  # day one: archive state.db's history, searchable
     # A user turn replayed by a retry within this many seconds is stored once (0: off).
     replay_window_seconds: float = 120.0
-    # The gateway's turn hook queues each turn; one thread commits the queue in one
-    # transaction at most this often (0: a transaction a turn). See docs/lcm.md.
-    commit_interval_ms: int = 50
+    # > 0: the gateway's turn hook queues each turn and one thread commits the queue in one
+    # transaction at most this often (group commit). Off by default: a turn acknowledged in the
+    # last interval before a crash reaches lcm.db only when its conversation goes on. docs/lcm.md.
+    commit_interval_ms: int = 0
 
     @classmethod
     def for_home(cls, hermes_home: Path | str, section: dict[str, Any] | None = None) -> LcmConfig:

@@ -41,6 +41,7 @@ import hvac
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from support.restic import pinned_restic
 
 from . import images, kube
 
@@ -480,6 +481,7 @@ def listed_snapshots(
         "AWS_SECRET_ACCESS_KEY": secret_key,
         "AWS_REGION": "us-east-1",
         "RESTIC_PASSWORD": password,  # the repository's, from the Secret the chart keeps
+        "HERMES_RUNTIME_RESTIC": str(pinned_restic()),  # no restic on a fresh machine's PATH
     }
     cmd = [
         str(HERMES_RUNTIME),

@@ -134,9 +134,9 @@ def test_busy_database_is_skipped_with_a_warning_and_caught_up_later(
 def test_busy_database_does_not_hold_a_queued_turn_and_it_is_stored_once_free(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """With group commit (the default) the hook only queues: another process's write
-    lock holds the writer thread, never Hermes' turn; the turn is stored after it."""
-    engine = make_hermes_engine(tmp_path)
+    """With group commit on the hook only queues: another process's write lock holds the
+    writer thread, never Hermes' turn; the turn is stored after it."""
+    engine = make_hermes_engine(tmp_path, commit_interval_ms=50)
     first = plain_turns(0)
     other_process = connect(tmp_path / "lcm.db")
     other_process.execute("BEGIN IMMEDIATE")
