@@ -190,6 +190,26 @@ def _plain_digest(content: str | None, role: str | None, call_id: str | None) ->
     return hashlib.blake2b(data.encode(), digest_size=12).hexdigest()
 
 
+PlainKey = tuple[str | None, str | None, str | None]
+
+
+def _plain_key(message: dict[str, Any]) -> PlainKey | None:
+    """(content, role, call id) of a message without tool calls, else None.
+
+    All ``fingerprint`` reads of such a message: an equal key is an equal fingerprint.
+    """
+    content, role = message.get("content"), message.get("role")
+    call_id = message.get("tool_call_id")
+    if (
+        isinstance(content, str | None)
+        and isinstance(role, str | None)
+        and isinstance(call_id, str | None)
+        and not isinstance(message.get("tool_calls"), list)
+    ):
+        return content, role, call_id
+    return None
+
+
 def fingerprint(message: dict[str, Any]) -> str:
     """What identifies a message across host round trips: role, content, calls, call id.
 
@@ -199,16 +219,11 @@ def fingerprint(message: dict[str, Any]) -> str:
     text. Hashing the whole dict made every reloaded message look new and
     stored each turn again; only the fields the model sees count here.
     """
+    plain = _plain_key(message)
+    if plain is not None:  # the JSON below, written without the encoder's generic walk
+        return _plain_digest(*plain)
     content = message.get("content")
     calls = message.get("tool_calls")
-    role, call_id = message.get("role"), message.get("tool_call_id")
-    if (
-        isinstance(content, str | None)
-        and isinstance(role, str | None)
-        and isinstance(call_id, str | None)
-        and not isinstance(calls, list)
-    ):  # a plain message: the JSON below, written without the encoder's generic walk
-        return _plain_digest(content, role, call_id)
     canonical = {
         "role": message.get("role"),
         "content": content.strip() if isinstance(content, str) else content,
@@ -232,25 +247,18 @@ class FingerprintMemo:
 
     def __init__(self, capacity: int = 4096) -> None:
         self._capacity = capacity
-        self._prints: dict[tuple[Any, Any, Any], str] = {}
+        self._prints: dict[PlainKey, str] = {}
         self._guard = threading.Lock()
 
     def of(self, message: dict[str, Any]) -> str:
-        content, role = message.get("content"), message.get("role")
-        call_id = message.get("tool_call_id")
-        plain = isinstance(content, str) and isinstance(role, (str, type(None)))
-        if (
-            not plain
-            or message.get("tool_calls") is not None
-            or not isinstance(call_id, (str, type(None)))
-        ):
+        key = _plain_key(message)
+        if key is None:
             return fingerprint(message)
-        key = (role, content, call_id)
         with self._guard:
             found = self._prints.get(key)
         if found is not None:
             return found
-        found = fingerprint(message)
+        found = _plain_digest(*key)
         with self._guard:
             if len(self._prints) >= self._capacity:
                 self._prints.pop(next(iter(self._prints)))
@@ -313,8 +321,21 @@ def next_host_state(
     return {**saved, "raw": saved.get("raw", []) + prints[overlap:], "stale": prints}
 
 
-# head, start, block, prints, volatile, viewable: see ``LcmEngine._sync``.
-SyncPlan = tuple[int, int, list[int], list[str], list[int], bool]
+@dataclass(frozen=True)
+class SyncPlan:
+    """What one sync works from: where the host's transcript holds what, and its prints.
+
+    ``head``: leading system messages; ``start``: first candidate message; ``block``: the
+    last summary block's ids; ``prints``: the candidates' fingerprints, ``volatile`` those
+    that may change in place; ``viewable``: the transcript may be kept as a host view.
+    """
+
+    head: int
+    start: int
+    block: list[int]
+    prints: list[str]
+    volatile: list[int]
+    viewable: bool
 
 
 @dataclass
@@ -448,36 +469,34 @@ class LcmEngine:
         plan = self._plan_appended(view, host_messages, fields) if view and fields else None
         if plan is None:
             plan = self._plan_full(session_id, host_messages, fields)
-        head, start, block, prints, volatile, viewable = plan
-        candidates = host_messages[start:]
+        candidates = host_messages[plan.start :]
         saved_raw, saved = self._saved_host_state(session_id, view)
-        overlap = known_overlap(saved, block, prints)
-        state = next_host_state(saved, block, prints, overlap)
+        overlap = known_overlap(saved, plan.block, plan.prints)
+        state = next_host_state(saved, plan.block, plan.prints, overlap)
         # A host's transcript may replay a turn a client retried (replay.py): stored once.
         window, now = self.config.replay_window_seconds, time.time()
         fresh = [collapse_merged_replay(m, now, window) for m in candidates[overlap:]]
         merged = sum(1 for a, b in zip(candidates[overlap:], fresh, strict=True) if a is not b)
-        if state != saved:
-            saved_raw, saved = state, state  # encoded when written (once a batch)
-            count = self.ingest(session_id, fresh, state, window, defer=defer, merged=merged)
-        else:
-            count = self.ingest(session_id, fresh, None, window, defer=defer, merged=merged)
-        if viewable and fields is not None:
+        changed = state if state != saved else None
+        if changed is not None:
+            saved_raw, saved = changed, changed  # encoded when written (once a batch)
+        count = self.ingest(session_id, fresh, changed, window, defer=defer, merged=merged)
+        if plan.viewable and fields is not None:
             self._views.put(
                 session_id,
                 hostview.HostView(  # a copy: the host keeps appending to its own list
                     list(host_messages),
                     fields,
-                    head,
-                    start,
-                    block,
-                    prints,
-                    volatile,
+                    plan.head,
+                    plan.start,
+                    plan.block,
+                    plan.prints,
+                    plan.volatile,
                     saved_raw,
                     saved,
                 ),
             )
-        return SyncResult(count, host_messages[:head])
+        return SyncResult(count, host_messages[: plan.head])
 
     def _plan_appended(
         self,
@@ -503,7 +522,7 @@ class LcmEngine:
             len(prints) + i for i, m in enumerate(added) if not hostview.is_stable(m)
         ]
         prints += [self._prints.of(m) for m in added]
-        return view.head, view.start, view.block, prints, volatile, True
+        return SyncPlan(view.head, view.start, view.block, prints, volatile, True)
 
     def _plan_full(
         self,
@@ -522,7 +541,7 @@ class LcmEngine:
         # become one later: such a transcript is always read in full.
         viewable = fields is not None and not any(summary_refs_in(m) for m in candidates)
         start = len(host_messages) - len(candidates)
-        return head, start, block, prints, volatile, viewable
+        return SyncPlan(head, start, block, prints, volatile, viewable)
 
     def _saved_host_state(
         self, session_id: str, view: hostview.HostView | None

@@ -384,10 +384,6 @@ class LcmStore:
         """Save what the host holds; a session with no stored message has nothing to save."""
         self.ingest_many(session_id, [], host_state=state)
 
-    def write_host_state(self, session_id: str, text: str) -> None:
-        """``set_host_state`` with the state already encoded as JSON text."""
-        self.ingest_many(session_id, [], host_state=text)
-
     # -- ingest ------------------------------------------------------------
 
     def ingest(
