@@ -360,7 +360,16 @@ def exec_in_container(
     stdin: str = "",
     timeout: float = 600,
 ) -> subprocess.CompletedProcess[str]:
-    """`kubectl exec -i` into one container; values travel on stdin, never as arguments."""
+    """`kubectl exec` into one container; values travel on stdin, never as arguments.
+
+    Why stdin is opened only when there is something to send: with `-i` and nothing to
+    send, the exec's stdin is closed while the command starts. Once in CI, under load,
+    such an exec of `cat` on an append-only file that was never emptied came back with
+    exit 0 and no output; CRI runtimes have had races between closing an exec's stdin
+    and draining its output (containerd#4107, kata-containers#13643). Without `-i` the
+    command's stdin is empty from the start and nothing is closed while it runs.
+    """
+    interactive = ["-i"] if stdin else []
     cmd = [
         tool("kubectl"),
         "--kubeconfig",
@@ -368,7 +377,7 @@ def exec_in_container(
         "-n",
         namespace,
         "exec",
-        "-i",
+        *interactive,
         pod,
         "-c",
         container,
@@ -376,7 +385,13 @@ def exec_in_container(
         *command,
     ]
     return subprocess.run(
-        cmd, input=stdin, capture_output=True, text=True, timeout=timeout, check=False
+        cmd,
+        input=stdin if stdin else None,
+        stdin=None if stdin else subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
 
 

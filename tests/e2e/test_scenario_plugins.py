@@ -275,7 +275,7 @@ def git_remote(cluster: kube.Cluster, namespace: str) -> Iterator[GitRemote]:
 
 def loads(cluster: kube.Cluster, namespace: str) -> list[tuple[str, str, int]]:
     """(plugin, version, pid) for every register() call, oldest first."""
-    out = agent_exec(cluster, namespace, ["sh", "-c", f"cat {LOADS} 2>/dev/null || true"])
+    out = agent_exec(cluster, namespace, ["sh", "-c", f"test ! -e {LOADS} || cat {LOADS}"])
     rows = []
     for line in out.splitlines():
         name, version, pid = line.split()
