@@ -273,9 +273,26 @@ def git_remote(cluster: kube.Cluster, namespace: str) -> Iterator[GitRemote]:
 # Reading the agent
 
 
-def loads(cluster: kube.Cluster, namespace: str) -> list[tuple[str, str, int]]:
-    """(plugin, version, pid) for every register() call, oldest first."""
-    out = agent_exec(cluster, namespace, ["sh", "-c", f"test ! -e {LOADS} || cat {LOADS}"])
+def loads(
+    cluster: kube.Cluster, namespace: str, *, written: bool = False
+) -> list[tuple[str, str, int]]:
+    """(plugin, version, pid) for every register() call, oldest first.
+
+    `written`: the log is known to hold rows (it is only ever appended to). An empty read
+    of it then is the harness's, not the agent's: it was seen once in CI, under load,
+    through `kubectl exec`. It is read again, and if it stays empty the failure shows the
+    file as `ls` sees it.
+    """
+    script = f"test ! -e {LOADS} || cat {LOADS}"
+    out = agent_exec(cluster, namespace, ["sh", "-c", script])
+    for _ in range(3 if written else 0):
+        if out.strip():
+            break
+        time.sleep(2)
+        out = agent_exec(cluster, namespace, ["sh", "-c", script])
+    if written and not out.strip():
+        listing = agent_exec(cluster, namespace, ["sh", "-c", f"ls -la {LOADS} 2>&1 || true"])
+        raise AssertionError(f"the plugin load log reads empty four times: {listing.strip()}")
     rows = []
     for line in out.splitlines():
         name, version, pid = line.split()
@@ -285,8 +302,7 @@ def loads(cluster: kube.Cluster, namespace: str) -> list[tuple[str, str, int]]:
 
 def gateway_loads(cluster: kube.Cluster, namespace: str) -> dict[str, list[str]]:
     """plugin -> versions registered by the newest gateway process (the last pid logged)."""
-    rows = loads(cluster, namespace)
-    assert rows, f"no plugin was ever loaded ({LOADS} is empty)"
+    rows = loads(cluster, namespace, written=True)
     pid = rows[-1][2]
     by_name: dict[str, list[str]] = {}
     for name, version, row_pid in rows:
@@ -466,7 +482,7 @@ def test_plugins_from_git_load_once_reload_on_push_and_refuse_escapes(
         assert "subPath" in error, error
         # An absolute symlink, then a relative one out of the worktree: the bootstrapper
         # refuses the tools commit with a log line; the running code stays, no restart.
-        pid_before = loads(cluster, namespace)[-1][2]
+        pid_before = loads(cluster, namespace, written=True)[-1][2]
         escapes = [{"passwd": "/etc/passwd"}, {"up": "../../../../../../../etc"}]
         for index, links in enumerate(escapes, start=1):
             sha = remote.push("tools", plugin_files("tools", f"escape{index}"), links)
@@ -489,7 +505,8 @@ def test_plugins_from_git_load_once_reload_on_push_and_refuse_escapes(
                 60,
                 f"the bootstrapper to refuse escape commit {index} ({links})",
             )
-            assert loads(cluster, namespace)[-1][2] == pid_before, "the gateway was restarted"
+            pid_now = loads(cluster, namespace, written=True)[-1][2]
+            assert pid_now == pid_before, "the gateway was restarted"
             assert tool_versions(cluster, namespace, ["weather", "tools"]) == {
                 "weather": "2",
                 "tools": "1",
