@@ -69,6 +69,7 @@ class ReplicaChoice:
     source: str  # "restic" or "litestream"
     at: str  # when that copy's last transaction was made (ISO 8601)
     ref: str  # the restic snapshot id, or Litestream's last transaction id
+    checked: str  # how it was shown sound: "sha256" (the copy create checked), "integrity_check"
 
 
 @dataclass(frozen=True)

@@ -7,14 +7,16 @@ excludes. Then restic gets a staged tree:
 - each database snapshot as fixed-size, page-aligned pieces under ``.hermes-backup/pieces/``
   (``pieces``: restic then stores a changed page as one small piece, not a ~1 MiB chunk);
 - the other files as they are (copied with their modes and mtimes);
-- our manifest (databases, row counts, pieces) at ``.hermes-backup/manifest.json``.
+- our manifest (databases, row counts, SHA-256 of each checked copy, pieces) at
+  ``.hermes-backup/manifest.json``.
 
 The tree is staged at a FIXED path under the scratch folder and backed up as ``.``
 with a fixed ``--host``, so the snapshot's root is the data dir itself (a plain
 ``restic restore`` gives the data dir back) and restic finds its parent snapshot
 (unchanged files are not re-read: ``--ignore-inode --ignore-ctime``, since staging
-copies them). Restore joins the pieces, checks every database, and keeps our staged,
-verified, all-or-nothing swap.
+copies them). Restore joins the pieces, checks that every database hashes to the copy
+``create`` checked (``verify`` runs ``integrity_check`` again as well), and keeps our
+staged, verified, all-or-nothing swap.
 """
 
 from __future__ import annotations
@@ -33,7 +35,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from hermes_runtime.backup.dbsnap import check_database, snapshot_database
+from hermes_runtime.backup.dbsnap import (
+    check_and_hash,
+    check_database,
+    file_sha256,
+    snapshot_database,
+)
 from hermes_runtime.backup.litestream import ReplicaLocation
 from hermes_runtime.backup.pieces import (
     PIECE_SIZE,
@@ -287,7 +294,7 @@ def _stage_tree(
         seconds = snapshot_database(data_dir / found.relpath, dest, attempts=staging.db_attempts)
         ended = datetime.now(UTC).isoformat()  # no commit after this is in the copy
         checked = time.monotonic()
-        check = check_database(dest)
+        check, digest = check_and_hash(dest)
         check_seconds = time.monotonic() - checked
         if not check.ok:
             raise RuntimeFailure(
@@ -300,6 +307,7 @@ def _stage_tree(
         record: dict[str, Any] = {
             "integrity": check.integrity,
             "tables": check.tables,
+            "sha256": digest,
             "size": dest.stat().st_size,
             "snapshot_seconds": round(seconds, 4),
             "snapshot_at": ended,
@@ -397,29 +405,59 @@ def resolve_restic_snapshot(repo: ResticRepository, snapshot: str) -> str:
 
 
 def _restore_tree(
-    repo: ResticRepository, snapshot_id: str, dest: Path, extra: list[str] | None = None
-) -> TreeManifest:
-    """``restic restore`` into ``dest``, then check every database against the manifest."""
+    repo: ResticRepository,
+    snapshot_id: str,
+    dest: Path,
+    extra: list[str] | None = None,
+    *,
+    integrity_check: bool = False,
+) -> tuple[TreeManifest, dict[str, str]]:
+    """``restic restore`` into ``dest``, then check every database against the manifest.
+
+    Returns the manifest and how each database was checked. A database whose manifest
+    records its SHA-256 (every snapshot since that field) must hash to it: then it is the
+    very copy ``create`` ran ``integrity_check`` on and counted, and the check is not
+    repeated unless ``integrity_check`` asks (``verify`` does). Older snapshots are checked.
+    """
     run_restic(repo, [*(extra or []), "restore", snapshot_id, "--target", str(dest)])
     try:
         raw = json.loads((dest / MANIFEST_RELPATH).read_text())
         manifest = TreeManifest(**raw)
     except (OSError, ValueError, TypeError) as exc:
         raise RuntimeFailure(f"snapshot {snapshot_id}: no readable {MANIFEST_RELPATH}") from exc
+    checked: dict[str, str] = {}
     for path, record in manifest.databases.items():
         if "pieces" in record:
             join_pieces(dest, PieceSet(**record["pieces"]), dest / path)
             os.chmod(dest / path, record.get("mode", 0o600))
-        check = check_database(dest / path)
-        for suffix in ("-wal", "-shm"):
-            (dest / (path + suffix)).unlink(missing_ok=True)
-        if not check.ok or check.tables != record["tables"]:
-            raise RuntimeFailure(
-                f"database {path} of snapshot {snapshot_id} does not check out: "
-                f"integrity {check.integrity}, tables {check.tables} != {record['tables']}"
-            )
+        checked[path] = _check_restored(dest, path, record, snapshot_id, integrity_check)
     shutil.rmtree(dest / MANIFEST_DIR)
-    return manifest
+    return manifest, checked
+
+
+def _check_restored(
+    dest: Path, path: str, record: dict[str, Any], snapshot_id: str, integrity_check: bool
+) -> str:
+    """Fail unless the restored database is the one recorded; say how that was shown."""
+    expected = record.get("sha256")
+    if expected is not None:
+        actual = file_sha256(dest / path)
+        if actual != expected:
+            raise RuntimeFailure(
+                f"database {path} of snapshot {snapshot_id} does not check out: its SHA-256 "
+                f"{actual} is not the {expected} recorded when it was checked"
+            )
+        if not integrity_check:
+            return "sha256"
+    check = check_database(dest / path)
+    for suffix in ("-wal", "-shm"):
+        (dest / (path + suffix)).unlink(missing_ok=True)
+    if not check.ok or check.tables != record["tables"]:
+        raise RuntimeFailure(
+            f"database {path} of snapshot {snapshot_id} does not check out: "
+            f"integrity {check.integrity}, tables {check.tables} != {record['tables']}"
+        )
+    return "integrity_check" if expected is None else "sha256+integrity_check"
 
 
 def verify_restic_snapshot(
@@ -441,7 +479,7 @@ def verify_restic_snapshot(
     dest = Path(scratch or tempfile.gettempdir()) / f"hermes-verify-{snapshot_id[:8]}"
     shutil.rmtree(dest, ignore_errors=True)
     try:
-        manifest = _restore_tree(repo, snapshot_id, dest, no_lock)
+        manifest, _ = _restore_tree(repo, snapshot_id, dest, no_lock, integrity_check=True)
         size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
     finally:
         shutil.rmtree(dest, ignore_errors=True)
@@ -532,11 +570,15 @@ def _stage_restore(
     if snapshot_id is None:
         stage.mkdir(mode=0o700, parents=True)
         manifest = TreeManifest(created_at="", source={}, excludes=[])
+        checked: dict[str, str] = {}
     else:
-        manifest = _restore_tree(repo, snapshot_id, stage, [NO_LOCK])
+        manifest, checked = _restore_tree(repo, snapshot_id, stage, [NO_LOCK])
     sources = {
         path: ReplicaChoice(
-            "restic", record.get("snapshot_at") or manifest.created_at, snapshot_id or ""
+            "restic",
+            record.get("snapshot_at") or manifest.created_at,
+            snapshot_id or "",
+            checked[path],
         )
         for path, record in manifest.databases.items()
     }
@@ -549,7 +591,7 @@ def _stage_restore(
     shutil.rmtree(scratch)
     for plan in plans:
         at = plan.last_tx_at.isoformat() if plan.last_tx_at else ""
-        sources[plan.relpath] = ReplicaChoice("litestream", at, plan.max_txid)
+        sources[plan.relpath] = ReplicaChoice("litestream", at, plan.max_txid, "integrity_check")
     return manifest, dict(sorted(sources.items()))
 
 

@@ -170,6 +170,7 @@ def test_kill_writer_and_replicator_then_restore_loses_only_the_last_commits(
     report = restore_json(target, data)
     assert report["snapshot"] is None  # no restic snapshot yet: the replica alone
     assert report["sources"]["lcm.db"]["source"] == "litestream"
+    assert report["sources"]["lcm.db"]["checked"] == "integrity_check"  # no hash recorded
     restored = assert_consistent(data / "lcm.db")
     lost = committed - restored
     print(f"lost {lost} of {committed} commits ({lost * COMMIT_INTERVAL:.1f} s at 100 ms)")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import subprocess
@@ -63,7 +65,12 @@ def test_plain_restic_restores_the_data_dir(data_dir: Path, tmp_path: Path) -> N
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert (out / "memories" / "MEMORY.md").read_text() == "- the user likes tea\n"
+    dump = [restic_binary(), "-r", str(root), "dump", "latest", "/.hermes-backup/manifest.json"]
+    manifest = json.loads(subprocess.run(dump, env=env, capture_output=True, check=True).stdout)
     for path, tables in created.databases.items():
+        # The docs' promise: `sha256sum` of a joined file prints the manifest's `sha256`.
+        digest = hashlib.sha256((out / path).read_bytes()).hexdigest()
+        assert digest == manifest["databases"][path]["sha256"], path
         assert rows(out / path, "PRAGMA integrity_check") == [("ok",)], path
         assert rows(out / path, "SELECT count(*) FROM messages") == [(tables["messages"],)]
     assert (out / "sessions" / "big.db").stat().st_size > 4 * PIECE_SIZE
