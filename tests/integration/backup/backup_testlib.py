@@ -145,3 +145,22 @@ def rows(db: Path, sql: str) -> list[tuple[object, ...]]:
         return [tuple(r) for r in conn.execute(sql).fetchall()]
     finally:
         conn.close()
+
+
+def forced_restore_over_data(
+    target: BackupTarget, tmp_path: Path
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """``restore --force`` into a dir that holds data; returns the run and the dir."""
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    (existing / "state.txt").write_text("before")
+    done = run_cli(
+        "restore", "--target", target.url, "--data-dir", str(existing), "--force", env=target.env
+    )
+    return done, existing
+
+
+def assert_left_as_it_was(existing: Path) -> None:
+    """The dir of ``forced_restore_over_data`` after a failed restore: exactly as before."""
+    assert sorted(p.name for p in existing.iterdir()) == ["state.txt"]
+    assert (existing / "state.txt").read_text() == "before"

@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from backup_testlib import BackupTarget, file_target, run_cli, s3_target, tree_fingerprint
+from backup_testlib import (
+    BackupTarget,
+    assert_left_as_it_was,
+    file_target,
+    forced_restore_over_data,
+    run_cli,
+    s3_target,
+    tree_fingerprint,
+)
 from support.seaweedfs import SeaweedServer, seaweedfs_server
 
 from hermes_runtime.backup import create_backup, open_repository
@@ -238,16 +246,10 @@ def test_a_flipped_byte_fails_verify_and_stops_restore(
     assert verify.returncode == 1
     assert target.url in verify.stderr
 
-    existing = tmp_path / "existing"
-    existing.mkdir()
-    (existing / "state.txt").write_text("before")
-    restore = run_cli(
-        "restore", "--target", target.url, "--data-dir", str(existing), "--force", env=target.env
-    )
+    restore, existing = forced_restore_over_data(target, tmp_path)
     assert restore.returncode == 1
     assert snapshot in restore.stderr and "unchanged" in restore.stderr
-    assert sorted(p.name for p in existing.iterdir()) == ["state.txt"]
-    assert (existing / "state.txt").read_text() == "before"
+    assert_left_as_it_was(existing)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".hermes-restore")] == []
 
 

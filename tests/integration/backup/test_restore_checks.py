@@ -16,7 +16,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from backup_testlib import BackupTarget, file_target, rows, run_cli
+from backup_testlib import (
+    BackupTarget,
+    assert_left_as_it_was,
+    file_target,
+    forced_restore_over_data,
+    rows,
+    run_cli,
+)
 
 from hermes_runtime.backup.restic_engine import HOST, MANIFEST_DIR, MANIFEST_RELPATH
 
@@ -123,17 +130,11 @@ def test_a_changed_byte_that_integrity_check_cannot_see_stops_restore_and_verify
 
     restage(target, tmp_path, change_one_letter)
 
-    existing = tmp_path / "existing"
-    existing.mkdir()
-    (existing / "state.txt").write_text("before")
-    restore = run_cli(
-        "restore", "--target", target.url, "--data-dir", str(existing), "--force", env=target.env
-    )
+    restore, existing = forced_restore_over_data(target, tmp_path)
     assert restore.returncode == 1
     assert "lcm.db" in restore.stderr and "SHA-256" in restore.stderr, restore.stderr
     assert sha256(proof) in restore.stderr and "unchanged" in restore.stderr
-    assert sorted(p.name for p in existing.iterdir()) == ["state.txt"]
-    assert (existing / "state.txt").read_text() == "before"
+    assert_left_as_it_was(existing)
 
     verify = run_cli("verify", "--target", target.url, env=target.env)
     assert verify.returncode == 1
