@@ -47,6 +47,20 @@ texts = [row[0] or "" for row in lcm.execute(
 )]
 joined = "\\n".join(texts)
 out["counts"] = {m: joined.count(m) for m in markers}
+# For a marker seen twice: where its copies are, and the roles stored between the first two.
+out["copies"] = {}
+for m in (m for m, n in out["counts"].items() if n > 1):
+    rows = list(lcm.execute(
+        "SELECT session_id, seq FROM messages WHERE role = 'user' AND instr(content, ?) > 0"
+        " ORDER BY session_id, seq", (m,)
+    ))
+    between = []
+    if len(rows) >= 2 and rows[0][0] == rows[1][0]:
+        between = [r[0] for r in lcm.execute(
+            "SELECT role FROM messages WHERE session_id = ? AND seq > ? AND seq < ? ORDER BY seq",
+            (rows[0][0], rows[0][1], rows[1][1]),
+        )]
+    out["copies"][m] = {"rows": [[sid, seq] for sid, seq in rows], "between": between}
 print(json.dumps(out))
 """
 
@@ -188,11 +202,24 @@ def wait_answered(
         time.sleep(2)
 
 
-def check_data(cluster: kube.Cluster, namespace: str, found: Records, cutoff: float) -> int:
+@dataclass(frozen=True)
+class DataCheck:
+    checked: int  # answered turns old enough to be due in LCM
+    resent: list[str]  # turns answered twice because the first answer died with the gateway
+
+
+def check_data(cluster: kube.Cluster, namespace: str, found: Records, cutoff: float) -> DataCheck:
     """Every answered turn is in LCM exactly once, both databases pass integrity_check.
 
     Turns answered after ``cutoff`` may still wait for their sync (the next turn stores a
-    skipped one), so they are only checked for duplicates. Returns how many were checked.
+    skipped one), so they are only checked for duplicates.
+
+    One duplicate is not LCM's to fold: a turn whose first attempt the gateway answered,
+    reply stored, and was killed before the answer left it. The client saw a cut request and
+    sent the turn again, the gateway answered it again: two turns on the server's side, each
+    with its reply (docs/retries.md, "An answer lost with the gateway"). Such a turn is
+    recognised by its data, not by timing: two user copies in one session, an assistant
+    reply stored between them, and a failed attempt of that turn. It is reported, not failed.
     """
     answered = {a.marker: a for a in found.attempts if a.ok}
     out = agent_exec(
@@ -201,12 +228,25 @@ def check_data(cluster: kube.Cluster, namespace: str, found: Records, cutoff: fl
     result = json.loads(out.strip().splitlines()[-1])
     assert result["integrity"] == {"lcm.db": ["ok"], "state.db": ["ok"]}, result["integrity"]
     counts: dict[str, int] = result["counts"]
-    duplicated = {m: n for m, n in counts.items() if n > 1}
+    cut = {a.marker for a in found.attempts if not a.ok}
+    resent = sorted(
+        m
+        for m, copies in result["copies"].items()
+        if counts[m] == 2
+        and len(copies["rows"]) == 2
+        and "assistant" in copies["between"]
+        and m in cut
+    )
+    duplicated = {
+        m: {"count": n, **result["copies"][m]}
+        for m, n in counts.items()
+        if n > 1 and m not in resent
+    }
     due = [m for m, a in answered.items() if a.started + a.total_s < cutoff]
     missing = [m for m in due if counts[m] == 0]
     assert not duplicated, f"answered turns stored more than once in LCM: {duplicated}"
     assert not missing, f"answered turns missing from LCM: {missing}"
-    return len(due)
+    return DataCheck(len(due), resent)
 
 
 def listed_snapshots(cluster: kube.Cluster, namespace: str) -> list[dict[str, Any]]:
