@@ -25,6 +25,7 @@ from backup_testlib import (
     run_cli,
 )
 
+from hermes_runtime.backup.restic import restic_binary
 from hermes_runtime.backup.restic_engine import HOST, MANIFEST_DIR, MANIFEST_RELPATH
 
 Manifest = dict[str, Any]
@@ -33,7 +34,7 @@ Manifest = dict[str, Any]
 def restic(target: BackupTarget, *args: str, cwd: Path | None = None) -> str:
     assert target.root is not None
     done = subprocess.run(
-        [os.environ["HERMES_RUNTIME_RESTIC"], "-r", str(target.root), *args],
+        [restic_binary(), "-r", str(target.root), *args],
         env={**os.environ, **target.env},
         cwd=cwd,
         capture_output=True,
