@@ -223,7 +223,11 @@ def check_data(cluster: kube.Cluster, namespace: str, found: Records, cutoff: fl
     """
     answered = {a.marker: a for a in found.attempts if a.ok}
     out = agent_exec(
-        cluster, namespace, ["python3", "-c", CHECK_DATA], stdin=json.dumps(sorted(answered))
+        cluster,
+        namespace,
+        ["python3", "-c", CHECK_DATA],
+        stdin=json.dumps(sorted(answered)),
+        repeatable=True,
     )
     result = json.loads(out.strip().splitlines()[-1])
     assert result["integrity"] == {"lcm.db": ["ok"], "state.db": ["ok"]}, result["integrity"]
@@ -252,7 +256,9 @@ def check_data(cluster: kube.Cluster, namespace: str, found: Records, cutoff: fl
 def listed_snapshots(cluster: kube.Cluster, namespace: str) -> list[dict[str, Any]]:
     """`hermes-runtime backup list --json` of the backup PVC, from the load pod."""
     command = ["hermes-runtime", "backup", "list", "--target", "file:///backup", "--json"]
-    result = kube.exec_in_container(cluster, namespace, LOAD_POD, "main", command, timeout=120)
+    result = kube.exec_in_container(
+        cluster, namespace, LOAD_POD, "main", command, timeout=120, repeatable=True
+    )
     assert result.returncode == 0, f"backup list failed: {result.stderr}"
     snapshots: list[dict[str, Any]] = json.loads(result.stdout)
     return snapshots

@@ -351,6 +351,12 @@ def kubectl(cluster: Cluster, namespace: str, *args: str, timeout: float = 300) 
     return run_checked(cmd, f"kubectl {' '.join(args)}", timeout)
 
 
+# The command's exit status, printed after its output by the shell that wraps every exec.
+EXEC_WRAPPER = (
+    '"$@"; status=$?; printf "\\n<<hermes-e2e exec status=%d>>\\n" "$status"; exit "$status"'
+)
+
+
 def exec_in_container(
     cluster: Cluster,
     namespace: str,
@@ -359,15 +365,21 @@ def exec_in_container(
     command: list[str],
     stdin: str = "",
     timeout: float = 600,
+    *,
+    repeatable: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """`kubectl exec` into one container; values travel on stdin, never as arguments.
 
-    Why stdin is opened only when there is something to send: with `-i` and nothing to
-    send, the exec's stdin is closed while the command starts. Once in CI, under load,
-    such an exec of `cat` on an append-only file that was never emptied came back with
-    exit 0 and no output; CRI runtimes have had races between closing an exec's stdin
-    and draining its output (containerd#4107, kata-containers#13643). Without `-i` the
-    command's stdin is empty from the start and nothing is closed while it runs.
+    Why every command is wrapped in `sh` that prints its exit status last: kubectl exec
+    exits 0 with whatever output had arrived when its stream is cut (the error stream
+    ends without a status: kubernetes/kubernetes#137404). Twice in CI, under load, a read
+    came back "successful" and empty. A missing status line tells a cut stream from a
+    command that printed nothing. A cut exec of a `repeatable` command (one that only
+    reads) is run again, up to three times; any other fails here, saying so, because
+    whether it ran is unknown.
+
+    Why stdin is opened only when there is something to send: without `-i` the command's
+    stdin is empty from the start and nothing is closed while it runs.
     """
     interactive = ["-i"] if stdin else []
     cmd = [
@@ -382,16 +394,43 @@ def exec_in_container(
         "-c",
         container,
         "--",
+        "sh",
+        "-c",
+        EXEC_WRAPPER,
+        "sh",
         *command,
     ]
-    return subprocess.run(
-        cmd,
-        input=stdin if stdin else None,
-        stdin=None if stdin else subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
+    what = f"kubectl exec {namespace}/{pod} -c {container} -- {' '.join(command)[:80]}"
+    for attempt in range(1, (TRANSPORT_ATTEMPTS if repeatable else 1) + 1):
+        done = subprocess.run(
+            cmd,
+            input=stdin if stdin else None,
+            stdin=None if stdin else subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if (status := exec_status(done)) is not None:
+            return status
+        if done.returncode != 0:
+            return done  # kubectl's own failure (no such pod, container killed): as it is
+        print(f"{what}: stream cut (exit 0, no exit status) on attempt {attempt}")
+        time.sleep(2)
+    raise AssertionError(
+        f"{what}: the exec stream was cut {attempt} time(s): kubectl exited 0 without the "
+        f"command's exit status (kubernetes/kubernetes#137404)\n"
+        f"stdout so far:\n{done.stdout[-2000:]}\nstderr:\n{done.stderr[-2000:]}"
+    )
+
+
+def exec_status(done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str] | None:
+    """The command's own result, its status line removed; None if that line never came."""
+    match = re.search(r"\n<<hermes-e2e exec status=(\d+)>>\n\Z", done.stdout)
+    if match is None:
+        return None
+    return subprocess.CompletedProcess(
+        done.args, int(match.group(1)), done.stdout[: match.start()], done.stderr
     )
 
 

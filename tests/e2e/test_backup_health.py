@@ -78,9 +78,11 @@ def agent_pod(cluster: kube.Cluster, namespace: str) -> str:
     return str(live[0])
 
 
-def agent_exec(cluster: kube.Cluster, namespace: str, command: list[str]) -> str:
+def agent_exec(
+    cluster: kube.Cluster, namespace: str, command: list[str], *, repeatable: bool = False
+) -> str:
     pod = agent_pod(cluster, namespace)
-    done = kube.exec_in_container(cluster, namespace, pod, "agent", command)
+    done = kube.exec_in_container(cluster, namespace, pod, "agent", command, repeatable=repeatable)
     assert done.returncode == 0, f"{command[:2]} in {pod}: {done.stderr}"
     return done.stdout
 
@@ -239,6 +241,6 @@ def test_backup_of_a_database_over_the_tmp_limit_and_its_outcome_in_metrics(
         if env.name == "RESTIC_PASSWORD":
             env.value_from.secret_key_ref.name = WRONG_SECRET
     failed = run_job(cluster, namespace, wrong, succeed=False)
-    status = json.loads(agent_exec(cluster, namespace, ["cat", STATUS_FILE]))
+    status = json.loads(agent_exec(cluster, namespace, ["cat", STATUS_FILE], repeatable=True))
     check_failure_metrics(scrape(cluster, namespace), metrics, failed, status["error"])
     assert status["snapshot"] == run.events("backup.create.finished")[0]["snapshot"]

@@ -266,10 +266,10 @@ def read_manifest(s3: S3Access, snapshot: str) -> dict[str, Any]:
 def restored_row_counts(
     cluster: kube.Cluster, namespace: str, pod: str, paths: list[str]
 ) -> dict[str, dict[str, int]]:
-    out = kube.kubectl(
-        cluster, namespace, "exec", pod, "-c", "agent", "--", "python", "-c", COUNT_ROWS, *paths
-    )
-    counts: dict[str, dict[str, int]] = json.loads(out)
+    command = ["python", "-c", COUNT_ROWS, *paths]
+    done = kube.exec_in_container(cluster, namespace, pod, "agent", command, repeatable=True)
+    assert done.returncode == 0, f"counting rows in {pod} failed: {done.stderr}"
+    counts: dict[str, dict[str, int]] = json.loads(done.stdout)
     return counts
 
 

@@ -95,10 +95,22 @@ def agent_pod(cluster: kube.Cluster, namespace: str) -> str:
     return str(running[0])
 
 
-def agent_exec(cluster: kube.Cluster, namespace: str, command: list[str], stdin: str = "") -> str:
-    """Run a command in the agent container (kubectl exec); fail with its stderr."""
+def agent_exec(
+    cluster: kube.Cluster,
+    namespace: str,
+    command: list[str],
+    stdin: str = "",
+    *,
+    repeatable: bool = False,
+) -> str:
+    """Run a command in the agent container (kubectl exec); fail with its stderr.
+
+    `repeatable`: the command only reads, so an exec whose stream was cut runs it again.
+    """
     pod = agent_pod(cluster, namespace)
-    result = kube.exec_in_container(cluster, namespace, pod, "agent", command, stdin)
+    result = kube.exec_in_container(
+        cluster, namespace, pod, "agent", command, stdin, repeatable=repeatable
+    )
     assert result.returncode == 0, (
         f"`{' '.join(command)}` in {namespace}/{pod} exited {result.returncode}\n"
         f"stdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-3000:]}"

@@ -57,12 +57,14 @@ print(db.execute(query, (sys.argv[1],)).fetchone()[0])
 
 
 def stored_messages(cluster: kube.Cluster, namespace: str) -> int:
-    out = agent_exec(cluster, namespace, ["python3", "-c", COUNT_MESSAGES, SESSION])
+    out = agent_exec(
+        cluster, namespace, ["python3", "-c", COUNT_MESSAGES, SESSION], repeatable=True
+    )
     return int(out.strip())
 
 
 def read_file(cluster: kube.Cluster, namespace: str, path: str) -> str:
-    return agent_exec(cluster, namespace, ["cat", path])
+    return agent_exec(cluster, namespace, ["cat", path], repeatable=True)
 
 
 def agent_uid(cluster: kube.Cluster, namespace: str) -> str:

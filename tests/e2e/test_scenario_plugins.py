@@ -278,21 +278,14 @@ def loads(
 ) -> list[tuple[str, str, int]]:
     """(plugin, version, pid) for every register() call, oldest first.
 
-    `written`: the log is known to hold rows (it is only ever appended to). An empty read
-    of it then is the harness's, not the agent's: it was seen once in CI, under load,
-    through `kubectl exec`. It is read again, and if it stays empty the failure shows the
-    file as `ls` sees it.
+    `written`: the log is known to hold rows (it is only ever appended to), so an empty
+    one fails here, showing the file as `ls` sees it.
     """
     script = f"test ! -e {LOADS} || cat {LOADS}"
-    out = agent_exec(cluster, namespace, ["sh", "-c", script])
-    for _ in range(3 if written else 0):
-        if out.strip():
-            break
-        time.sleep(2)
-        out = agent_exec(cluster, namespace, ["sh", "-c", script])
+    out = agent_exec(cluster, namespace, ["sh", "-c", script], repeatable=True)
     if written and not out.strip():
         listing = agent_exec(cluster, namespace, ["sh", "-c", f"ls -la {LOADS} 2>&1 || true"])
-        raise AssertionError(f"the plugin load log reads empty four times: {listing.strip()}")
+        raise AssertionError(f"the plugin load log reads empty: {listing.strip()}")
     rows = []
     for line in out.splitlines():
         name, version, pid = line.split()
@@ -312,7 +305,7 @@ def gateway_loads(cluster: kube.Cluster, namespace: str) -> dict[str, list[str]]
 
 
 def readlink(cluster: kube.Cluster, namespace: str, path: str) -> str:
-    return agent_exec(cluster, namespace, ["readlink", path]).strip()
+    return agent_exec(cluster, namespace, ["readlink", path], repeatable=True).strip()
 
 
 def tool_versions(cluster: kube.Cluster, namespace: str, names: list[str]) -> dict[str, str]:
@@ -526,7 +519,7 @@ def test_plugins_from_git_load_once_reload_on_push_and_refuse_escapes(
 
 def entry_identity(cluster: kube.Cluster, namespace: str, path: str) -> str:
     """inode, mtime and link text of a directory entry (stat does not follow the link)."""
-    return agent_exec(cluster, namespace, ["stat", "-c", "%i %Y %N", path]).strip()
+    return agent_exec(cluster, namespace, ["stat", "-c", "%i %Y %N", path], repeatable=True).strip()
 
 
 @pytest.mark.timeout(1200)
@@ -554,7 +547,9 @@ def test_upgrade_adds_one_plugin_and_removes_only_the_removed_link(
         lambda: _only_pod_is_new(cluster, namespace, old_pod), 300, "the upgraded agent pod"
     )
 
-    entries = agent_exec(cluster, namespace, ["ls", "-1", "/opt/data/plugins"]).split()
+    entries = agent_exec(
+        cluster, namespace, ["ls", "-1", "/opt/data/plugins"], repeatable=True
+    ).split()
     assert sorted(entries) == ["my-own", "notes", "tools"], entries
     assert readlink(cluster, namespace, "/opt/data/plugins/notes") == "../.git-sync/notes/current"
     for path, identity in kept.items():

@@ -329,7 +329,9 @@ def assert_plugins_linked(
     """Each plugin's link resolves to the synced checkout (its plugin.yaml names it)."""
     for plugin in plugins:
         path = f"/opt/data/plugins/{plugin['name']}/plugin.yaml"
-        shown = kube.exec_in_container(cluster, namespace, pod, "agent", ["cat", path], timeout=60)
+        shown = kube.exec_in_container(
+            cluster, namespace, pod, "agent", ["cat", path], timeout=60, repeatable=True
+        )
         assert shown.returncode == 0, f"{path}: {shown.stderr}"
         assert f"name: {plugin['name']}" in shown.stdout, shown.stdout
 
