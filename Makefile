@@ -31,6 +31,11 @@ PYTEST_ARGS ?=
 # (pytest-xdist; worksteal keeps the long ones from queueing behind each other). 0: one by one.
 E2E_WORKERS ?= 3
 E2E_PYTEST := $(PYTEST) tests/e2e -n $(E2E_WORKERS) --dist worksteal
+# The unit, integration, chart and image tiers, two tests at a time: most of their time is spent
+# waiting on the servers and processes they start (2 workers: 420-533 s against 810-920 s one
+# by one on 2 cores, docs/benchmarks.md). 0: one by one, in pytest's own process.
+TEST_WORKERS ?= 2
+TIER_PYTEST := $(PYTEST) -n $(TEST_WORKERS) --dist worksteal
 
 .PHONY: help system-deps venv tools images integration-images image-test-images image image-push image-tests unit integration chart e2e test lint demo cluster cluster-down clean
 
@@ -68,17 +73,17 @@ images: venv
 
 unit: venv
 	$(COMPILE)
-	$(PYTEST) tests/unit $(PYTEST_ARGS)
+	$(TIER_PYTEST) tests/unit $(PYTEST_ARGS)
 
 # Starts Docker (ci/install-docker.sh, from ci/build-images.sh) and builds the servers' images.
 integration-images: | .cache
 	NO_PUSH=1 ci/build-images.sh $(INTEGRATION_IMAGES)
 
 integration: system-deps venv tools integration-images
-	$(PYTEST) tests/integration $(PYTEST_ARGS)
+	$(TIER_PYTEST) tests/integration $(PYTEST_ARGS)
 
 chart: venv tools
-	$(PYTEST) tests/chart $(PYTEST_ARGS)
+	$(TIER_PYTEST) tests/chart $(PYTEST_ARGS)
 
 # The agent image, tagged with the chart's appVersion (hermes-runtime/agent:<appVersion>), and
 # `make image-push REGISTRY=registry.example.com` to publish it where your cluster pulls from.
@@ -92,7 +97,7 @@ image-test-images: | .cache
 	NO_PUSH=1 ci/build-images.sh $(IMAGE_TEST_IMAGES)
 
 image-tests: venv tools image-test-images
-	$(PYTEST) tests/image $(PYTEST_ARGS)
+	$(TIER_PYTEST) tests/image $(PYTEST_ARGS)
 
 cluster: venv tools
 	ci/cluster-up.sh
@@ -108,10 +113,11 @@ e2e: venv tools
 
 # One tier after another: preparing the cluster and images in the background beside the unit
 # tier was tried (issue 12) and made its timing-sensitive tests (datalock, supervisor signals)
-# fail under the extra load of two cores; the e2e tier itself runs side by side (E2E_WORKERS).
+# fail under the extra load of a Go build and podman; within a tier tests run side by side
+# (TEST_WORKERS, E2E_WORKERS).
 test: system-deps venv tools image-test-images
 	$(COMPILE)
-	$(PYTEST) tests/unit tests/integration tests/chart tests/image $(PYTEST_ARGS)
+	$(TIER_PYTEST) tests/unit tests/integration tests/chart tests/image $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory e2e
 
 lint: venv

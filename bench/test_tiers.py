@@ -1,10 +1,10 @@
 """Wall and CPU time of each test tier, the load average beside each (issue 12's time goals).
 
 Usage: .venv/bin/python bench/test_tiers.py [--tiers unit,integration,chart,image]
-                                            [--e2e-workers 3] [-- PYTEST_ARGS...]
+                                            [--workers 2] [--e2e-workers 3] [-- PYTEST_ARGS...]
 
-Runs each tier's pytest command exactly as `make test` does (the e2e tier with
-`-n E2E_WORKERS --dist worksteal` against KUBECONFIG, images already pushed to
+Runs each tier's pytest command as `make test` does (`-n TEST_WORKERS --dist worksteal`, the
+e2e tier with `-n E2E_WORKERS --dist worksteal` against KUBECONFIG, images already pushed to
 HERMES_E2E_REGISTRY), one after the other, and prints per tier: wall seconds, CPU seconds of
 the tier's processes (user + system, from getrusage of the children), the 1-minute load
 average before and after, and pytest's exit status. The figures for docs/benchmarks.md come
@@ -26,10 +26,9 @@ PYTEST = REPO / ".venv" / "bin" / "pytest"
 TIERS = ("unit", "integration", "chart", "image", "e2e")
 
 
-def command(tier: str, e2e_workers: int, extra: list[str]) -> list[str]:
+def command(tier: str, workers: int, e2e_workers: int, extra: list[str]) -> list[str]:
     cmd = [str(PYTEST), f"tests/{tier}", "-q", "-p", "no:cacheprovider"]
-    if tier == "e2e":
-        cmd += ["-n", str(e2e_workers), "--dist", "worksteal"]
+    cmd += ["-n", str(e2e_workers if tier == "e2e" else workers), "--dist", "worksteal"]
     return cmd + extra
 
 
@@ -47,6 +46,7 @@ def run_tier(cmd: list[str]) -> tuple[float, float, int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiers", default="unit,integration,chart,image")
+    parser.add_argument("--workers", type=int, default=2, help="TEST_WORKERS (0: one by one)")
     parser.add_argument("--e2e-workers", type=int, default=3)
     parser.add_argument("pytest_args", nargs="*", help="after --: passed to every pytest")
     args = parser.parse_args()
@@ -57,7 +57,9 @@ def main() -> int:
     failed = 0
     for tier in tiers:
         before = os.getloadavg()[0]
-        wall, cpu, status = run_tier(command(tier, args.e2e_workers, args.pytest_args))
+        wall, cpu, status = run_tier(
+            command(tier, args.workers, args.e2e_workers, args.pytest_args)
+        )
         after = os.getloadavg()[0]
         failed += status != 0
         print(
