@@ -382,12 +382,27 @@ def render_failure(cluster: kube.Cluster, namespace: str, release: str) -> tuple
 
     kube.wait_until(failed, 180, f"the vault-render init container of {release} to exit")
     pod = seen["pod"]
-    log = kube.pod_log(
-        cluster, namespace, pod.metadata.name, "vault-render", previous=seen["previous"]
-    )
+    log = failed_run_log(cluster, namespace, pod.metadata.name, seen["previous"])
     agent = [s for s in pod.status.container_statuses or [] if s.name == "agent"]
     assert not any(s.state.running for s in agent), "the agent started without its secrets"
     return int(seen["code"]), log
+
+
+def failed_run_log(cluster: kube.Cluster, namespace: str, pod: str, previous: bool) -> str:
+    """The log of a vault-render run that failed: the one with its `error:` line.
+
+    Why two reads: the kubelet restarts a failed init container (with back-off). Between the
+    status that showed it terminated and the log read, the next run may have started: the
+    current log is then that run's (empty, once in CI), and the failed one is `previous`.
+    Every run fails the same way, so either failed run's log will do.
+    """
+    log = ""
+    for which in dict.fromkeys((previous, True)):
+        with contextlib.suppress(ApiException):  # no previous run yet
+            log = kube.pod_log(cluster, namespace, pod, "vault-render", previous=which)
+        if "error:" in log:
+            break
+    return log
 
 
 @pytest.mark.timeout(900)
