@@ -18,7 +18,7 @@ import shutil
 from pathlib import Path
 
 from hermes_runtime.backup.selection import STAGING_PREFIX
-from hermes_runtime.common.atomic import fsync_dir
+from hermes_runtime.common.atomic import fsync_dir, sync_filesystem
 from hermes_runtime.common.errors import RuntimeFailure
 
 IGNORED_IN_DATA_DIR = ("lost+found",)
@@ -62,10 +62,15 @@ def remove_stale_stages(stage_root: Path, name: str) -> None:
 
 
 def swap_in(stage: Path, data_dir: Path, old: Path, existing: list[str]) -> None:
-    """Move old entries aside and staged ones in, by renames; undo everything on error."""
+    """Move old entries aside and staged ones in, by renames; undo everything on error.
+
+    The staged tree reaches the disk first (``sync_filesystem``): the renames are made
+    durable, so what they point at must be too.
+    """
     moved_out: list[str] = []
     moved_in: list[str] = []
     try:
+        sync_filesystem(stage)
         if existing:
             old.mkdir(mode=0o700)
             for name in existing:
