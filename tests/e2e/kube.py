@@ -416,12 +416,22 @@ def exec_in_container(
         if done.returncode != 0:
             return done  # kubectl's own failure (no such pod, container killed): as it is
         print(f"{what}: stream cut (exit 0, no exit status) on attempt {attempt}")
-        time.sleep(2)
+        if attempt < TRANSPORT_ATTEMPTS and repeatable:
+            time.sleep(2)
     raise AssertionError(
         f"{what}: the exec stream was cut {attempt} time(s): kubectl exited 0 without the "
         f"command's exit status (kubernetes/kubernetes#137404)\n"
         f"stdout so far:\n{done.stdout[-2000:]}\nstderr:\n{done.stderr[-2000:]}"
     )
+
+
+def read_in_container(
+    cluster: Cluster, namespace: str, pod: str, container: str, command: list[str]
+) -> str:
+    """The output of a command that only reads (run again if its exec stream is cut)."""
+    done = exec_in_container(cluster, namespace, pod, container, command, repeatable=True)
+    assert done.returncode == 0, f"{' '.join(command)[:80]} in {pod} failed: {done.stderr}"
+    return done.stdout
 
 
 def exec_status(done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str] | None:
