@@ -111,11 +111,15 @@ e2e: venv tools
 	REGISTRY=$(REGISTRY) ci/e2e-prepare.sh $(E2E_IMAGES)
 	KUBECONFIG="$${KUBECONFIG:-$(KUBECONFIG_LOCAL)}" $(E2E_PYTEST) $(PYTEST_ARGS)
 
-# One tier after another: preparing the cluster and images in the background beside the unit
-# tier was tried (issue 12) and made its timing-sensitive tests (datalock, supervisor signals)
-# fail under the extra load of a Go build and podman; within a tier tests run side by side
-# (TEST_WORKERS, E2E_WORKERS).
-test: system-deps venv tools image-test-images
+# The cluster's Go binaries compile in the background while the venv, tools and images are
+# installed (mostly network waits); nothing to do when cached (ci/with-background.sh). The tiers
+# then run one after another: building beside the unit tier was tried (issue 12) and made its
+# timing-sensitive tests (datalock, supervisor signals) fail under the extra load; within a tier
+# tests run side by side (TEST_WORKERS, E2E_WORKERS).
+test: system-deps | .cache
+	ci/with-background.sh cluster-binaries $(CURDIR)/.cache/logs/cluster-binaries.log \
+	  'ci/kind/build-node-image.sh binaries' \
+	  $(MAKE) --no-print-directory venv tools image-test-images
 	$(COMPILE)
 	$(TIER_PYTEST) tests/unit tests/integration tests/chart tests/image $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory e2e

@@ -13,7 +13,10 @@
 #   crictl 1.34.0, kube-router 2.1.0 (the CNI and NetworkPolicy enforcer: manifests/default-cni.yaml)
 # Images are named as kubeadm and kind's config expect (registry.k8s.io/...), so nothing is pulled.
 #
-# Usage: ci/kind/build-node-image.sh        prints the node image name on stdout
+# Usage: ci/kind/build-node-image.sh            prints the node image name on stdout
+#        ci/kind/build-node-image.sh binaries   only compiles (kind and every Go binary above):
+#                                               no podman, no apt, so `make test` runs it in the
+#                                               background beside the image builds
 # Env:   FORCE=1 rebuilds the node image even when its inputs did not change.
 # Cached: binaries in .cache/k8s/bin and .cache/kind/bin, image tarballs in .cache/kind/images,
 # the node image in podman's store, tagged with a hash of its inputs.
@@ -44,7 +47,15 @@ go_install() { # BINARY MODULE@VERSION PACKAGE
   GOFLAGS=-buildvcs=false GOBIN="$KIND_BIN" go install -p "$PARALLEL" -trimpath -ldflags "-s -w" "$pkg@${mod#*@}"
 }
 
+install_kind() {
+  [[ -x "$KIND_BIN/kind" ]] && "$KIND_BIN/kind" version | grep -q "kind $KIND_VERSION " && return 0
+  log "building kind $KIND_VERSION from the Go module proxy"
+  GOFLAGS=-buildvcs=false GOBIN="$KIND_BIN" go install -p "$PARALLEL" -trimpath -ldflags "-s -w" \
+    "sigs.k8s.io/kind@$KIND_VERSION"
+}
+
 build_binaries() {
+  install_kind
   "$ROOT/ci/k8s/build-kubernetes.sh"
   "$ROOT/ci/k8s/build-addons.sh"
   go_install crictl "sigs.k8s.io/cri-tools@$CRICTL_VERSION" sigs.k8s.io/cri-tools/cmd/crictl
@@ -167,6 +178,10 @@ remove_build_container() { [[ -z "$BUILD_CONTAINER" ]] || podman rm -f -t 0 -v "
 trap remove_build_container EXIT
 
 main() {
+  if [[ "${1:-}" == binaries ]]; then
+    step "binaries" build_binaries
+    return 0
+  fi
   "$HERE/install-podman.sh"
   step "binaries" build_binaries
   step "images" build_images

@@ -13,12 +13,6 @@ KUBECONFIG_PATH="$ROOT/.cache/kind/kubeconfig"
 export KIND_EXPERIMENTAL_PROVIDER=podman PATH="$KIND_BIN:$ROOT/.cache/tools/bin:$PATH"
 log() { echo "kind-up: $*" >&2; }
 
-install_kind() {
-  [[ -x "$KIND_BIN/kind" ]] && "$KIND_BIN/kind" version | grep -q "kind $KIND_VERSION " && return 0
-  log "building kind $KIND_VERSION from the Go module proxy"
-  GOFLAGS=-buildvcs=false GOBIN="$KIND_BIN" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kind@$KIND_VERSION"
-}
-
 running_image() { # the node image of the running cluster (empty: none runs or answers)
   [[ "$(podman inspect -f '{{.State.Running}}' "$CLUSTER_NAME-control-plane" 2>/dev/null)" == true ]] &&
     [[ -f "$KUBECONFIG_PATH" ]] &&
@@ -40,10 +34,9 @@ wire_registry() { # every node pulls localhost:5001/... from the registry contai
 main() {
   local image start
   start=$(date +%s)
-  install_kind
   "$HERE/install-podman.sh"
   "$HERE/registry.sh" up
-  image="$("$HERE/build-node-image.sh")"
+  image="$("$HERE/build-node-image.sh")" # builds kind too
   mkdir -p "$(dirname "$KUBECONFIG_PATH")"
   if [[ "$(running_image)" == "$image" ]]; then
     kind export kubeconfig --name "$CLUSTER_NAME" --kubeconfig "$KUBECONFIG_PATH" >/dev/null 2>&1
