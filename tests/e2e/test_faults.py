@@ -44,8 +44,8 @@ VALUES = {
     **images.agent_values(),
     "lcm": {"embeddings": {"mode": "off"}},
     "tests": {"enabled": False},
-    # The chart's default startup probe (ci.yaml probes every 5 s to spare the other scenarios'
-    # busy nodes): a replacement pod is only Ready once it passed, so its period is outage.
+    # The chart's default startup probe, spelled out: a replacement pod is only Ready once it
+    # passed, so its period is outage.
     "agent": {"startupProbe": {"periodSeconds": 1, "failureThreshold": 600}},
 }
 SETTLE = 3.0  # seconds of records kept after recovery, so the window holds the whole fault
