@@ -1,7 +1,7 @@
 """Wall and CPU time of each test tier, the load average beside each (issue 12's time goals).
 
 Usage: .venv/bin/python bench/test_tiers.py [--tiers unit,integration,chart,image]
-                                            [--workers 2] [--e2e-workers 3] [-- PYTEST_ARGS...]
+                                            [--workers 3] [--e2e-workers 3] [-- PYTEST_ARGS...]
 
 Runs each tier's pytest command as `make test` does (`-n TEST_WORKERS --dist worksteal`, the
 e2e tier with `-n E2E_WORKERS --dist worksteal` against KUBECONFIG, images already pushed to
@@ -46,7 +46,7 @@ def run_tier(cmd: list[str]) -> tuple[float, float, int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiers", default="unit,integration,chart,image")
-    parser.add_argument("--workers", type=int, default=2, help="TEST_WORKERS (0: one by one)")
+    parser.add_argument("--workers", type=int, default=3, help="TEST_WORKERS (0: one by one)")
     parser.add_argument("--e2e-workers", type=int, default=3)
     parser.add_argument("pytest_args", nargs="*", help="after --: passed to every pytest")
     args = parser.parse_args()
