@@ -55,6 +55,10 @@ install_kind() {
 }
 
 build_binaries() {
+  command -v go >/dev/null || {
+    log "Go (>= 1.24) is required to build kind and Kubernetes; /usr/local/go/bin/go not found"
+    return 1
+  }
   install_kind
   "$ROOT/ci/k8s/build-kubernetes.sh"
   "$ROOT/ci/k8s/build-addons.sh"
