@@ -7,6 +7,7 @@ apsw bundles its own SQLite, so LCM and backup never depend on the host.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import apsw
@@ -44,6 +45,26 @@ def connect(
     conn.set_busy_timeout(busy_timeout_ms)
     conn.execute("PRAGMA foreign_keys = ON")
     if wal and not readonly:
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = NORMAL")
+        enable_wal(conn, busy_timeout_ms / 1000)
     return conn
+
+
+def enable_wal(conn: apsw.Connection, timeout_seconds: float) -> None:
+    """WAL and NORMAL sync, waiting up to ``timeout_seconds`` for other processes.
+
+    The switch needs the database to itself for a moment. While another connection is in a
+    write transaction (a process creating the schema of a new database), SQLite answers
+    "database is locked" at once instead of waiting on the busy timeout: it skips the busy
+    handler where waiting could deadlock. So the switch is retried here. Seen with four
+    engines, two imports, a reader and a backup starting at once on a new LCM database.
+    """
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            break
+        except apsw.BusyError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.02)
+    conn.execute("PRAGMA synchronous = NORMAL")

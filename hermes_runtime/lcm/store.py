@@ -24,7 +24,7 @@ from typing import Any
 import apsw
 
 from hermes_runtime.common.errors import RuntimeFailure
-from hermes_runtime.common.sqlite import connect
+from hermes_runtime.common.sqlite import connect, enable_wal
 from hermes_runtime.lcm import outputs as out
 from hermes_runtime.lcm.checkpoints import Checkpointer
 from hermes_runtime.lcm.records import (
@@ -807,8 +807,7 @@ class LcmStore:
 
 def _set_wal(conn: apsw.Connection) -> None:
     """WAL (readers beside the writer) and NORMAL sync; only ever on an LCM database."""
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = NORMAL")
+    enable_wal(conn, DEFAULT_BUSY_TIMEOUT_MS / 1000)
 
 
 def _prefixed(alias: str, columns: str) -> str:
