@@ -47,11 +47,9 @@ go_install() { # BINARY MODULE@VERSION PACKAGE
   GOFLAGS=-buildvcs=false GOBIN="$KIND_BIN" go install -p "$PARALLEL" -trimpath -ldflags "-s -w" "$pkg@${mod#*@}"
 }
 
-install_kind() {
-  [[ -x "$KIND_BIN/kind" ]] && "$KIND_BIN/kind" version | grep -q "kind $KIND_VERSION " && return 0
-  log "building kind $KIND_VERSION from the Go module proxy"
-  GOFLAGS=-buildvcs=false GOBIN="$KIND_BIN" go install -p "$PARALLEL" -trimpath -ldflags "-s -w" \
-    "sigs.k8s.io/kind@$KIND_VERSION"
+install_kind() { # go_install, and again when the cached kind is another version
+  "$KIND_BIN/kind" version 2>/dev/null | grep -q "kind $KIND_VERSION " || rm -f "$KIND_BIN/kind"
+  go_install kind "sigs.k8s.io/kind@$KIND_VERSION" sigs.k8s.io/kind
 }
 
 build_binaries() {

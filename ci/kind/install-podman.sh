@@ -27,6 +27,4 @@ if [[ "$(cat "$conf" 2>/dev/null)" != "$want" ]]; then
   printf '%s\n' "$want" >"$conf.tmp" && mv "$conf.tmp" "$conf"
 fi
 mkdir -p /lib/modules
-command -v go >/dev/null || [[ -x /usr/local/go/bin/go ]] || {
-  echo "install-podman: Go (>= 1.24) is required to build kind and Kubernetes; /usr/local/go/bin/go not found" >&2; exit 1; }
 ENGINE=podman "$ROOT/ci/build-base-image.sh"
