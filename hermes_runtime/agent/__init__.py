@@ -16,14 +16,40 @@ Public surface:
   path, also used for plugin and secret changes).
 - ``GatewayRestarter``: the same restart for ``plugins watch`` outside the entrypoint.
 - ``seed_config`` / ``seed_soul``: the three-way seeding on its own.
+- ``gateway_main``: the gateway process's ``__main__``; it installs ``idempotency.py``'s
+  durable ``Idempotency-Key`` cache into Hermes' API server, then runs Hermes.
+
+The exports are imported on first use (``__getattr__``): the gateway process imports
+``hermes_runtime.agent.gateway_main`` on every start, and must not pay for the entrypoint's
+modules (Vault client, Prometheus, plugins, backup) on the hand-over's critical path.
 """
 
-from hermes_runtime.agent.metrics import AgentMetrics
-from hermes_runtime.agent.restart import GATEWAY_RESTART_EXIT_CODE, GatewayRestarter
-from hermes_runtime.agent.runner import PrepareReport, prepare, run_agent
-from hermes_runtime.agent.seed import SeedResult, seed_config, seed_soul
-from hermes_runtime.agent.settings import AgentSettings
-from hermes_runtime.agent.supervisor import Supervisor
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hermes_runtime.agent.metrics import AgentMetrics
+    from hermes_runtime.agent.restart import GATEWAY_RESTART_EXIT_CODE, GatewayRestarter
+    from hermes_runtime.agent.runner import PrepareReport, prepare, run_agent
+    from hermes_runtime.agent.seed import SeedResult, seed_config, seed_soul
+    from hermes_runtime.agent.settings import AgentSettings
+    from hermes_runtime.agent.supervisor import Supervisor
+
+_EXPORTS = {
+    "GATEWAY_RESTART_EXIT_CODE": "hermes_runtime.agent.restart",
+    "AgentMetrics": "hermes_runtime.agent.metrics",
+    "AgentSettings": "hermes_runtime.agent.settings",
+    "GatewayRestarter": "hermes_runtime.agent.restart",
+    "PrepareReport": "hermes_runtime.agent.runner",
+    "SeedResult": "hermes_runtime.agent.seed",
+    "Supervisor": "hermes_runtime.agent.supervisor",
+    "prepare": "hermes_runtime.agent.runner",
+    "run_agent": "hermes_runtime.agent.runner",
+    "seed_config": "hermes_runtime.agent.seed",
+    "seed_soul": "hermes_runtime.agent.seed",
+}
 
 __all__ = [
     "GATEWAY_RESTART_EXIT_CODE",
@@ -38,3 +64,10 @@ __all__ = [
     "seed_config",
     "seed_soul",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
