@@ -21,10 +21,23 @@ from hermes_runtime.agent.settings import AgentSettings
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.vault import read_env_file
 
+HERMES_MAIN = "hermes_cli.main"
+
 
 def gateway_command() -> list[str]:
-    """The foreground gateway, run by the same interpreter that runs hermes_runtime."""
-    return [sys.executable, "-m", "hermes_cli.main", "gateway", "run", "--replace"]
+    """The foreground gateway, run by the same interpreter that runs hermes_runtime.
+
+    Hermes' ``hermes_cli.main`` behind our ``gateway_main``, which installs the durable
+    idempotency cache (``idempotency.py``) first."""
+    return [
+        sys.executable,
+        "-m",
+        "hermes_runtime.agent.gateway_main",
+        HERMES_MAIN,
+        "gateway",
+        "run",
+        "--replace",
+    ]
 
 
 def read_secrets_env(path: Path) -> dict[str, str]:

@@ -22,6 +22,8 @@ DEFAULT_GRACE_SECONDS = 30.0  # Kubernetes' default terminationGracePeriodSecond
 EXIT_MARGIN_SECONDS = 2.0  # after killing the gateway: our own exit, before the kubelet's SIGKILL
 DRAIN_MARGIN_SECONDS = 3.0  # after Hermes' drain: its shutdown (adapters, state files)
 DEFAULT_LOCK_TIMEOUT = 300.0  # longer than any sane grace period of the pod before us
+# How long the gateway keeps an Idempotency-Key's answer (idempotency.py): Hermes' own default.
+DEFAULT_IDEMPOTENCY_TTL = 300.0
 # What the warm gateway imports while the pod waits for the data dir lock (zygote.py): every
 # third-party module Hermes 0.19.0 imports from `gateway run` to its first answered turn
 # (found with `python -X importtime`; openai's types alone take seconds, and a new gateway
@@ -103,6 +105,7 @@ class AgentSettings:
     plugin_wait_seconds: float = 0.0
     watch_interval: float = 5.0
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT
+    idempotency_ttl: float = DEFAULT_IDEMPOTENCY_TTL  # 0: Hermes' in-memory cache only
 
     @property
     def state_dir(self) -> Path:
@@ -158,7 +161,10 @@ class AgentSettings:
         (this pod's address, which it tells the pod it replaces), ``API_SERVER_HOST`` and
         ``API_SERVER_PORT`` (where clients connect: the front door), and
         ``HERMES_RUNTIME_GATEWAY_PORT`` (the gateway's loopback port behind it; 0 turns the
-        front door off and lets the gateway listen on the API port itself).
+        front door off and lets the gateway listen on the API port itself), and
+        ``HERMES_RUNTIME_IDEMPOTENCY_TTL_SECONDS`` (how long the gateway keeps the answer to a
+        request with an ``Idempotency-Key`` on the data volume, ``idempotency.py``; 0 leaves
+        Hermes' in-memory cache, which a gateway crash empties).
         """
         env = os.environ if env is None else env
 
@@ -184,6 +190,9 @@ class AgentSettings:
             handover_seconds=_seconds(env, "HERMES_RUNTIME_HANDOVER_SECONDS", 0.0),
             pod_ip=env.get("HERMES_RUNTIME_POD_IP", "").strip(),
             preload=_modules(env.get("HERMES_RUNTIME_GATEWAY_PRELOAD", "")),
+            idempotency_ttl=_seconds(
+                env, "HERMES_RUNTIME_IDEMPOTENCY_TTL_SECONDS", DEFAULT_IDEMPOTENCY_TTL
+            ),
         )
 
 

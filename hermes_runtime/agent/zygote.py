@@ -5,8 +5,9 @@ gateway has drained and exited; only then could a new ``hermes gateway run`` sta
 needs seconds to import before it binds its port. That import was most of the hand-over's
 outage. So the entrypoint starts the gateway process at once, as this small launcher: it
 imports the heavy libraries (``PRELOAD``), reports "warm" on a pipe, and blocks until the
-entrypoint holds the lock and says "go"; then it runs ``python -m hermes_cli.main gateway run``
-in the same process, where those imports are already done.
+entrypoint holds the lock and says "go"; then it runs the gateway command (``python -m
+hermes_runtime.agent.gateway_main hermes_cli.main gateway run``, ``gateway.py``) in the same
+process, where those imports are already done.
 
 The rule that makes this safe: nothing may touch the data dir before the lock. Hermes' own
 modules read ``config.yaml`` and ``.env`` and open log files in ``HERMES_HOME`` when imported,

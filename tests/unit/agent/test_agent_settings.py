@@ -109,3 +109,13 @@ def test_hermes_respawn_storm_breaker_is_off_unless_the_operator_set_it(tmp_path
     assert gateway_env(settings, base={"API_SERVER_KEY": KEY})["HERMES_GATEWAY_MAX_STARTS"] == "0"
     mine = gateway_env(settings, base={"API_SERVER_KEY": KEY, "HERMES_GATEWAY_MAX_STARTS": "9"})
     assert mine["HERMES_GATEWAY_MAX_STARTS"] == "9"
+
+
+def test_the_idempotency_ttl_defaults_to_hermes_own_and_can_be_set_or_turned_off() -> None:
+    assert AgentSettings.from_env({}).idempotency_ttl == 300.0
+    env = {"HERMES_RUNTIME_IDEMPOTENCY_TTL_SECONDS": "90"}
+    assert AgentSettings.from_env(env).idempotency_ttl == 90.0
+    env = {"HERMES_RUNTIME_IDEMPOTENCY_TTL_SECONDS": "0"}
+    assert AgentSettings.from_env(env).idempotency_ttl == 0.0
+    with pytest.raises(RuntimeFailure, match="HERMES_RUNTIME_IDEMPOTENCY_TTL_SECONDS"):
+        AgentSettings.from_env({"HERMES_RUNTIME_IDEMPOTENCY_TTL_SECONDS": "-5"})
