@@ -118,6 +118,13 @@ def test_the_hand_over_gets_its_timings_from_the_grace_period() -> None:
     assert env["HERMES_RUNTIME_POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
 
 
+def test_the_gateway_keeps_idempotent_answers_as_long_as_the_value_says() -> None:
+    assert env_map(render().container("agent"))["HERMES_RUNTIME_IDEMPOTENCY_TTL_SECONDS"] == "300"
+    agent = render({"agent": {"idempotencyTtlSeconds": 0}}).container("agent")
+    assert env_map(agent)["HERMES_RUNTIME_IDEMPOTENCY_TTL_SECONDS"] == "0"
+    assert "idempotencyTtlSeconds" in render_error({"agent": {"idempotencyTtlSeconds": -1}})
+
+
 def test_a_stop_sequence_as_long_as_the_grace_period_is_refused() -> None:
     result = render_error(
         {
