@@ -107,12 +107,33 @@ class Gateway:
         except OSError:
             return False
 
-    def chat(self, text: str, session_id: str = "") -> Reply:
+    def gateway_pid(self) -> int | None:
+        """The running gateway's PID from Hermes' ``gateway.pid`` (None: not written yet)."""
+        try:
+            return int(json.loads((self.data / "gateway.pid").read_text())["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def kill_gateway(self, timeout: float = 120) -> None:
+        """SIGKILL the gateway (an OOM kill), and return once the supervisor's in-place
+        restart wrote its PID and answers ``/health``."""
+        old = self.gateway_pid()
+        assert old is not None, "no gateway.pid to kill"
+        os.kill(old, signal.SIGKILL)
+        deadline = time.monotonic() + timeout
+        while not (self.gateway_pid() not in (None, old) and self.healthy()):
+            assert self.process is not None and self.process.poll() is None, "agent run exited"
+            assert time.monotonic() < deadline, f"no gateway after the kill in {timeout} s"
+            time.sleep(0.1)
+
+    def chat(self, text: str, session_id: str = "", idempotency_key: str = "") -> Reply:
         """One request carrying only the new user message (history comes from the server)."""
         body = {"model": "hermes-agent", "messages": [{"role": "user", "content": text}]}
         headers = {"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"}
         if session_id:
             headers["X-Hermes-Session-Id"] = session_id
+        if idempotency_key:
+            headers["Idempotency-Key"] = idempotency_key
         request = urllib.request.Request(
             f"http://127.0.0.1:{self.port}/v1/chat/completions",
             data=json.dumps(body).encode(),
@@ -166,6 +187,22 @@ def rows_when(
         if done(rows) or time.monotonic() > deadline:
             return rows
         time.sleep(0.05)
+
+
+def state_rows(gateway: Gateway, text: str) -> int:
+    """Hermes' user messages in ``state.db`` containing ``text``."""
+    rows = stored_rows(
+        gateway.data / "state.db",
+        "SELECT count(*) FROM messages WHERE role = 'user' AND content LIKE ?",
+        (f"%{text}%",),
+    )
+    return int(rows[0][0]) if rows else 0
+
+
+def lcm_copies(gateway: Gateway, text: str) -> int:
+    """How often ``text`` occurs in LCM's user messages (a merged duplicate counts twice)."""
+    rows = stored_rows(gateway.db_path, "SELECT content FROM messages WHERE role = 'user'")
+    return sum(str(content).count(text) for (content,) in rows)
 
 
 def stored_rows(db_path: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:

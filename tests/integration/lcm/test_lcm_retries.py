@@ -19,26 +19,11 @@ import urllib.error
 from typing import Any
 
 from fakes.fixtures import FakeLLM
-from lcm_testlib import gateway_config, rows_when, stored_rows
+from lcm_testlib import gateway_config, lcm_copies, rows_when, state_rows, stored_rows
 from support.wait import wait_until
 
 SESSION = "lcm-retried-turn"
 CUT = "please remember the heron [retried-turn]"
-
-
-def state_rows(gateway: Any, text: str) -> int:
-    rows = stored_rows(
-        gateway.data / "state.db",
-        "SELECT count(*) FROM messages WHERE role = 'user' AND content LIKE ?",
-        (f"%{text}%",),
-    )
-    return int(rows[0][0]) if rows else 0
-
-
-def lcm_copies(gateway: Any, text: str) -> int:
-    """How often ``text`` occurs in LCM's user messages (a merged duplicate counts twice)."""
-    rows = stored_rows(gateway.db_path, "SELECT content FROM messages WHERE role = 'user'")
-    return sum(str(content).count(text) for (content,) in rows)
 
 
 def test_a_cut_then_retried_turn_is_stored_once(make_gateway: Any, fake_llm: FakeLLM) -> None:
