@@ -1,9 +1,10 @@
 """Recognise a user turn replayed by a client's retry, so LCM stores it once.
 
 Why LCM does this and not Hermes: Hermes' API server writes the user message to state.db before
-the model call, and its only dedupe for retries (``Idempotency-Key``) lives in the gateway's
-memory, so it is gone when the gateway is killed mid-turn (docs/retries.md). The client then
-retries the same text and Hermes sees two user turns in a row. Two shapes reach LCM:
+the model call, and its only dedupe for retries (``Idempotency-Key``, made durable by
+``hermes_runtime.agent.idempotency``) keeps answers, so it has nothing for a turn the gateway
+was killed in the middle of (docs/retries.md). The client then retries the same text and
+Hermes sees two user turns in a row. Two shapes reach LCM:
 
 - merged: Hermes joins adjacent user messages with a blank line, so the retried turn arrives
   as ``"X\\n\\nX"``. The merged dict is the stored copy's (it carries state.db's ``timestamp``,
