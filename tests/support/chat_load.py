@@ -6,7 +6,10 @@ against the agent's Service: standard library only, so any image with python3 ru
 
 Each client sends the turns of one conversation back to back and retries a turn until it is
 answered with HTTP 200 (every failed attempt is recorded). A turn's user text carries a unique
-marker (``[A:00012]``) so a checker can count it in LCM. Two conversation shapes:
+marker (``[A:00012]``) so a checker can count it in LCM. Every attempt carries the turn's
+``Idempotency-Key`` (the same on each retry of the turn, unique to this client's run), as
+docs/retries.md asks of clients: a turn the gateway answered and then died with is answered
+again from its durable cache instead of a second time. Two conversation shapes:
 
 - ``session``: one user message per request plus ``X-Hermes-Session-Id`` (history from state.db);
 - ``history``: the client sends the history (a fixed opening exchange, then the new turn), as
@@ -31,6 +34,7 @@ import sys
 import threading
 import time
 import urllib.parse
+import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -133,6 +137,7 @@ class ChatClient:
     retried_turns: int = 0
     slowest_turn_s: float = 0.0
     stop: threading.Event = field(default_factory=threading.Event)
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])  # keys of this run only
 
     def run(self) -> None:
         turn = 0
@@ -150,9 +155,13 @@ class ChatClient:
                 time.sleep(RETRY_PAUSE)
 
     def request(self, turn: int) -> tuple[dict[str, Any], dict[str, str]]:
-        """Body and headers of one turn in this client's conversation shape."""
+        """Body and headers of one turn in this client's conversation shape (the same for
+        every attempt of the turn, its ``Idempotency-Key`` too)."""
         text = f"fault turn {marker(self.name, turn)}"
-        headers = {"Authorization": f"Bearer {self.key}"}
+        headers = {
+            "Authorization": f"Bearer {self.key}",
+            "Idempotency-Key": f"{self.name}-{turn:05d}-{self.run_id}",
+        }
         if self.session:
             headers["X-Hermes-Session-Id"] = self.session
             messages = [{"role": "user", "content": text}]

@@ -73,3 +73,13 @@ def test_a_failed_turn_is_retried_with_the_same_text_until_answered(fake_llm: Fa
     sent = [json.dumps(r) for r in fake_llm.requests()]
     assert any("[B:00001]" in s and "conversation of client B" in s for s in sent)
     assert client.figures()["retried_turns"] == 1
+
+
+def test_every_turn_has_its_own_idempotency_key_the_same_on_each_retry() -> None:
+    client = ChatClient(["http://127.0.0.1:1"], "key", name="A")
+    first, again, second = (client.request(turn)[1]["Idempotency-Key"] for turn in (1, 1, 2))
+    assert first == again != second
+    # Another run of the load (a restarted load pod, the next benchmark): other keys.
+    other = ChatClient(["http://127.0.0.1:1"], "key", name="A")
+    assert other.request(1)[1]["Idempotency-Key"] != first
+    assert "stream" not in client.request(1)[0]  # non-streaming: the cache covers it
