@@ -243,7 +243,6 @@ class DurableIdempotencyCache:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
-        self._ttl = ttl_seconds
         self._clock = clock  # wall clock: rows outlive the process
         self._memory = MemoryAnswers(ttl_seconds, max_entries)
         self._inflight: dict[tuple[str, str], asyncio.Task[Any]] = {}
@@ -312,16 +311,13 @@ class DurableIdempotencyCache:
     def _persist(self, digest: str, fingerprint: str, now: float, response: Any) -> str | None:
         """Commit the answer (on the writer thread: the JSON may be large); why not, or None."""
         try:
-            text = encode_response(response)
+            self.store.put(digest, fingerprint, now, encode_response(response))
+            return None
         except Unstorable as exc:
             problem = str(exc)
-        else:
-            try:
-                self.store.put(digest, fingerprint, now, text)
-                return None
-            except apsw.Error as exc:
-                problem = f"database: {type(exc).__name__}"
-        with contextlib.suppress(apsw.Error):  # the key's newest answer is now in memory
+        except Exception as exc:  # apsw.Error, a full disk...: the answer is still returned
+            problem = f"database: {type(exc).__name__}"
+        with contextlib.suppress(Exception):  # the key's newest answer is now the one in memory
             self.store.forget(digest)
         return problem
 

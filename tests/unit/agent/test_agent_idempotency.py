@@ -286,6 +286,25 @@ def test_an_answer_json_cannot_hold_is_kept_in_memory_and_logged(
     assert agent.runs == 2
 
 
+def test_a_database_that_fails_never_fails_the_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Reads and writes refused (here: the connection is gone): the turn runs, is answered,
+    and its answer is kept in memory for the key."""
+    cache, agent = open_cache(tmp_path / "i.db", Clock()), Agent()
+    cache.store.close()
+    first = ask(cache, "k1", "fp", agent)
+    assert first[0]["final_response"] == "answer #1"
+    assert ask(cache, "k1", "fp", agent) is first
+    assert agent.runs == 1
+    events = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert [e["event"] for e in events] == [
+        "agent.idempotency.read_failed",
+        "agent.idempotency.memory_only",
+    ]
+    assert events[1]["reason"].startswith("database: ")
+
+
 def test_a_memory_only_answer_replaces_the_stored_one_for_its_key(tmp_path: Path) -> None:
     """The key's newest answer wins, as in Hermes' cache, wherever it is kept."""
     path, clock = tmp_path / "i.db", Clock()
