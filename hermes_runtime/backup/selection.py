@@ -38,6 +38,9 @@ DEFAULT_EXCLUDES: tuple[str, ...] = (
     "gateway.pid",
     ".hermes-runtime/backup-status.json",
     ".hermes-runtime/litestream/",  # Litestream's local state (continuous.py)
+    # the gateway's Idempotency-Key answers (agent/idempotency.py): minutes of TTL, and after a
+    # restore an answer could name a turn the restored state.db does not hold
+    ".hermes-runtime/idempotency.db*",
     "auth.lock",
     # secrets (Hermes' own list of credential stores, agent/file_safety.py)
     ".env",

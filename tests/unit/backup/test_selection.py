@@ -34,6 +34,8 @@ def make_db(path: Path) -> None:
         ("lost+found", True),
         (".hermes-restore-data-1234-stage", True),
         ("gateway.pid", False),
+        (".hermes-runtime/idempotency.db", False),
+        (".hermes-runtime/idempotency.db-wal", False),
         ("tls/server.key", False),
     ],
 )
