@@ -30,13 +30,14 @@ LOAD_SCRIPT = Path(__file__).resolve().parents[1] / "support" / "chat_load.py"
 AGENT_UID = 10000  # the chart's podSecurityContext.runAsUser / fsGroup
 API_PORT_NAME = "http"
 
-# Runs in the agent container (apsw: the image's SQLite): integrity of both databases, and how
-# often each marker appears in LCM's user messages (a merged duplicate counts twice).
+# Runs in the agent container (apsw: the image's SQLite): integrity of the databases, how
+# often each marker appears in LCM's user messages (a merged duplicate counts twice), and how
+# many answers the gateway's durable Idempotency-Key cache holds (docs/retries.md).
 CHECK_DATA = """
 import json, sys, apsw
 markers = json.load(sys.stdin)
 out = {"integrity": {}, "counts": {}}
-for name in ("lcm.db", "state.db"):
+for name in ("lcm.db", "state.db", ".hermes-runtime/idempotency.db"):
     db = apsw.Connection("/opt/data/" + name, flags=apsw.SQLITE_OPEN_READONLY)
     db.set_busy_timeout(30000)
     out["integrity"][name] = [row[0] for row in db.execute("PRAGMA integrity_check")]
@@ -46,6 +47,11 @@ texts = [row[0] or "" for row in lcm.execute(
     "SELECT content FROM messages WHERE role = 'user' AND content LIKE '%fault turn [%'"
 )]
 joined = "\\n".join(texts)
+cache = apsw.Connection(
+    "/opt/data/.hermes-runtime/idempotency.db", flags=apsw.SQLITE_OPEN_READONLY
+)
+cache.set_busy_timeout(30000)
+out["cached_answers"] = cache.execute("SELECT count(*) FROM answers").fetchone()[0]
 out["counts"] = {m: joined.count(m) for m in markers}
 # For a marker seen twice: where its copies are, and the roles stored between the first two.
 out["copies"] = {}
@@ -214,12 +220,15 @@ def check_data(cluster: kube.Cluster, namespace: str, found: Records, cutoff: fl
     Turns answered after ``cutoff`` may still wait for their sync (the next turn stores a
     skipped one), so they are only checked for duplicates.
 
-    One duplicate is not LCM's to fold: a turn whose first attempt the gateway answered,
-    reply stored, and was killed before the answer left it. The client saw a cut request and
-    sent the turn again, the gateway answered it again: two turns on the server's side, each
-    with its reply (docs/retries.md, "An answer lost with the gateway"). Such a turn is
-    recognised by its data, not by timing: two user copies in one session, an assistant
-    reply stored between them, and a failed attempt of that turn. It is reported, not failed.
+    The clients send every turn with an ``Idempotency-Key`` (the same on each retry), so a
+    turn whose first attempt the gateway answered and was killed before the answer left it is
+    answered again from the gateway's durable cache, not run twice. One window stays
+    (docs/retries.md, "An answer lost with the gateway"): a kill in the milliseconds between
+    Hermes writing the reply to ``state.db`` and the cache committing it; the retry then runs
+    the turn again, two turns on the server's side, each with its reply. Such a turn is
+    recognised by its data, not by timing: two user copies in one session, an assistant reply
+    stored between them, and a failed attempt of that turn. It is reported, not failed; every
+    other duplicate fails.
     """
     answered = {a.marker: a for a in found.attempts if a.ok}
     out = agent_exec(
@@ -230,7 +239,9 @@ def check_data(cluster: kube.Cluster, namespace: str, found: Records, cutoff: fl
         repeatable=True,
     )
     result = json.loads(out.strip().splitlines()[-1])
-    assert result["integrity"] == {"lcm.db": ["ok"], "state.db": ["ok"]}, result["integrity"]
+    assert all(verdict == ["ok"] for verdict in result["integrity"].values()), result["integrity"]
+    # The clients' keys reach a durable cache in the image (answers live 300 s).
+    assert result["cached_answers"] > 0, "no answer in the gateway's idempotency cache"
     counts: dict[str, int] = result["counts"]
     cut = {a.marker for a in found.attempts if not a.ok}
     resent = sorted(

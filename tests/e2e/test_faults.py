@@ -312,7 +312,11 @@ def run_fault(cluster: kube.Cluster, namespace: str, fault: Fault) -> FaultFigur
         f"max latency {figures.max_latency_s:5.2f} s  "
         f"answered {figures.answered:3d}  "
         f"(LCM checked {checked.checked} turns, {len(snapshots)} snapshots listed)"
-        + (f"  answered twice, first answer lost: {checked.resent}" if checked.resent else "")
+        + (
+            f"  answered twice (killed before the idempotency commit): {checked.resent}"
+            if checked.resent
+            else ""
+        )
         + (f"  errors: {', '.join(errors)}" if errors else "")
         + "\n"
         + timeline(found, start, end, events),
