@@ -180,7 +180,12 @@ def serve_git_ssh(root: Path, keys: Path) -> Iterator[GitSshServer]:
 
 
 def write_spec(path: Path, plugins: list[dict[str, object]]) -> Path:
-    path.write_text(json.dumps({"plugins": plugins}))
+    """Replace the spec in one step, as the kubelet swaps a mounted ConfigMap's files.
+
+    A write in place could be seen half done (an empty file) by a watcher polling it."""
+    staged = path.with_name(path.name + ".new")
+    staged.write_text(json.dumps({"plugins": plugins}))
+    os.replace(staged, path)
     return path
 
 
