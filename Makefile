@@ -29,9 +29,12 @@ export PATH := $(BIN):$(TOOLS_BIN):$(PATH)
 PYTEST := $(BIN)/pytest
 PYTEST_ARGS ?=
 # The e2e scenarios mostly wait on Kubernetes, each in its own namespace: run them side by side
-# (pytest-xdist; worksteal keeps the long ones from queueing behind each other). 0: one by one.
+# (pytest-xdist), the longest of the last run first, each to the next idle worker, so the
+# workers end together (tests/support/longest_first.py; the durations are kept in .cache).
+# 0: one by one.
 E2E_WORKERS ?= 3
-E2E_PYTEST := $(PYTEST) tests/e2e -n $(E2E_WORKERS) --dist worksteal
+E2E_PYTEST := $(PYTEST) tests/e2e -n $(E2E_WORKERS) --dist load --longest-first \
+  -o cache_dir=$(CURDIR)/.cache/pytest
 # The unit, integration, chart and image tiers, three tests at a time: most of their time is
 # spent waiting on the servers and processes they start (on 2 cores: 300-340 s with 3 workers,
 # 390-450 s with 2, 810-920 s one by one; docs/benchmarks.md). 0: one by one, in pytest's own

@@ -6,7 +6,8 @@ Where test code lives, one rule per kind:
   use: a module listed in ``pytest_plugins`` below (tests ask for fixtures by
   name; no re-exporting imports); ``support.announce`` puts a passing test's
   line on the terminal, with or without pytest-xdist; ``support.isolation``
-  gives each test process its own TMPDIR;
+  gives each test process its own TMPDIR; ``support.longest_first`` orders a
+  tier by last run's durations (``--longest-first``, the e2e tier);
 - helpers of one folder: ``<area>_testlib.py`` beside its tests (e.g.
   ``plugins_testlib.py``); helpers several tiers use: ``tests/support/<topic>.py``
   (``support.cli``, ``support.seaweedfs``...);
@@ -22,7 +23,12 @@ from __future__ import annotations
 
 import pytest
 
-pytest_plugins = ["fakes.fixtures", "support.announce", "support.isolation"]
+pytest_plugins = [
+    "fakes.fixtures",
+    "support.announce",
+    "support.isolation",
+    "support.longest_first",
+]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
