@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -260,25 +259,19 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp
 
 
-@pytest.fixture(scope="module")
-def results(scratch: Path) -> dict[str, subprocess.CompletedProcess[str]]:
-    """Every case at once (a few in parallel): each is a fresh interpreter."""
-
-    def run(case: Case) -> subprocess.CompletedProcess[str]:
-        fill = lambda text: text.replace("{tmp}", str(scratch))  # noqa: E731
-        env = {"HERMES_HOME": str(scratch / "home"), **restic_env()}
-        env.update({key: fill(value) for key, value in case.env.items()})
-        return run_cli(*(fill(arg) for arg in case.argv), env=env)
-
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        return dict(zip(CASES, pool.map(run, CASES.values()), strict=True))
+def run_case(case: Case, scratch: Path) -> subprocess.CompletedProcess[str]:
+    """One case in a fresh interpreter. Per test, not all cases in a module fixture: with
+    pytest-xdist spreading the cases over workers, each worker ran every case again."""
+    fill = lambda text: text.replace("{tmp}", str(scratch))  # noqa: E731
+    env = {"HERMES_HOME": str(scratch / "home"), **restic_env()}
+    env.update({key: fill(value) for key, value in case.env.items()})
+    return run_cli(*(fill(arg) for arg in case.argv), env=env)
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_bad_invocation_gets_a_message_and_the_promised_exit_code(
-    name: str, results: dict[str, subprocess.CompletedProcess[str]], scratch: Path
-) -> None:
-    case, result = CASES[name], results[name]
+def test_bad_invocation_gets_a_message_and_the_promised_exit_code(name: str, scratch: Path) -> None:
+    case = CASES[name]
+    result = run_case(case, scratch)
     assert "Traceback" not in result.stderr, result.stderr
     assert result.returncode == case.code, result.stderr
     lines = result.stderr.strip().splitlines()
