@@ -4,7 +4,8 @@ Usage: .venv/bin/python bench/test_tiers.py [--tiers unit,integration,chart,imag
                                             [--workers 3] [--e2e-workers 3] [-- PYTEST_ARGS...]
 
 Runs each tier's pytest command as `make test` does (`-n TEST_WORKERS --dist worksteal`, the
-e2e tier with `-n E2E_WORKERS --dist worksteal` against KUBECONFIG, images already pushed to
+e2e tier with `-n E2E_WORKERS --dist load --longest-first` and the durations cache under
+`.cache/pytest` against KUBECONFIG, images already pushed to
 HERMES_E2E_REGISTRY), one after the other, and prints per tier: wall seconds, CPU seconds of
 the tier's processes (user + system, from getrusage of the children), the 1-minute load
 average before and after, and pytest's exit status. The figures for docs/benchmarks.md come
@@ -27,8 +28,11 @@ TIERS = ("unit", "integration", "chart", "image", "e2e")
 
 
 def command(tier: str, workers: int, e2e_workers: int, extra: list[str]) -> list[str]:
-    cmd = [str(PYTEST), f"tests/{tier}", "-q", "-p", "no:cacheprovider"]
-    cmd += ["-n", str(e2e_workers if tier == "e2e" else workers), "--dist", "worksteal"]
+    cmd = [str(PYTEST), f"tests/{tier}", "-q"]
+    if tier == "e2e":  # the Makefile's E2E_PYTEST: longest scenarios first, from last run's times
+        cmd += ["-n", str(e2e_workers), "--dist", "load", "--longest-first"]
+        return [*cmd, "-o", f"cache_dir={REPO / '.cache' / 'pytest'}", *extra]
+    cmd += ["-p", "no:cacheprovider", "-n", str(workers), "--dist", "worksteal"]
     return cmd + extra
 
 

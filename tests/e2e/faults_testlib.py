@@ -37,20 +37,17 @@ CHECK_DATA = """
 import json, sys, apsw
 markers = json.load(sys.stdin)
 out = {"integrity": {}, "counts": {}}
+dbs = {}
 for name in ("lcm.db", "state.db", ".hermes-runtime/idempotency.db"):
-    db = apsw.Connection("/opt/data/" + name, flags=apsw.SQLITE_OPEN_READONLY)
-    db.set_busy_timeout(30000)
-    out["integrity"][name] = [row[0] for row in db.execute("PRAGMA integrity_check")]
-lcm = apsw.Connection("/opt/data/lcm.db", flags=apsw.SQLITE_OPEN_READONLY)
-lcm.set_busy_timeout(30000)
+    dbs[name] = apsw.Connection("/opt/data/" + name, flags=apsw.SQLITE_OPEN_READONLY)
+    dbs[name].set_busy_timeout(30000)
+    out["integrity"][name] = [row[0] for row in dbs[name].execute("PRAGMA integrity_check")]
+lcm = dbs["lcm.db"]
 texts = [row[0] or "" for row in lcm.execute(
     "SELECT content FROM messages WHERE role = 'user' AND content LIKE '%fault turn [%'"
 )]
 joined = "\\n".join(texts)
-cache = apsw.Connection(
-    "/opt/data/.hermes-runtime/idempotency.db", flags=apsw.SQLITE_OPEN_READONLY
-)
-cache.set_busy_timeout(30000)
+cache = dbs[".hermes-runtime/idempotency.db"]
 out["cached_answers"] = cache.execute("SELECT count(*) FROM answers").fetchone()[0]
 out["counts"] = {m: joined.count(m) for m in markers}
 # For a marker seen twice: where its copies are, and the roles stored between the first two.
