@@ -10,17 +10,23 @@ Layout inside a snapshot: ``.hermes-backup/pieces/<database path>/<index>``, the
 zero-padded to ``INDEX_DIGITS`` digits, so that sorting the names sorts the pieces. Putting
 a database back is concatenating its pieces in that order (``cat``; docs/backup.md).
 
-Splitting and joining move bytes with ``copy_file_range`` (in the kernel, a reflink where the
-filesystem can) and never hold more than the database's size plus ``TRUNCATE_EVERY`` pieces
-(8 MiB) on disk: the snapshot is cut from its end, and pieces are deleted as they are joined.
+Splitting moves bytes with ``copy_file_range`` (in the kernel, a reflink where the filesystem
+can) and never holds more than the database's size plus ``TRUNCATE_EVERY`` pieces (8 MiB) on
+disk: the snapshot is cut from its end. Joining reads the pieces from one tar stream (``restic
+dump`` of the pieces folder) and writes only the databases, hashing them on the way: no piece
+ever lands on disk at restore.
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
-from dataclasses import dataclass
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from hermes_runtime.common.errors import RuntimeFailure
 
@@ -76,28 +82,128 @@ def split_into_pieces(snapshot: Path, root: Path, pieces_dir: str, piece_size: i
     return PieceSet(pieces_dir, piece_size, count, size)
 
 
-def join_pieces(root: Path, pieces: PieceSet, dest: Path) -> None:
-    """Concatenate the pieces into the new file ``dest``, deleting each once it is copied.
+@dataclass(frozen=True)
+class JoinedDatabase:
+    """A database put back together from its pieces: where it is, and what it holds."""
 
-    A missing or wrongly sized piece fails naming it; the caller's staging folder is then
-    discarded as a whole.
+    path: Path
+    count: int
+    size: int
+    sha256: str
+
+
+@dataclass
+class _Joining:
+    path: Path
+    fd: int
+    count: int = 0
+    size: int = 0
+    digest: hashlib._Hash = field(default_factory=hashlib.sha256)
+
+    def append(self, data: memoryview) -> None:
+        self.digest.update(data)
+        written = 0
+        while written < len(data):
+            written += os.write(self.fd, data[written:])
+        self.count += 1
+        self.size += len(data)
+
+    def finish(self) -> JoinedDatabase:
+        return JoinedDatabase(self.path, self.count, self.size, self.digest.hexdigest())
+
+
+def join_piece_stream(stream: IO[bytes], root: Path) -> dict[str, JoinedDatabase]:
+    """Write each database in a tar stream of pieces to ``root / <its pieces folder>``.
+
+    The stream is ``restic dump --archive tar`` of the pieces folder: members named
+    ``<pieces folder>/<index>``, each folder's pieces in index order. Returns each folder's
+    database, with its piece count, size and SHA-256 (hashed as it was written). Why a
+    stream: ``restic restore`` would write every piece as a file (4,000 a GiB) for the join
+    to read again; creating those files cost more than restic's decryption on a busy
+    filesystem. A piece out of order, or anything but folders and files, fails naming it.
     """
-    folder = root / pieces.dir
-    with dest.open("xb") as out:
-        for index in range(pieces.count):
-            path = folder / piece_name(index)
-            expected = min(pieces.piece_size, pieces.size - index * pieces.piece_size)
-            try:
-                with path.open("rb") as piece:
-                    length = os.fstat(piece.fileno()).st_size
-                    if length != expected:
-                        raise RuntimeFailure(f"piece {path}: {length} bytes, expected {expected}")
-                    _copy_range(piece.fileno(), out.fileno(), 0, length, path)
-            except FileNotFoundError as exc:
-                raise RuntimeFailure(f"piece {path} is missing from the snapshot") from exc
-            path.unlink()
-    if dest.stat().st_size != pieces.size:
-        raise RuntimeFailure(f"{dest}: {dest.stat().st_size} bytes joined, expected {pieces.size}")
+    joining: dict[str, _Joining] = {}
+    try:
+        for name, data in _tar_files(stream):
+            folder, _, index = name.rpartition("/")
+            database = joining.get(folder) or _start_joining(root / folder, joining, folder)
+            if index != piece_name(database.count):
+                raise RuntimeFailure(
+                    f"piece {name} in the stream: expected {folder}/{piece_name(database.count)}"
+                )
+            database.append(data)
+    finally:
+        for database in joining.values():
+            os.close(database.fd)
+    return {folder: database.finish() for folder, database in joining.items()}
+
+
+def _start_joining(path: Path, joining: dict[str, _Joining], folder: str) -> _Joining:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    joining[folder] = _Joining(path, os.open(path, flags, 0o600))  # a database's bytes
+    return joining[folder]
+
+
+TAR_BLOCK = 512
+
+
+def _tar_files(stream: IO[bytes]) -> Iterator[tuple[str, memoryview]]:
+    """The regular files of an uncompressed tar stream, in order: name and content.
+
+    Each content view is valid until the next one. Why not ``tarfile``: its stream mode
+    copies its buffer for every header and took 5 s for the 4,000 pieces of a 1 GiB database
+    that this loop reads in under 1 s. Headers are still parsed by ``tarfile``; a PAX
+    header's ``path`` (restic writes one for a name over 100 bytes) names the next member.
+    """
+    header = bytearray(TAR_BLOCK)
+    buffer = bytearray(PIECE_SIZE)
+    pax_path: str | None = None
+    while True:
+        _read_exactly(stream, memoryview(header))
+        if not any(header):
+            return
+        try:
+            info = tarfile.TarInfo.frombuf(bytes(header), "utf-8", "surrogateescape")
+        except tarfile.HeaderError as exc:
+            raise RuntimeFailure(f"the pieces stream holds a damaged tar header: {exc}") from exc
+        padded = -(-info.size // TAR_BLOCK) * TAR_BLOCK
+        if len(buffer) < padded:
+            buffer = bytearray(padded)
+        data = memoryview(buffer)[:padded]
+        _read_exactly(stream, data)
+        if info.type == tarfile.XHDTYPE:
+            pax_path = _pax_path(bytes(data[: info.size])) or pax_path
+        elif info.isreg():
+            yield pax_path or info.name, data[: info.size]
+            pax_path = None
+        elif info.isdir() or info.type == tarfile.XGLTYPE:
+            pax_path = None
+        else:
+            raise RuntimeFailure(
+                f"{pax_path or info.name} in the pieces stream is neither a piece nor a folder"
+            )
+
+
+def _pax_path(records: bytes) -> str | None:
+    """The ``path`` of PAX extended-header records (``"<length> <key>=<value>\n"`` each)."""
+    path = None
+    while records:
+        length = int(records.split(b" ", 1)[0])
+        key, _, value = records[: length - 1].split(b" ", 1)[1].partition(b"=")
+        if key == b"path":
+            path = value.decode("utf-8", "surrogateescape")
+        records = records[length:]
+    return path
+
+
+def _read_exactly(stream: IO[bytes], view: memoryview) -> None:
+    done = 0
+    while done < len(view):
+        got = stream.readinto(view[done:])  # type: ignore[attr-defined]
+        if not got:
+            raise RuntimeFailure("the pieces stream ended in the middle of a piece")
+        done += got
 
 
 # copy_file_range refused by the filesystem: copy through user space instead.

@@ -13,6 +13,9 @@ and never put a secret in an argument.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import io
 import json
 import os
 import socket
@@ -22,7 +25,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, TypeVar
 from urllib.parse import urlsplit
 
 from hermes_runtime.backup.binaries import find_binary
@@ -36,6 +39,11 @@ EXIT_WRONG_PASSWORD = 12
 STDERR_TAIL = 1500
 STDERR_LINES_KEPT = 400  # restic may retry for minutes: the failure message needs only the tail
 CONNECT_TIMEOUT_SECONDS = 10.0
+# restic writes a dump in 256 KiB blobs: a pipe of 1 MiB (Linux's default ceiling for
+# unprivileged processes) instead of 64 KiB took a 1 GiB dump from 4.5 to 3.0 s here.
+PIPE_BYTES = 1 << 20
+EXIT_GRACE_SECONDS = 2.0  # for restic to exit after the stream it wrote ended early
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -161,6 +169,61 @@ def stream_restic(
     if done.returncode != 0:
         raise RuntimeFailure(failure_message(repo, args, done))
     return records
+
+
+def read_restic_stream(
+    repo: ResticRepository, args: Sequence[str], consume: Callable[[IO[bytes]], T]
+) -> T:
+    """Run a restic command whose stdout is data (``dump``); ``consume`` reads it as it comes.
+
+    If ``consume`` fails, restic is killed; if restic fails, the failure names the
+    repository and restic's words, whatever ``consume`` returned.
+    """
+    command = _command(repo, args)
+    kept: deque[str] = deque(maxlen=STDERR_LINES_KEPT)
+    with subprocess.Popen(
+        command,
+        env=dict(repo.env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as process:
+        assert process.stdout is not None and process.stderr is not None
+        with contextlib.suppress(OSError):  # a smaller pipe is only slower
+            fcntl.fcntl(process.stdout.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        errors = io.TextIOWrapper(process.stderr, encoding="utf-8", errors="replace")
+        relay = threading.Thread(
+            target=_relay_lines, args=(errors, kept, repo.on_stderr), daemon=True
+        )
+        relay.start()
+        try:
+            result = consume(process.stdout)
+            while process.stdout.read(PIPE_BYTES):  # what ``consume`` left: restic must finish
+                pass
+        except BaseException as exc:
+            # A stream cut short is usually restic failing: then its words are the error.
+            failed_alone = _exited_within(process, EXIT_GRACE_SECONDS) and process.returncode
+            process.kill()
+            relay.join()
+            if failed_alone:
+                raise RuntimeFailure(failure_message(repo, args, _done(process, kept))) from exc
+            raise
+        relay.join()
+    if process.returncode != 0:
+        raise RuntimeFailure(failure_message(repo, args, _done(process, kept)))
+    return result
+
+
+def _exited_within(process: subprocess.Popen[bytes], seconds: float) -> bool:
+    try:
+        process.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+def _done(process: subprocess.Popen[bytes], kept: deque[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.CompletedProcess(process.args, process.returncode, "", "".join(kept))
 
 
 def _run_relaying(

@@ -30,6 +30,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,8 +46,9 @@ from hermes_runtime.backup.litestream import ReplicaLocation
 from hermes_runtime.backup.pieces import (
     PIECE_SIZE,
     PIECES_DIR,
+    JoinedDatabase,
     PieceSet,
-    join_pieces,
+    join_piece_stream,
     split_into_pieces,
 )
 from hermes_runtime.backup.replica_order import (
@@ -69,6 +71,7 @@ from hermes_runtime.backup.restic import (
     ensure_repository,
     failure_message,
     json_document,
+    read_restic_stream,
     repository_missing,
     require_folder,
     run_restic,
@@ -214,7 +217,7 @@ def _create_staged(
             raise RuntimeFailure(f"restic backup on {repo.url} printed no snapshot id")
         snapshot_id = str(summary["snapshot_id"])
         if not FULL_ID.fullmatch(snapshot_id):  # older restic printed a short one
-            snapshot_id = resolve_restic_snapshot(repo, snapshot_id)
+            snapshot_id = find_restic_snapshot(repo, snapshot_id).id
         added = int(summary.get("data_added_packed", summary.get("data_added", 0)))
         progress.step(
             "finished",
@@ -390,58 +393,120 @@ def _tag_count(tags: list[str], prefix: str, default: int) -> int:
     return default
 
 
-def resolve_restic_snapshot(repo: ResticRepository, snapshot: str) -> str:
-    infos = list_restic_snapshots(repo)
+def find_restic_snapshot(
+    repo: ResticRepository, snapshot: str, infos: list[SnapshotInfo] | None = None
+) -> SnapshotInfo:
+    """``latest`` or an id (or its unique prefix) among our snapshots (``infos``, else listed)."""
+    infos = list_restic_snapshots(repo) if infos is None else infos
     if not infos:
         raise RuntimeFailure(
             f"backup repository {repo.url} holds no snapshot (asked for {snapshot})"
         )
     if snapshot == "latest":
-        return infos[-1].id
-    matches = [i.id for i in infos if i.id.startswith(snapshot)]
+        return infos[-1]
+    matches = [i for i in infos if i.id.startswith(snapshot)]
     if len(matches) != 1:
         raise RuntimeFailure(f"backup repository {repo.url}: no single snapshot {snapshot!r}")
     return matches[0]
 
 
+PIECES_FOLDER = f"/{MANIFEST_DIR}/{PIECES_DIR}"  # in the snapshot
+
+
 def _restore_tree(
     repo: ResticRepository,
-    snapshot_id: str,
+    snapshot: SnapshotInfo,
     dest: Path,
     extra: list[str] | None = None,
     *,
     integrity_check: bool = False,
 ) -> tuple[TreeManifest, dict[str, str]]:
-    """``restic restore`` into ``dest``, then check every database against the manifest.
+    """The snapshot's tree in ``dest``, every database joined and checked against the manifest.
 
+    Two restic runs side by side: ``restore`` of everything but the pieces, and ``dump`` of
+    the pieces folder, joined into the databases as it streams (``join_piece_stream``).
     Returns the manifest and how each database was checked. A database whose manifest
     records its SHA-256 (every snapshot since that field) must hash to it: then it is the
     very copy ``create`` ran ``integrity_check`` on and counted, and the check is not
     repeated unless ``integrity_check`` asks (``verify`` does). Older snapshots are checked.
     """
-    run_restic(repo, [*(extra or []), "restore", snapshot_id, "--target", str(dest)])
-    try:
-        raw = json.loads((dest / MANIFEST_RELPATH).read_text())
-        manifest = TreeManifest(**raw)
-    except (OSError, ValueError, TypeError) as exc:
-        raise RuntimeFailure(f"snapshot {snapshot_id}: no readable {MANIFEST_RELPATH}") from exc
+    extra = extra or []
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="restic-dump") as pool:
+        # A snapshot without databases has no pieces folder to dump.
+        dumping = (
+            pool.submit(_dump_pieces, repo, snapshot.id, dest, extra)
+            if snapshot.databases
+            else None
+        )
+        run_restic(
+            repo,
+            [*extra, "restore", snapshot.id, "--target", str(dest), "--exclude", PIECES_FOLDER],
+        )
+        manifest = _read_manifest(dest, snapshot.id)
+        pieced = any("pieces" in record for record in manifest.databases.values())
+        joined = dumping.result() if dumping is not None and pieced else {}
     checked: dict[str, str] = {}
     for path, record in manifest.databases.items():
+        digest = None
         if "pieces" in record:
-            join_pieces(dest, PieceSet(**record["pieces"]), dest / path)
-            os.chmod(dest / path, record.get("mode", 0o600))
-        checked[path] = _check_restored(dest, path, record, snapshot_id, integrity_check)
+            digest = _place_joined(joined, dest, path, record, snapshot.id)
+        checked[path] = _check_restored(dest, path, record, snapshot.id, integrity_check, digest)
     shutil.rmtree(dest / MANIFEST_DIR)
     return manifest, checked
 
 
-def _check_restored(
-    dest: Path, path: str, record: dict[str, Any], snapshot_id: str, integrity_check: bool
+def _dump_pieces(
+    repo: ResticRepository, snapshot_id: str, dest: Path, extra: list[str]
+) -> dict[str, JoinedDatabase]:
+    """Every database of the snapshot, joined under ``dest`` from restic's dump of the pieces."""
+    args = [*extra, "dump", "--archive", "tar", snapshot_id, PIECES_FOLDER]
+    return read_restic_stream(repo, args, lambda stream: join_piece_stream(stream, dest))
+
+
+def _read_manifest(dest: Path, snapshot_id: str) -> TreeManifest:
+    try:
+        return TreeManifest(**json.loads((dest / MANIFEST_RELPATH).read_text()))
+    except (OSError, ValueError, TypeError) as exc:
+        raise RuntimeFailure(f"snapshot {snapshot_id}: no readable {MANIFEST_RELPATH}") from exc
+
+
+def _place_joined(
+    joined: dict[str, JoinedDatabase],
+    dest: Path,
+    path: str,
+    record: dict[str, Any],
+    snapshot_id: str,
 ) -> str:
-    """Fail unless the restored database is the one recorded; say how that was shown."""
+    """Move the joined database to ``dest / path``, once its pieces match the manifest."""
+    pieces = PieceSet(**record["pieces"])
+    database = joined.get(pieces.dir)
+    if database is None or (database.count, database.size) != (pieces.count, pieces.size):
+        found = "none" if database is None else f"{database.count} pieces, {database.size} bytes"
+        raise RuntimeFailure(
+            f"database {path} of snapshot {snapshot_id}: expected {pieces.count} pieces of "
+            f"{pieces.size} bytes in all under {pieces.dir}, found {found}"
+        )
+    (dest / path).parent.mkdir(parents=True, exist_ok=True)
+    os.replace(database.path, dest / path)
+    os.chmod(dest / path, record.get("mode", 0o600))
+    return database.sha256
+
+
+def _check_restored(
+    dest: Path,
+    path: str,
+    record: dict[str, Any],
+    snapshot_id: str,
+    integrity_check: bool,
+    digest: str | None = None,
+) -> str:
+    """Fail unless the restored database is the one recorded; say how that was shown.
+
+    ``digest`` is the file's SHA-256 when it was computed on the way in (joined pieces).
+    """
     expected = record.get("sha256")
     if expected is not None:
-        actual = file_sha256(dest / path)
+        actual = digest or file_sha256(dest / path)
         if actual != expected:
             raise RuntimeFailure(
                 f"database {path} of snapshot {snapshot_id} does not check out: its SHA-256 "
@@ -474,12 +539,13 @@ def verify_restic_snapshot(
     """
     no_lock = [] if lock else [NO_LOCK]
     repo = repo.with_messages_to(_logged("backup.verify.restic"))
-    snapshot_id = resolve_restic_snapshot(repo, snapshot)
+    found = find_restic_snapshot(repo, snapshot)
+    snapshot_id = found.id
     run_restic(repo, [*no_lock, "check", "--read-data"])
     dest = Path(scratch or tempfile.gettempdir()) / f"hermes-verify-{snapshot_id[:8]}"
     shutil.rmtree(dest, ignore_errors=True)
     try:
-        manifest, _ = _restore_tree(repo, snapshot_id, dest, no_lock, integrity_check=True)
+        manifest, _ = _restore_tree(repo, found, dest, no_lock, integrity_check=True)
         size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
     finally:
         shutil.rmtree(dest, ignore_errors=True)
@@ -517,7 +583,8 @@ def restore_restic_snapshot(
             f"--data-dir {data_dir} is not empty ({name_list(existing)}); "
             "pass --force to replace its content, or --if-empty to skip"
         )
-    snapshot_id = _snapshot_to_restore(repo, snapshot, replicas)
+    found = _snapshot_to_restore(repo, snapshot, replicas)
+    snapshot_id = found.id if found else None
     data_dir.mkdir(parents=True, exist_ok=True)
     stage_root = staging_root(data_dir)
     tag = f"{STAGING_PREFIX}{data_dir.name}-{os.urandom(4).hex()}"
@@ -527,7 +594,7 @@ def restore_restic_snapshot(
         "backup.restore.started", snapshot=snapshot_id, data_dir=str(data_dir), staging=str(stage)
     )
     try:
-        manifest, sources = _stage_restore(repo, snapshot_id, stage, replicas)
+        manifest, sources = _stage_restore(repo, found, stage, replicas)
     except (OSError, RuntimeFailure) as exc:
         shutil.rmtree(stage, ignore_errors=True)
         raise RuntimeFailure(
@@ -551,28 +618,30 @@ def restore_restic_snapshot(
 
 def _snapshot_to_restore(
     repo: ResticRepository, snapshot: str, replicas: ReplicaLocation | None
-) -> str | None:
-    """The snapshot id; None only for ``latest`` with replicas and no snapshot in the repository."""
+) -> SnapshotInfo | None:
+    """The snapshot; None only for ``latest`` with replicas and no snapshot in the repository."""
     if replicas is None or snapshot != "latest":
-        return resolve_restic_snapshot(repo, snapshot)
-    if not list_restic_snapshots(repo) and list_replicas(replicas):
+        return find_restic_snapshot(repo, snapshot)
+    infos = list_restic_snapshots(repo)  # listed once: every restic run derives the key
+    if not infos and list_replicas(replicas):
         return None
-    return resolve_restic_snapshot(repo, snapshot)
+    return find_restic_snapshot(repo, snapshot, infos)
 
 
 def _stage_restore(
     repo: ResticRepository,
-    snapshot_id: str | None,
+    snapshot: SnapshotInfo | None,
     stage: Path,
     replicas: ReplicaLocation | None,
 ) -> tuple[TreeManifest, dict[str, ReplicaChoice]]:
     """The snapshot's tree in ``stage``, then the newer replicas over its databases."""
-    if snapshot_id is None:
+    snapshot_id = snapshot.id if snapshot else None
+    if snapshot is None:
         stage.mkdir(mode=0o700, parents=True)
         manifest = TreeManifest(created_at="", source={}, excludes=[])
         checked: dict[str, str] = {}
     else:
-        manifest, checked = _restore_tree(repo, snapshot_id, stage, [NO_LOCK])
+        manifest, checked = _restore_tree(repo, snapshot, stage, [NO_LOCK])
     sources = {
         path: ReplicaChoice(
             "restic",

@@ -1,16 +1,24 @@
-"""Database snapshots as fixed-size pieces: split, join, and what a damaged set does."""
+"""Database snapshots as fixed-size pieces: split, join from a tar stream, and damaged streams.
+
+The streams are written by Python's ``tarfile`` in the formats restic's ``dump --archive tar``
+writes (ustar, and PAX for a long name); the integration tests join real restic dumps.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
+import tarfile
 from pathlib import Path
 
 import pytest
 
 from hermes_runtime.backup.pieces import (
     TRUNCATE_EVERY,
+    JoinedDatabase,
     PieceSet,
-    join_pieces,
+    join_piece_stream,
     piece_name,
     split_into_pieces,
 )
@@ -25,6 +33,22 @@ def _snapshot(path: Path, size: int) -> bytes:
     return data
 
 
+def _tar_of(root: Path, folders: list[str], fmt: int = tarfile.USTAR_FORMAT) -> io.BytesIO:
+    """What ``restic dump --archive tar`` of the pieces folder streams: folders, then pieces."""
+    stream = io.BytesIO()
+    with tarfile.open(fileobj=stream, mode="w", format=fmt) as tar:
+        for folder in folders:
+            tar.add(root / folder, arcname=folder, recursive=False)
+            for piece in sorted((root / folder).iterdir()):
+                tar.add(piece, arcname=f"{folder}/{piece.name}")
+    stream.seek(0)
+    return stream
+
+
+def _join(root: Path, stream: io.BytesIO) -> dict[str, JoinedDatabase]:
+    return join_piece_stream(stream, root / "joined")
+
+
 def test_split_then_join_gives_the_same_bytes_and_leaves_no_piece(tmp_path: Path) -> None:
     data = _snapshot(tmp_path / "lcm.db", 5 * PIECE + 4096)  # the last piece is short
     pieces = split_into_pieces(tmp_path / "lcm.db", tmp_path, ".p/lcm.db", PIECE)
@@ -37,9 +61,11 @@ def test_split_then_join_gives_the_same_bytes_and_leaves_no_piece(tmp_path: Path
         "sorted names concatenate to the database (what `cat` does)"
     )
 
-    join_pieces(tmp_path, pieces, tmp_path / "restored.db")
-    assert (tmp_path / "restored.db").read_bytes() == data
-    assert list((tmp_path / ".p" / "lcm.db").iterdir()) == []
+    joined = _join(tmp_path, _tar_of(tmp_path, [".p/lcm.db"]))
+    digest = hashlib.sha256(data).hexdigest()
+    path = tmp_path / "joined" / ".p" / "lcm.db"
+    assert joined == {".p/lcm.db": JoinedDatabase(path, 6, len(data), digest)}
+    assert path.read_bytes() == data
 
 
 def test_pieces_across_several_truncations_join_back(tmp_path: Path) -> None:
@@ -48,27 +74,58 @@ def test_pieces_across_several_truncations_join_back(tmp_path: Path) -> None:
     data = _snapshot(tmp_path / "lcm.db", count * 512 - 100)
     pieces = split_into_pieces(tmp_path / "lcm.db", tmp_path, "p", 512)
     assert pieces.count == count
-    join_pieces(tmp_path, pieces, tmp_path / "restored.db")
-    assert (tmp_path / "restored.db").read_bytes() == data
+    joined = _join(tmp_path, _tar_of(tmp_path, ["p"]))
+    assert joined["p"].path.read_bytes() == data
 
 
 def test_an_empty_database_is_zero_pieces(tmp_path: Path) -> None:
     (tmp_path / "empty.db").write_bytes(b"")
     pieces = split_into_pieces(tmp_path / "empty.db", tmp_path, "p", PIECE)
     assert pieces.count == 0
-    join_pieces(tmp_path, pieces, tmp_path / "back.db")
-    assert (tmp_path / "back.db").read_bytes() == b""
+    assert _join(tmp_path, _tar_of(tmp_path, ["p"])) == {}, "no piece: nothing to join"
 
 
-def test_a_missing_or_short_piece_fails_naming_it(tmp_path: Path) -> None:
+def test_several_databases_and_long_names_join_from_one_stream(tmp_path: Path) -> None:
+    """Nested paths, a name past ustar's 100 bytes (restic then writes a PAX header)."""
+    long_folder = "p/" + "agents/" * 20 + "state.db"
+    first = _snapshot(tmp_path / "a.db", 3 * PIECE + 1)
+    second = _snapshot(tmp_path / "b.db", PIECE)
+    split_into_pieces(tmp_path / "a.db", tmp_path, "p/sub/lcm.db", PIECE)
+    split_into_pieces(tmp_path / "b.db", tmp_path, long_folder, PIECE)
+    stream = _tar_of(tmp_path, ["p/sub/lcm.db", long_folder], fmt=tarfile.PAX_FORMAT)
+    joined = _join(tmp_path, stream)
+    assert joined["p/sub/lcm.db"].path.read_bytes() == first
+    assert joined[long_folder].path.read_bytes() == second
+    assert joined[long_folder].sha256 == hashlib.sha256(second).hexdigest()
+
+
+def test_a_piece_out_of_order_or_missing_fails_naming_it(tmp_path: Path) -> None:
     _snapshot(tmp_path / "a.db", 3 * PIECE)
-    pieces = split_into_pieces(tmp_path / "a.db", tmp_path, "p", PIECE)
+    split_into_pieces(tmp_path / "a.db", tmp_path, "p", PIECE)
     (tmp_path / "p" / piece_name(1)).unlink()
-    with pytest.raises(RuntimeFailure, match=f"piece .*{piece_name(1)} is missing"):
-        join_pieces(tmp_path, pieces, tmp_path / "x.db")
+    with pytest.raises(
+        RuntimeFailure, match=f"piece p/{piece_name(2)} .*expected p/{piece_name(1)}"
+    ):
+        _join(tmp_path, _tar_of(tmp_path, ["p"]))
 
-    _snapshot(tmp_path / "b.db", 3 * PIECE)
-    pieces = split_into_pieces(tmp_path / "b.db", tmp_path, "q", PIECE)
-    (tmp_path / "q" / piece_name(2)).write_bytes(b"short")
-    with pytest.raises(RuntimeFailure, match=f"{piece_name(2)}: 5 bytes, expected {PIECE}"):
-        join_pieces(tmp_path, pieces, tmp_path / "y.db")
+
+def test_a_stream_cut_short_or_damaged_fails(tmp_path: Path) -> None:
+    _snapshot(tmp_path / "a.db", 3 * PIECE)
+    split_into_pieces(tmp_path / "a.db", tmp_path, "p", PIECE)
+    whole = _tar_of(tmp_path, ["p"]).getvalue()
+    with pytest.raises(RuntimeFailure, match="stream ended"):
+        join_piece_stream(io.BytesIO(whole[: 2 * PIECE]), tmp_path / "cut")
+    damaged = bytearray(whole)
+    damaged[2 * 512 + PIECE + 10] ^= (
+        0xFF  # in the second piece's header (after the folder's, the first piece)
+    )
+    with pytest.raises(RuntimeFailure, match="damaged tar header"):
+        join_piece_stream(io.BytesIO(bytes(damaged)), tmp_path / "damaged")
+
+
+def test_anything_but_pieces_and_folders_is_refused(tmp_path: Path) -> None:
+    _snapshot(tmp_path / "a.db", PIECE)
+    split_into_pieces(tmp_path / "a.db", tmp_path, "p", PIECE)
+    os.symlink("/etc/passwd", tmp_path / "p" / piece_name(1))
+    with pytest.raises(RuntimeFailure, match=f"p/{piece_name(1)} .*neither a piece nor a folder"):
+        _join(tmp_path, _tar_of(tmp_path, ["p"]))
