@@ -57,17 +57,20 @@ def piece_name(index: int) -> str:
     return f"{index:0{INDEX_DIGITS}d}"
 
 
-def split_into_pieces(snapshot: Path, root: Path, pieces_dir: str, piece_size: int) -> PieceSet:
+def split_into_pieces(
+    snapshot: Path, root: Path, pieces_dir: str, piece_size: int, *, keep_source: bool = False
+) -> PieceSet:
     """Turn the file ``snapshot`` into pieces under ``root / pieces_dir``; ``snapshot`` is gone.
 
     Cut from the end, truncating the snapshot every ``TRUNCATE_EVERY`` pieces, so the scratch
-    space needs only the snapshot's size plus that many pieces.
+    space needs only the snapshot's size plus that many pieces. ``keep_source`` leaves the
+    snapshot whole (something else still reads it), for twice its size in scratch space.
     """
     size = snapshot.stat().st_size
     count = -(-size // piece_size)
     folder = root / pieces_dir
     folder.mkdir(parents=True, exist_ok=True)
-    with snapshot.open("r+b") as source:
+    with snapshot.open("rb" if keep_source else "r+b") as source:
         for index in reversed(range(count)):
             offset = index * piece_size
             length = min(piece_size, size - offset)
@@ -76,9 +79,10 @@ def split_into_pieces(snapshot: Path, root: Path, pieces_dir: str, piece_size: i
                 _copy_range(source.fileno(), piece, offset, length, snapshot)
             finally:
                 os.close(piece)
-            if index % TRUNCATE_EVERY == 0:
+            if index % TRUNCATE_EVERY == 0 and not keep_source:
                 source.truncate(offset)
-    snapshot.unlink()
+    if not keep_source:
+        snapshot.unlink()
     return PieceSet(pieces_dir, piece_size, count, size)
 
 

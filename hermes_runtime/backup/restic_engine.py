@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -42,6 +43,7 @@ from hermes_runtime.backup.dbsnap import (
     file_sha256,
     snapshot_database,
 )
+from hermes_runtime.backup.deferred_checks import DeferredChecks
 from hermes_runtime.backup.litestream import ReplicaLocation
 from hermes_runtime.backup.pieces import (
     PIECE_SIZE,
@@ -86,6 +88,7 @@ from hermes_runtime.backup.restore import (
 from hermes_runtime.backup.selection import (
     STAGING_PREFIX,
     Excluder,
+    FoundFile,
     Selection,
     make_excluder,
     scan_data_dir,
@@ -101,6 +104,8 @@ HOST = "hermes-runtime"  # fixed: pods change names, and forget groups by host
 MANIFEST_DIR = ".hermes-backup"
 MANIFEST_RELPATH = f"{MANIFEST_DIR}/manifest.json"
 STAGE_NAME = "hermes-restic-stage"
+COPIES_NAME = "hermes-restic-copies"  # database copies being cut into pieces and checked
+CHECKED_DURING_UPLOAD = "checked while restic stored the snapshot"  # a failure removes it
 FULL_ID = re.compile(r"[0-9a-f]{64}")  # a whole snapshot id, as restic 0.18 prints it
 PROGRESS_EVERY_SECONDS = 10.0
 MANIFEST_FORMAT = 2  # 2: databases as pieces (format 1: each database one file, still read)
@@ -149,7 +154,7 @@ def create_restic_backup(
             selection,
             excluder,
             started,
-            _Staging(db_attempts, piece_size),
+            _Staging(db_attempts, piece_size, stage.with_name(COPIES_NAME)),
             stream,
             progress_every,
         )
@@ -181,8 +186,10 @@ def _create_staged(
     stream: TextIO | None,
     progress_every: float,
 ) -> BackupSummary:
-    shutil.rmtree(stage, ignore_errors=True)
+    for scratch in (stage, staging.copies):
+        shutil.rmtree(scratch, ignore_errors=True)
     stage.mkdir(mode=0o700, parents=True)
+    staging.copies.mkdir(mode=0o700)
     manifest = TreeManifest(
         created_at=datetime.now(UTC).isoformat(),
         source={"data_dir": str(data_dir), "host": platform.node()},
@@ -193,31 +200,21 @@ def _create_staged(
         progress.step("started", target=repo.url, data_dir=str(data_dir), scratch=str(stage))
         progress.start_task(f"backup {data_dir.name}", total=selection.total_bytes)
         try:
-            try:
-                _stage_tree(data_dir, stage, selection, manifest, staging, progress)
-            except OSError as exc:
-                raise RuntimeFailure(
-                    f"backup of {data_dir} failed: {exc} (scratch space: {stage})"
-                ) from exc
-            ensure_repository(repo)
-            # Shown by list, no dump needed.
-            databases = f"{DATABASES_TAG}{len(manifest.databases)}"
-            files = f"{FILES_TAG}{manifest.files + len(manifest.databases)}"
-            args = ["backup", "--json", "--host", HOST, "--tag", TAG]
-            args += ["--tag", databases, "--tag", files]
-            args += ["--ignore-inode", "--ignore-ctime", "."]
-            meter = _Meter(progress, progress_every)
-            uploading = time.monotonic()
-            records = stream_restic(_temp_in(repo, stage.parent), args, meter.record, cwd=stage)
-            restic_seconds = time.monotonic() - uploading
+            with DeferredChecks() as deferred:
+                try:
+                    _stage_tree(data_dir, stage, selection, manifest, staging, progress, deferred)
+                except OSError as exc:
+                    raise RuntimeFailure(
+                        f"backup of {data_dir} failed: {exc} (scratch space: {stage})"
+                    ) from exc
+                uploading = time.monotonic()
+                summary = _upload(repo, stage, manifest, progress, progress_every)
+                restic_seconds = time.monotonic() - uploading
+                snapshot_id = _snapshot_id(repo, summary)
+                _require_deferred_checks(repo, deferred, snapshot_id, data_dir, progress)
         finally:
-            shutil.rmtree(stage, ignore_errors=True)
-        summary = next((r for r in records if r.get("message_type") == "summary"), {})
-        if not summary.get("snapshot_id"):
-            raise RuntimeFailure(f"restic backup on {repo.url} printed no snapshot id")
-        snapshot_id = str(summary["snapshot_id"])
-        if not FULL_ID.fullmatch(snapshot_id):  # older restic printed a short one
-            snapshot_id = find_restic_snapshot(repo, snapshot_id).id
+            for scratch in (stage, staging.copies):
+                shutil.rmtree(scratch, ignore_errors=True)
         added = int(summary.get("data_added_packed", summary.get("data_added", 0)))
         progress.step(
             "finished",
@@ -236,6 +233,56 @@ def _create_staged(
         files_unchanged=int(summary.get("files_unmodified", 0)),
         databases={path: db["tables"] for path, db in manifest.databases.items()},
         skipped=selection.skipped_special,
+    )
+
+
+def _upload(
+    repo: ResticRepository,
+    stage: Path,
+    manifest: TreeManifest,
+    progress: Reporter,
+    progress_every: float,
+) -> dict[str, Any]:
+    """``restic backup`` of the staged tree: restic's summary record."""
+    ensure_repository(repo)
+    # Shown by list, no dump needed.
+    databases = f"{DATABASES_TAG}{len(manifest.databases)}"
+    files = f"{FILES_TAG}{manifest.files + len(manifest.databases)}"
+    args = ["backup", "--json", "--host", HOST, "--tag", TAG]
+    args += ["--tag", databases, "--tag", files]
+    args += ["--ignore-inode", "--ignore-ctime", "."]
+    meter = _Meter(progress, progress_every)
+    records = stream_restic(_temp_in(repo, stage.parent), args, meter.record, cwd=stage)
+    return next((r for r in records if r.get("message_type") == "summary"), {})
+
+
+def _snapshot_id(repo: ResticRepository, summary: dict[str, Any]) -> str:
+    if not summary.get("snapshot_id"):
+        raise RuntimeFailure(f"restic backup on {repo.url} printed no snapshot id")
+    snapshot_id = str(summary["snapshot_id"])
+    if not FULL_ID.fullmatch(snapshot_id):  # older restic printed a short one
+        snapshot_id = find_restic_snapshot(repo, snapshot_id).id
+    return snapshot_id
+
+
+def _require_deferred_checks(
+    repo: ResticRepository,
+    deferred: DeferredChecks,
+    snapshot_id: str,
+    data_dir: Path,
+    progress: Reporter,
+) -> None:
+    """Wait for the virtual-table checks; if one failed, remove the snapshot and fail."""
+    waiting = time.monotonic()
+    failures = deferred.failures()
+    progress.step("virtual_tables_checked", waited_seconds=round(time.monotonic() - waiting, 3))
+    if not failures:
+        return
+    run_restic(repo, ["forget", snapshot_id])  # its data goes with the next prune
+    found = "; ".join(f"database {data_dir / path}: {what}" for path, what in failures.items())
+    raise RuntimeFailure(
+        f"{found}: the snapshot fails integrity_check of its virtual tables; "
+        f"restic snapshot {snapshot_id} was removed"
     )
 
 
@@ -275,10 +322,68 @@ class _Meter:
 
 @dataclass(frozen=True)
 class _Staging:
-    """How databases are staged: snapshot attempts, and the piece size (0: one file each)."""
+    """How databases are staged: snapshot attempts, the piece size (0: one file each), and
+    where the copies are cut into pieces (outside the stage: restic must not store them)."""
 
     db_attempts: int
     piece_size: int
+    copies: Path
+
+
+def _stage_database(
+    data_dir: Path, stage: Path, found: FoundFile, staging: _Staging, deferred: DeferredChecks
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """Snapshot one database, check it, cut it into pieces in ``stage``.
+
+    Returns its manifest record and the seconds each step took.
+
+    Its virtual tables are checked beside the upload (``deferred``) when the scratch space
+    has room to keep the copy whole meanwhile; otherwise here, with the rest of the check.
+    """
+    pieced = bool(staging.piece_size)
+    copy = (staging.copies if pieced else stage) / found.relpath
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    seconds = snapshot_database(data_dir / found.relpath, copy, attempts=staging.db_attempts)
+    ended = datetime.now(UTC).isoformat()  # no commit after this is in the copy
+    size = copy.stat().st_size
+    checked = time.monotonic()
+    beside = deferred.start(found.relpath, copy)
+    where = f"{MANIFEST_DIR}/{PIECES_DIR}/{found.relpath}"
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="split") as pool:
+        # With the copy kept whole for the deferred check, the pieces are cut meanwhile.
+        cut = partial(split_into_pieces, copy, stage, where, staging.piece_size)
+        splitting = pool.submit(cut, keep_source=True) if pieced and beside else None
+        check, digest = check_and_hash(copy, virtual_tables=not beside)
+        check_seconds = time.monotonic() - checked
+        if not check.ok:
+            raise RuntimeFailure(
+                f"database {data_dir / found.relpath}: snapshot fails integrity_check: "
+                f"{check.integrity}"
+            )
+        split = time.monotonic()
+        pieces = splitting.result() if splitting else cut() if pieced else None
+    if pieced and beside:
+        deferred.discard_when_checked(found.relpath, copy)
+    for suffix in ("-wal", "-shm"):
+        copy.with_name(copy.name + suffix).unlink(missing_ok=True)
+    if not pieced:
+        os.chmod(copy, found.mode)
+    record: dict[str, Any] = {
+        "integrity": check.integrity,
+        "tables": check.tables,
+        "sha256": digest,
+        "size": size,
+        "snapshot_seconds": round(seconds, 4),
+        "snapshot_at": ended,
+        "mode": found.mode,
+    }
+    if beside:
+        record["virtual_tables"] = CHECKED_DURING_UPLOAD
+    if pieces is not None:
+        record["pieces"] = asdict(pieces)
+    steps = {"seconds": seconds, "check_seconds": check_seconds}
+    steps["pieces_seconds"] = time.monotonic() - split  # beyond the check, when side by side
+    return record, {step: round(value, 3) for step, value in steps.items()}
 
 
 def _stage_tree(
@@ -288,46 +393,14 @@ def _stage_tree(
     manifest: TreeManifest,
     staging: _Staging,
     progress: Reporter,
+    deferred: DeferredChecks,
 ) -> None:
     for directory in selection.dirs:
         (stage / directory.relpath).mkdir(parents=True, exist_ok=True)
     for found in selection.databases:
-        dest = stage / found.relpath
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        seconds = snapshot_database(data_dir / found.relpath, dest, attempts=staging.db_attempts)
-        ended = datetime.now(UTC).isoformat()  # no commit after this is in the copy
-        checked = time.monotonic()
-        check, digest = check_and_hash(dest)
-        check_seconds = time.monotonic() - checked
-        if not check.ok:
-            raise RuntimeFailure(
-                f"database {data_dir / found.relpath}: snapshot fails integrity_check: "
-                f"{check.integrity}"
-            )
-        for suffix in ("-wal", "-shm"):
-            dest.with_name(dest.name + suffix).unlink(missing_ok=True)
-        os.chmod(dest, found.mode)
-        record: dict[str, Any] = {
-            "integrity": check.integrity,
-            "tables": check.tables,
-            "sha256": digest,
-            "size": dest.stat().st_size,
-            "snapshot_seconds": round(seconds, 4),
-            "snapshot_at": ended,
-            "mode": found.mode,
-        }
-        split = time.monotonic()
-        if staging.piece_size:
-            where = f"{MANIFEST_DIR}/{PIECES_DIR}/{found.relpath}"
-            record["pieces"] = asdict(split_into_pieces(dest, stage, where, staging.piece_size))
+        record, seconds = _stage_database(data_dir, stage, found, staging, deferred)
         manifest.databases[found.relpath] = record
-        progress.step(
-            "database",
-            path=found.relpath,
-            seconds=round(seconds, 3),
-            check_seconds=round(check_seconds, 3),
-            pieces_seconds=round(time.monotonic() - split, 3),
-        )
+        progress.step("database", path=found.relpath, **seconds)
     for found in selection.files:
         dest = stage / found.relpath
         dest.parent.mkdir(parents=True, exist_ok=True)
