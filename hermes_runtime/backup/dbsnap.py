@@ -27,6 +27,7 @@ from hermes_runtime.common.sqlite import connect
 METHODS = ("backup", "vacuum")
 BUSY_ERRORS = (apsw.BusyError, apsw.LockedError)
 MMAP_LIMIT = 1 << 40  # SQLite caps it at its compile-time maximum (2 GiB by default)
+COPY_BUSY_TIMEOUT_MS = 30_000
 VIRTUAL_TABLE = re.compile(r"CREATE\s+VIRTUAL\s+TABLE\s.*?\bUSING\s+(\w+)", re.I | re.S)
 
 
@@ -201,7 +202,15 @@ def check_virtual_tables(path: Path) -> str:
 
 
 def _open_copy(path: Path) -> apsw.Connection:
+    """A read-only connection to a private copy, waiting out another's WAL recovery.
+
+    A copy of a WAL database is a WAL database without its ``-shm``: the first connection
+    to read it recovers the WAL index, and a second one opening meanwhile (``create``
+    checks the b-trees and the virtual tables at once) would otherwise get "database is
+    locked".
+    """
     conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    conn.set_busy_timeout(COPY_BUSY_TIMEOUT_MS)
     conn.execute(f"PRAGMA mmap_size = {MMAP_LIMIT}")
     return conn
 

@@ -347,12 +347,13 @@ def _stage_database(
     ended = datetime.now(UTC).isoformat()  # no commit after this is in the copy
     size = copy.stat().st_size
     checked = time.monotonic()
-    beside = deferred.start(found.relpath, copy)
+    # Pieced only: a copy in the stage must not gain a -shm while restic reads the stage.
+    beside = pieced and deferred.start(found.relpath, copy)
     where = f"{MANIFEST_DIR}/{PIECES_DIR}/{found.relpath}"
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="split") as pool:
         # With the copy kept whole for the deferred check, the pieces are cut meanwhile.
         cut = partial(split_into_pieces, copy, stage, where, staging.piece_size)
-        splitting = pool.submit(cut, keep_source=True) if pieced and beside else None
+        splitting = pool.submit(cut, keep_source=True) if beside else None
         check, digest = check_and_hash(copy, virtual_tables=not beside)
         check_seconds = time.monotonic() - checked
         if not check.ok:
@@ -362,7 +363,7 @@ def _stage_database(
             )
         split = time.monotonic()
         pieces = splitting.result() if splitting else cut() if pieced else None
-    if pieced and beside:
+    if beside:
         deferred.discard_when_checked(found.relpath, copy)
     for suffix in ("-wal", "-shm"):
         copy.with_name(copy.name + suffix).unlink(missing_ok=True)
