@@ -7,7 +7,8 @@ fresh restic repository, a second one with nothing changed, and one after
 appending ``--append-percent`` (default 1) % new messages. For each: wall time
 and the bytes restic added (``data_added_packed``), also as % of the database.
 Issue 15's goals: <= 6% added with FTS5 (<= 2% without), <= 1 MB unchanged,
-create after the append <= 5x cp + fsync. Then a restore, timed the same way.
+create after the append <= 5x cp + fsync. Then a restore, timed the same way, and the
+seconds of each step of every create (from its log lines).
 
 Databases are staged as pieces of ``--piece-kib`` (default: what ``backup create`` uses);
 ``--piece-kib 0`` stages each database as one file, restic's own chunking (the comparison).
@@ -18,6 +19,8 @@ Run: .venv/bin/python bench/backup_restic_append.py [--size-mb 1024] [--no-fts] 
 from __future__ import annotations
 
 import argparse
+import io
+import json
 import os
 import shutil
 import subprocess
@@ -69,6 +72,18 @@ def cp_fsync_seconds(db: Path, dest: Path) -> float:
     return seconds
 
 
+STEP_FIELDS = ("seconds", "check_seconds", "pieces_seconds", "restic_seconds", "waited_seconds")
+
+
+def step_seconds(log: str) -> str:
+    """Each database's snapshot, check and pieces, restic, and the wait for the deferred check."""
+    found = []
+    for line in log.splitlines():
+        event = json.loads(line)
+        found += [f"{event['event']}.{k}={event[k]}" for k in STEP_FIELDS if k in event]
+    return ", ".join(name.removeprefix("backup.create.") for name in found)
+
+
 def main() -> int:
     os.environ.setdefault("RESTIC_PASSWORD", "hermes-bench")  # a throwaway repository
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -95,11 +110,13 @@ def main() -> int:
         print("| run | wall time | x cp+fsync | added | % of database |")
         print("|---|---|---|---|---|")
 
+        steps: list[str] = []
+
         def run(label: str) -> None:
-            with open(os.devnull, "w") as quiet:
-                summary = create_backup(
-                    data, repo, work_dir=work, stream=quiet, piece_size=args.piece_kib << 10
-                )
+            events = io.StringIO()
+            summary = create_backup(
+                data, repo, work_dir=work, stream=events, piece_size=args.piece_kib << 10
+            )
             added = summary.bytes_uploaded
             print(
                 f"| {label} | {summary.duration_seconds:.2f} s | "
@@ -107,6 +124,7 @@ def main() -> int:
                 f"{100 * added / size:.2f} |",
                 flush=True,
             )
+            steps.append(f"{label}: {step_seconds(events.getvalue())}")
 
         run("first backup")
         run("nothing changed")
@@ -116,6 +134,7 @@ def main() -> int:
         restore_snapshot(repo, work / "restored")
         seconds = time.monotonic() - started
         print(f"restore: {seconds:.2f} s ({seconds / floor:.1f} x cp + fsync)")
+        print("create's steps (s):", *steps, sep="\n  ")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

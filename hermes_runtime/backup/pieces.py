@@ -31,10 +31,11 @@ from typing import IO
 from hermes_runtime.common.errors import RuntimeFailure
 
 PIECES_DIR = "pieces"  # inside the manifest's folder (.hermes-backup)
-# A multiple of every SQLite page size (512 B to 64 KiB). 256 KiB: after +1% messages in a
-# 268 MB database with FTS5 restic added 0.87% (0.18% without FTS5), for half the files of
-# 128 KiB pieces to write, scan and join; 512 KiB added 1.48% (docs/benchmarks.md).
-PIECE_SIZE = 256 << 10
+# A multiple of every SQLite page size (512 B to 64 KiB). 512 KiB: after +1% messages in a
+# 1 GiB database with FTS5 restic added 0.84% of it (256 KiB: 0.60%, 1 MiB: 0.85%, one file
+# cut by restic: 1.01%; the goal is 6%), and a create took 5.8 s (256 KiB: 6.4-6.8 s, 1 MiB:
+# 6.2 s): half the files of 256 KiB to create, scan and stream (docs/benchmarks.md).
+PIECE_SIZE = 512 << 10
 INDEX_DIGITS = 8
 # The snapshot is truncated after every TRUNCATE_EVERY pieces, not after each one: an
 # ftruncate that frees blocks took about 0.6 ms when profiling a 256 MB database (2,000

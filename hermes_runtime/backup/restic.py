@@ -39,7 +39,7 @@ EXIT_WRONG_PASSWORD = 12
 STDERR_TAIL = 1500
 STDERR_LINES_KEPT = 400  # restic may retry for minutes: the failure message needs only the tail
 CONNECT_TIMEOUT_SECONDS = 10.0
-# restic writes a dump in 256 KiB blobs: a pipe of 1 MiB (Linux's default ceiling for
+# restic writes a dump blob by blob (a piece each): a pipe of 1 MiB (Linux's default ceiling for
 # unprivileged processes) instead of 64 KiB took a 1 GiB dump from 4.5 to 3.0 s here.
 PIPE_BYTES = 1 << 20
 EXIT_GRACE_SECONDS = 2.0  # for restic to exit after the stream it wrote ended early

@@ -51,7 +51,7 @@ def test_plain_restic_restores_the_data_dir(data_dir: Path, tmp_path: Path) -> N
     root = tmp_path / "repo"
     root.mkdir()
     repo = open_repository(f"file://{root}", environ={**os.environ, **PASSWORD})
-    make_database(data_dir / "sessions" / "big.db", 6000, payload=300)  # many pieces, nested
+    make_database(data_dir / "sessions" / "big.db", 12_000, payload=300)  # many pieces, nested
     created = create_restic_backup(data_dir, repo, work_dir=tmp_path)
     out = tmp_path / "plain"
     block = restic_alone_block().replace("/backup", str(root)).replace("/restore", str(out))
