@@ -10,16 +10,20 @@ Layout inside a snapshot: ``.hermes-backup/pieces/<database path>/<index>``, the
 zero-padded to ``INDEX_DIGITS`` digits, so that sorting the names sorts the pieces. Putting
 a database back is concatenating its pieces in that order (``cat``; docs/backup.md).
 
-Splitting moves bytes with ``copy_file_range`` (in the kernel, a reflink where the filesystem
-can) and never holds more than the database's size plus ``TRUNCATE_EVERY`` pieces (8 MiB) on
-disk: the snapshot is cut from its end. Joining reads the pieces from one tar stream (``restic
-dump`` of the pieces folder) and writes only the databases, hashing them on the way: no piece
-ever lands on disk at restore.
+Each piece's mtime is derived from its content's SHA-256 (``content_mtime_ns``): restic runs
+with ``--ignore-inode --ignore-ctime`` and compares a file's size and mtime with its parent
+snapshot's, so a piece whose bytes did not change is not read or hashed again, though it is a
+new file in a new scratch folder. A changed piece gets another mtime (60 bits of its digest);
+were two digests to agree on those bits, restore's SHA-256 of the whole database would fail,
+never pass a wrong byte. Splitting never holds more than the database's size plus
+``TRUNCATE_EVERY`` pieces (8 MiB) on disk: the snapshot is cut from its end.
+
+Joining reads the pieces from one tar stream (``restic dump`` of the pieces folder) and
+writes only the databases, hashing them on the way: no piece ever lands on disk at restore.
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import tarfile
@@ -42,6 +46,9 @@ INDEX_DIGITS = 8
 # pieces, over 1 s of its split), for 8 MiB of scratch space at most.
 TRUNCATE_EVERY = 64
 PIECE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+# Piece mtimes lie in [2000-01-01, 2000-01-01 + 2**60 ns), about 36 years.
+MTIME_BASE_NS = 946_684_800 * 10**9
+MTIME_SPAN_NS = 1 << 60
 
 
 @dataclass(frozen=True)
@@ -71,15 +78,13 @@ def split_into_pieces(
     count = -(-size // piece_size)
     folder = root / pieces_dir
     folder.mkdir(parents=True, exist_ok=True)
+    buffer = memoryview(bytearray(piece_size))
     with snapshot.open("rb" if keep_source else "r+b") as source:
         for index in reversed(range(count)):
             offset = index * piece_size
-            length = min(piece_size, size - offset)
-            piece = os.open(folder / piece_name(index), PIECE_FLAGS, 0o600)  # a database's bytes
-            try:
-                _copy_range(source.fileno(), piece, offset, length, snapshot)
-            finally:
-                os.close(piece)
+            data = buffer[: min(piece_size, size - offset)]
+            _read_at(source.fileno(), data, offset, snapshot)
+            _write_piece(folder / piece_name(index), data)
             if index % TRUNCATE_EVERY == 0 and not keep_source:
                 source.truncate(offset)
     if not keep_source:
@@ -211,20 +216,28 @@ def _read_exactly(stream: IO[bytes], view: memoryview) -> None:
         done += got
 
 
-# copy_file_range refused by the filesystem: copy through user space instead.
-NO_KERNEL_COPY = (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP)
+def content_mtime_ns(data: bytes | memoryview) -> int:
+    """The mtime (ns) a piece holding ``data`` gets: the same bytes, the same mtime."""
+    digest = hashlib.sha256(data).digest()
+    return MTIME_BASE_NS + int.from_bytes(digest[:8], "big") % MTIME_SPAN_NS
 
 
-def _copy_range(src: int, dst: int, offset: int, length: int, what: Path) -> None:
-    """Copy ``length`` bytes at ``offset`` of ``src`` to the current end of ``dst``."""
+def _write_piece(path: Path, data: memoryview) -> None:
+    mtime = content_mtime_ns(data)
+    piece = os.open(path, PIECE_FLAGS, 0o600)  # a database's bytes
+    try:
+        written = 0
+        while written < len(data):
+            written += os.write(piece, data[written:])
+        os.utime(piece, ns=(mtime, mtime))
+    finally:
+        os.close(piece)
+
+
+def _read_at(fd: int, view: memoryview, offset: int, what: Path) -> None:
     done = 0
-    while done < length:
-        try:
-            moved = os.copy_file_range(src, dst, length - done, offset + done)
-        except OSError as exc:
-            if exc.errno not in NO_KERNEL_COPY:
-                raise
-            moved = os.write(dst, os.pread(src, length - done, offset + done))
-        if moved == 0:
+    while done < len(view):
+        got = os.preadv(fd, [view[done:]], offset + done)
+        if got == 0:
             raise RuntimeFailure(f"{what}: ended after {offset + done} bytes")
-        done += moved
+        done += got

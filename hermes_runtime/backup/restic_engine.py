@@ -14,9 +14,9 @@ The tree is staged at a FIXED path under the scratch folder and backed up as ``.
 with a fixed ``--host``, so the snapshot's root is the data dir itself (a plain
 ``restic restore`` gives the data dir back) and restic finds its parent snapshot
 (unchanged files are not re-read: ``--ignore-inode --ignore-ctime``, since staging
-copies them). Restore joins the pieces, checks that every database hashes to the copy
-``create`` checked (``verify`` runs ``integrity_check`` again as well), and keeps our
-staged, verified, all-or-nothing swap.
+copies them, and a piece's mtime comes from its content: ``pieces``). Restore joins the
+pieces, checks that every database hashes to the copy ``create`` checked (``verify`` runs
+``integrity_check`` again as well), and keeps our staged, verified, all-or-nothing swap.
 """
 
 from __future__ import annotations

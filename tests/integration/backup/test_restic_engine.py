@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -75,3 +77,25 @@ def test_plain_restic_restores_the_data_dir(data_dir: Path, tmp_path: Path) -> N
         assert rows(out / path, "SELECT count(*) FROM messages") == [(tables["messages"],)]
     assert (out / "sessions" / "big.db").stat().st_size > 4 * PIECE_SIZE
     assert not (out / MANIFEST_DIR).exists()
+
+
+def test_restic_reads_only_the_pieces_that_changed(data_dir: Path, tmp_path: Path) -> None:
+    """Each create cuts fresh pieces; those with the bytes of the last snapshot's keep its
+    mtime, so restic (``--ignore-inode --ignore-ctime``) neither reads nor stores them again."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    repo = open_repository(f"file://{root}", environ={**os.environ, **PASSWORD})
+    big = data_dir / "sessions" / "big.db"
+    make_database(big, 40_000, payload=300)
+    create_restic_backup(data_dir, repo, work_dir=tmp_path)
+    with contextlib.closing(sqlite3.connect(big)) as conn, conn:
+        conn.execute("INSERT INTO messages(body) VALUES ('one more')")
+    second = create_restic_backup(data_dir, repo, work_dir=tmp_path)
+    pieces = -(-big.stat().st_size // PIECE_SIZE)
+    assert pieces > 20
+    assert second.files_uploaded <= 5, (
+        f"restic read {second.files_uploaded} files again, {pieces} pieces in big.db: only the "
+        "manifest and the pieces holding the new row's pages should be"
+    )
+    assert second.files_unchanged >= pieces - 4
+    assert second.bytes_uploaded < 8 * PIECE_SIZE

@@ -18,6 +18,7 @@ from hermes_runtime.backup.pieces import (
     TRUNCATE_EVERY,
     JoinedDatabase,
     PieceSet,
+    content_mtime_ns,
     join_piece_stream,
     piece_name,
     split_into_pieces,
@@ -129,3 +130,22 @@ def test_anything_but_pieces_and_folders_is_refused(tmp_path: Path) -> None:
     os.symlink("/etc/passwd", tmp_path / "p" / piece_name(1))
     with pytest.raises(RuntimeFailure, match=f"p/{piece_name(1)} .*neither a piece nor a folder"):
         _join(tmp_path, _tar_of(tmp_path, ["p"]))
+
+
+def test_a_piece_cut_again_keeps_its_mtime_and_a_changed_one_does_not(tmp_path: Path) -> None:
+    """restic skips a file whose size and mtime match its parent's: only changed pieces differ."""
+    data = bytearray(_snapshot(tmp_path / "a.db", 4 * PIECE))
+    split_into_pieces(tmp_path / "a.db", tmp_path, "first", PIECE)
+    data[2 * PIECE + 100] ^= 0x01  # one bit in the third piece
+    (tmp_path / "b.db").write_bytes(data)
+    split_into_pieces(tmp_path / "b.db", tmp_path, "second", PIECE)
+
+    def mtimes(folder: str) -> list[int]:
+        return [(tmp_path / folder / piece_name(i)).stat().st_mtime_ns for i in range(4)]
+
+    first, second = mtimes("first"), mtimes("second")
+    assert [a == b for a, b in zip(first, second, strict=True)] == [True, True, False, True]
+    assert len(set(first)) == 4, "different bytes, different mtimes"
+    assert all(
+        t == content_mtime_ns(data[i * PIECE : (i + 1) * PIECE]) for i, t in enumerate(second)
+    )
