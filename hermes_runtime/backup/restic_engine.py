@@ -70,7 +70,6 @@ from hermes_runtime.backup.reports import (
 )
 from hermes_runtime.backup.restic import (
     ResticRepository,
-    ensure_repository,
     failure_message,
     json_document,
     read_restic_stream,
@@ -244,7 +243,7 @@ def _upload(
     progress_every: float,
 ) -> dict[str, Any]:
     """``restic backup`` of the staged tree: restic's summary record."""
-    ensure_repository(repo)
+    require_folder(repo)  # an unmounted backup volume fails; restic init would fill the mount point
     # Shown by list, no dump needed.
     databases = f"{DATABASES_TAG}{len(manifest.databases)}"
     files = f"{FILES_TAG}{manifest.files + len(manifest.databases)}"
@@ -252,7 +251,9 @@ def _upload(
     args += ["--tag", databases, "--tag", files]
     args += ["--ignore-inode", "--ignore-ctime", "."]
     meter = _Meter(progress, progress_every)
-    records = stream_restic(_temp_in(repo, stage.parent), args, meter.record, cwd=stage)
+    records = stream_restic(
+        _temp_in(repo, stage.parent), args, meter.record, cwd=stage, create_missing=True
+    )
     return next((r for r in records if r.get("message_type") == "summary"), {})
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
 import re
@@ -17,7 +18,11 @@ from backup_testlib import BackupTarget, make_database, rows
 
 from hermes_runtime.backup.pieces import PIECE_SIZE
 from hermes_runtime.backup.restic import open_repository, restic_binary
-from hermes_runtime.backup.restic_engine import MANIFEST_DIR, create_restic_backup
+from hermes_runtime.backup.restic_engine import (
+    MANIFEST_DIR,
+    create_restic_backup,
+    list_restic_snapshots,
+)
 from hermes_runtime.common.errors import RuntimeFailure
 
 PASSWORD = {"RESTIC_PASSWORD": "correct horse battery staple"}
@@ -99,3 +104,36 @@ def test_restic_reads_only_the_pieces_that_changed(data_dir: Path, tmp_path: Pat
     )
     assert second.files_unchanged >= pieces - 4
     assert second.bytes_uploaded < 8 * PIECE_SIZE
+
+
+def test_a_create_runs_restic_once_and_a_first_one_creates_the_repository_quietly(
+    target: BackupTarget, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No probe of the repository before a backup: every restic run derives the key (0.5 s of
+    CPU), so once the repository exists a create runs restic once. The first create's
+    ``restic backup`` finds no repository: ``init``, then the backup again, and restic's words
+    about the missing repository are not relayed as if something were wrong."""
+    calls = tmp_path / "restic-calls"
+    wrapper = tmp_path / "restic-wrapper"
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexec {restic_binary()} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("HERMES_RUNTIME_RESTIC", str(wrapper))
+    repo = open_repository(target.url, environ={**os.environ, **target.env})
+
+    def created() -> tuple[list[str], str]:
+        calls.unlink(missing_ok=True)
+        events = io.StringIO()
+        create_restic_backup(data_dir, repo, work_dir=tmp_path, stream=events)
+        words = [line.split() for line in calls.read_text().splitlines()]
+        return [next(w for w in argv if w in SUBCOMMANDS) for argv in words], events.getvalue()
+
+    first, log = created()
+    assert first == ["backup", "init", "backup"]
+    assert "does not exist" not in log and "Is there a repository" not in log
+    assert '"event": "backup.create.finished"' in log
+    again, _ = created()
+    assert again == ["backup"]
+    assert [s.id for s in list_restic_snapshots(repo)] != []
+
+
+SUBCOMMANDS = {"backup", "init", "cat", "snapshots", "forget"}
