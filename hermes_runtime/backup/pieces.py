@@ -112,9 +112,7 @@ class _Joining:
 
     def append(self, data: memoryview) -> None:
         self.digest.update(data)
-        written = 0
-        while written < len(data):
-            written += os.write(self.fd, data[written:])
+        _write_all(self.fd, data)
         self.count += 1
         self.size += len(data)
 
@@ -226,12 +224,16 @@ def _write_piece(path: Path, data: memoryview) -> None:
     mtime = content_mtime_ns(data)
     piece = os.open(path, PIECE_FLAGS, 0o600)  # a database's bytes
     try:
-        written = 0
-        while written < len(data):
-            written += os.write(piece, data[written:])
+        _write_all(piece, data)
         os.utime(piece, ns=(mtime, mtime))
     finally:
         os.close(piece)
+
+
+def _write_all(fd: int, data: memoryview) -> None:
+    written = 0
+    while written < len(data):
+        written += os.write(fd, data[written:])
 
 
 def _read_at(fd: int, view: memoryview, offset: int, what: Path) -> None:

@@ -306,7 +306,7 @@ def failure_message(
 
 def repository_missing(done: subprocess.CompletedProcess[str]) -> bool:
     """restic's answer when no repository is at the location (exit 10 since 0.17)."""
-    return done.returncode == EXIT_NO_REPOSITORY or "Is there a repository" in done.stderr
+    return done.returncode == EXIT_NO_REPOSITORY or MISSING_REPOSITORY_WORDS[1] in done.stderr
 
 
 def require_folder(repo: ResticRepository) -> None:

@@ -27,6 +27,7 @@ from hermes_runtime.common.errors import RuntimeFailure
 
 PASSWORD = {"RESTIC_PASSWORD": "correct horse battery staple"}
 REPO = Path(__file__).resolve().parents[3]
+SUBCOMMANDS = {"backup", "init", "cat", "snapshots", "forget"}  # the restic runs counted
 
 
 def test_missing_password_is_a_clear_error(target: BackupTarget) -> None:
@@ -134,6 +135,3 @@ def test_a_create_runs_restic_once_and_a_first_one_creates_the_repository_quietl
     again, _ = created()
     assert again == ["backup"]
     assert [s.id for s in list_restic_snapshots(repo)] != []
-
-
-SUBCOMMANDS = {"backup", "init", "cat", "snapshots", "forget"}
