@@ -93,9 +93,17 @@ def render_items(items: list[ContextItem]) -> list[dict[str, Any]]:
     return messages
 
 
-def assemble(store: LcmStore, session_id: str) -> list[dict[str, Any]]:
-    """The live context of ``session_id`` as OpenAI messages (repaired if ever invalid)."""
-    return repair(render_items(store.context_items(session_id)))
+def assemble(
+    store: LcmStore, session_id: str, items: list[ContextItem] | None = None
+) -> list[dict[str, Any]]:
+    """The live context of ``session_id`` as OpenAI messages (repaired if ever invalid).
+
+    ``items``: the context a compaction just left (``CompactionReport.items``),
+    so a compress reads the session's context once, not three times.
+    """
+    if items is None:
+        items = store.context_items(session_id)
+    return repair(render_items(items))
 
 
 def newest_within(

@@ -47,6 +47,9 @@ class CompactionReport:
     levels: list[int] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    # The live context as the compaction left it: the caller assembles from it
+    # instead of reading the session's context items again.
+    items: list[ContextItem] = field(default_factory=list, repr=False)
 
     @property
     def fits(self) -> bool:
@@ -296,7 +299,8 @@ def compact(
         if result.error:
             report.errors.append(result.error)
         items = _after_replace(store, session_id, items, step, created)
-    report.tokens_after = _total(store.context_items(session_id)) + extra_tokens
+    report.items = items
+    report.tokens_after = _total(items) + extra_tokens
     report.seconds = time.monotonic() - started
     return report
 

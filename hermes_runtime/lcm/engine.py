@@ -644,7 +644,7 @@ class LcmEngine:
         head_tokens = count_tokens(head)
         with self.session_lock(session_id):
             report = self.compact(session_id, budget, extra_tokens=head_tokens, focus=focus)
-            messages = self.context(session_id)
+            messages = assemble(self.store, session_id, report.items)
             counted = report.tokens_after  # by stored per-item counts
             for _ in range(MAX_REFIT_PASSES):
                 overflow = head_tokens + count_tokens(messages) - budget
@@ -659,7 +659,7 @@ class LcmEngine:
                 report.summaries_created += again.summaries_created
                 report.levels += again.levels
                 report.errors += again.errors
-                messages = self.context(session_id)
+                messages = assemble(self.store, session_id, again.items)
             report.tokens_after = head_tokens + count_tokens(messages)
             self.remember_context(session_id, messages)
         return head + messages, report

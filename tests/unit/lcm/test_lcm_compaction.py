@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fakes.fixtures import FakeLLM
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -44,6 +45,26 @@ def test_context_fits_budget_and_stays_lossless(engine: LcmEngine) -> None:
     assert report.summaries_created
     assert count_tokens(context) <= 1_500
     assert validation_errors(context) == []
+    assert reconstruct(engine.store, context) == messages
+
+
+def test_a_compress_reads_the_live_context_once(
+    engine: LcmEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The assembled context is the one the compaction left, not read back twice more.
+
+    Reading the context items is ~1 ms a call in the engine loop at a 32k context; three
+    reads a compress were a fifth of the loop (docs/benchmarks.md).
+    """
+    messages = simple_conversation(40)
+    engine.ingest("s", messages)
+    reads: list[str] = []
+    real = engine.store.context_items
+    monkeypatch.setattr(engine.store, "context_items", lambda s: reads.append(s) or real(s))
+    context, report = engine.fitted_context("s", 1_500)
+    assert report.summaries_created
+    assert reads == ["s"]
+    assert context == engine.context("s")  # what is stored, read afresh
     assert reconstruct(engine.store, context) == messages
 
 
