@@ -99,6 +99,7 @@ from hermes_runtime.common.logs import Reporter, log_event, reporter
 TAG = "hermes-runtime"
 DATABASES_TAG = "hermes-databases="
 FILES_TAG = "hermes-files="  # the data dir's files and databases (restic also counts pieces)
+BACKUP_ID_TAG = "hermes-backup-id="  # also in the manifest: ties a restored tree to its listing
 HOST = "hermes-runtime"  # fixed: pods change names, and forget groups by host
 MANIFEST_DIR = ".hermes-backup"
 MANIFEST_RELPATH = f"{MANIFEST_DIR}/manifest.json"
@@ -120,6 +121,7 @@ class TreeManifest:
     databases: dict[str, dict[str, Any]] = field(default_factory=dict)
     files: int = 0
     format: int = MANIFEST_FORMAT
+    backup_id: str = ""  # random, also a tag of the restic snapshot ("" before this field)
 
 
 def create_restic_backup(
@@ -193,6 +195,7 @@ def _create_staged(
         created_at=datetime.now(UTC).isoformat(),
         source={"data_dir": str(data_dir), "host": platform.node()},
         excludes=list(excluder.patterns),
+        backup_id=os.urandom(16).hex(),
     )
     with reporter("backup.create", stream) as progress:
         repo = repo.with_messages_to(lambda line: progress.relay("restic", line))
@@ -248,7 +251,7 @@ def _upload(
     databases = f"{DATABASES_TAG}{len(manifest.databases)}"
     files = f"{FILES_TAG}{manifest.files + len(manifest.databases)}"
     args = ["backup", "--json", "--host", HOST, "--tag", TAG]
-    args += ["--tag", databases, "--tag", files]
+    args += ["--tag", databases, "--tag", files, "--tag", f"{BACKUP_ID_TAG}{manifest.backup_id}"]
     args += ["--ignore-inode", "--ignore-ctime", "."]
     meter = _Meter(progress, progress_every)
     records = stream_restic(
@@ -436,6 +439,17 @@ def list_restic_snapshots(repo: ResticRepository) -> list[SnapshotInfo]:
     pod mounts the backup volume read-only, where restic would retry writing its lock for
     minutes. A prune running at the same time may still list a snapshot it is removing.
     """
+    return [listed.info for listed in _listed_snapshots(repo)]
+
+
+@dataclass(frozen=True)
+class _Listed:
+    info: SnapshotInfo
+    backup_id: str  # the create's id from the snapshot's tags ("" for older snapshots)
+
+
+def _listed_snapshots(repo: ResticRepository) -> list[_Listed]:
+    """``list_restic_snapshots`` with each snapshot's backup id."""
     require_folder(repo)
     args = [NO_LOCK, "snapshots", "--json", "--tag", TAG]
     done = run_restic(repo, args, check=False)
@@ -443,22 +457,22 @@ def list_restic_snapshots(repo: ResticRepository) -> list[SnapshotInfo]:
         if repository_missing(done):
             return []
         raise RuntimeFailure(failure_message(repo, args, done))
-    infos = []
+    listed = []
     for snap in json_document(done.stdout) or []:
         summary = snap.get("summary") or {}
         tags = snap.get("tags") or []
-        infos.append(
-            SnapshotInfo(
-                id=snap["id"],
-                created_at=snap["time"],
-                files=_tag_count(tags, FILES_TAG, int(summary.get("total_files_processed", 0))),
-                databases=_tag_count(tags, DATABASES_TAG, 0),
-                bytes=int(summary.get("total_bytes_processed", 0)),
-                verified=False,
-                status="ok",
-            )
+        info = SnapshotInfo(
+            id=snap["id"],
+            created_at=snap["time"],
+            files=_tag_count(tags, FILES_TAG, int(summary.get("total_files_processed", 0))),
+            databases=_tag_count(tags, DATABASES_TAG, 0),
+            bytes=int(summary.get("total_bytes_processed", 0)),
+            verified=False,
+            status="ok",
         )
-    return infos
+        ids = [t.removeprefix(BACKUP_ID_TAG) for t in tags if t.startswith(BACKUP_ID_TAG)]
+        listed.append(_Listed(info, ids[0] if ids else ""))
+    return listed
 
 
 def _tag_count(tags: list[str], prefix: str, default: int) -> int:
@@ -495,6 +509,7 @@ def _restore_tree(
     extra: list[str] | None = None,
     *,
     integrity_check: bool = False,
+    latest_of: list[str] | None = None,
 ) -> tuple[TreeManifest, dict[str, str]]:
     """The snapshot's tree in ``dest``, every database joined and checked against the manifest.
 
@@ -504,19 +519,20 @@ def _restore_tree(
     records its SHA-256 (every snapshot since that field) must hash to it: then it is the
     very copy ``create`` ran ``integrity_check`` on and counted, and the check is not
     repeated unless ``integrity_check`` asks (``verify`` does). Older snapshots are checked.
+
+    ``latest_of``: restic's filter flags; each of the two runs then resolves ``latest`` itself
+    (``snapshot.id`` is "latest"), and the caller ties the tree to a listing.
     """
-    extra = extra or []
+    extra, filters = extra or [], latest_of or []
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="restic-dump") as pool:
         # A snapshot without databases has no pieces folder to dump.
         dumping = (
-            pool.submit(_dump_pieces, repo, snapshot.id, dest, extra)
+            pool.submit(_dump_pieces, repo, snapshot.id, dest, extra, filters)
             if snapshot.databases
             else None
         )
-        run_restic(
-            repo,
-            [*extra, "restore", snapshot.id, "--target", str(dest), "--exclude", PIECES_FOLDER],
-        )
+        target = ["--target", str(dest), "--exclude", PIECES_FOLDER]
+        run_restic(repo, [*extra, "restore", snapshot.id, *filters, *target])
         manifest = _read_manifest(dest, snapshot.id)
         pieced = any("pieces" in record for record in manifest.databases.values())
         joined = dumping.result() if dumping is not None and pieced else {}
@@ -531,10 +547,10 @@ def _restore_tree(
 
 
 def _dump_pieces(
-    repo: ResticRepository, snapshot_id: str, dest: Path, extra: list[str]
+    repo: ResticRepository, snapshot_id: str, dest: Path, extra: list[str], filters: list[str]
 ) -> dict[str, JoinedDatabase]:
     """Every database of the snapshot, joined under ``dest`` from restic's dump of the pieces."""
-    args = [*extra, "dump", "--archive", "tar", snapshot_id, PIECES_FOLDER]
+    args = [*extra, "dump", *filters, "--archive", "tar", snapshot_id, PIECES_FOLDER]
     return read_restic_stream(repo, args, lambda stream: join_piece_stream(stream, dest))
 
 
@@ -658,18 +674,33 @@ def restore_restic_snapshot(
             f"--data-dir {data_dir} is not empty ({name_list(existing)}); "
             "pass --force to replace its content, or --if-empty to skip"
         )
-    found = _snapshot_to_restore(repo, snapshot, replicas)
-    snapshot_id = found.id if found else None
+    early = snapshot == "latest" and replicas is None  # restored beside the listing
+    found = None if early else _snapshot_to_restore(repo, snapshot, replicas)
+    created = not data_dir.exists()
     data_dir.mkdir(parents=True, exist_ok=True)
     stage_root = staging_root(data_dir)
     tag = f"{STAGING_PREFIX}{data_dir.name}-{os.urandom(4).hex()}"
     stage = stage_root / f"{tag}-stage"
     remove_stale_stages(stage_root, data_dir.name)
     log_event(
-        "backup.restore.started", snapshot=snapshot_id, data_dir=str(data_dir), staging=str(stage)
+        "backup.restore.started",
+        snapshot=found.id if found else snapshot,
+        data_dir=str(data_dir),
+        staging=str(stage),
     )
+    staged = None
+    if early:
+        try:
+            found, staged = _restore_latest_beside_listing(repo, stage)
+        except BaseException:
+            shutil.rmtree(stage, ignore_errors=True)
+            if created:
+                with contextlib.suppress(OSError):
+                    data_dir.rmdir()
+            raise
+    snapshot_id = found.id if found else None
     try:
-        manifest, sources = _stage_restore(repo, found, stage, replicas)
+        manifest, sources = _stage_restore(repo, found, stage, replicas, staged)
     except (OSError, RuntimeFailure) as exc:
         shutil.rmtree(stage, ignore_errors=True)
         raise RuntimeFailure(
@@ -703,18 +734,59 @@ def _snapshot_to_restore(
     return find_restic_snapshot(repo, snapshot, infos)
 
 
+# ``latest`` as each restic run resolves it (``--tag TAG``, as the listing filters).
+LATEST = SnapshotInfo("latest", "", files=0, databases=1, bytes=0, verified=False, status="ok")
+
+
+def _restore_latest_beside_listing(
+    repo: ResticRepository, stage: Path
+) -> tuple[SnapshotInfo, tuple[TreeManifest, dict[str, str]] | None]:
+    """The latest snapshot, and its tree staged in ``stage`` while it was being listed.
+
+    Why: every restic run derives the repository key first (~0.7 s of CPU here), and a restore
+    waited for the listing's before starting its own two runs. Here the listing runs beside
+    them, each resolving ``latest`` itself. The staged tree counts only if its manifest carries
+    the backup id tagged on the snapshot the listing calls latest: a create that lands
+    between them, a snapshot older than that field, or a failed run gives None (``stage``
+    removed; the caller restores the listed snapshot by its id, reporting any error anew).
+    Raises only what the listing raises (no snapshot, an unreachable repository).
+    """
+    quiet = repo.with_messages_to(lambda line: None)  # a failure here is redone and reported
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="restic-list") as pool:
+        listing = pool.submit(_listed_snapshots, repo)
+        staged: tuple[TreeManifest, dict[str, str]] | None
+        try:
+            staged = _restore_tree(quiet, LATEST, stage, [NO_LOCK], latest_of=["--tag", TAG])
+        except (OSError, RuntimeFailure) as exc:
+            staged, reason = None, str(exc)
+        listed = listing.result()
+    found = find_restic_snapshot(repo, "latest", [entry.info for entry in listed])
+    newest = listed[-1].backup_id
+    if staged is not None and newest and staged[0].backup_id == newest:
+        return found, staged
+    if staged is not None:
+        reason = "its tree is not the listed latest snapshot's (a backup landed meanwhile?)"
+    log_event("backup.restore.by_id", snapshot=found.id, reason=reason)
+    shutil.rmtree(stage, ignore_errors=True)
+    return found, None
+
+
 def _stage_restore(
     repo: ResticRepository,
     snapshot: SnapshotInfo | None,
     stage: Path,
     replicas: ReplicaLocation | None,
+    staged: tuple[TreeManifest, dict[str, str]] | None = None,
 ) -> tuple[TreeManifest, dict[str, ReplicaChoice]]:
-    """The snapshot's tree in ``stage``, then the newer replicas over its databases."""
+    """The snapshot's tree in ``stage`` (``staged``: already there), then the newer replicas."""
     snapshot_id = snapshot.id if snapshot else None
-    if snapshot is None:
+    checked: dict[str, str]
+    if staged is not None:
+        manifest, checked = staged
+    elif snapshot is None:
         stage.mkdir(mode=0o700, parents=True)
         manifest = TreeManifest(created_at="", source={}, excludes=[])
-        checked: dict[str, str] = {}
+        checked = {}
     else:
         manifest, checked = _restore_tree(repo, snapshot, stage, [NO_LOCK])
     sources = {

@@ -22,12 +22,21 @@ from hermes_runtime.backup.restic_engine import (
     MANIFEST_DIR,
     create_restic_backup,
     list_restic_snapshots,
+    restore_restic_snapshot,
 )
 from hermes_runtime.common.errors import RuntimeFailure
 
 PASSWORD = {"RESTIC_PASSWORD": "correct horse battery staple"}
 REPO = Path(__file__).resolve().parents[3]
-SUBCOMMANDS = {"backup", "init", "cat", "snapshots", "forget"}  # the restic runs counted
+SUBCOMMANDS = {
+    "backup",
+    "init",
+    "cat",
+    "snapshots",
+    "forget",
+    "restore",
+    "dump",
+}  # the restic runs counted
 
 
 def test_missing_password_is_a_clear_error(target: BackupTarget) -> None:
@@ -135,3 +144,59 @@ def test_a_create_runs_restic_once_and_a_first_one_creates_the_repository_quietl
     again, _ = created()
     assert again == ["backup"]
     assert [s.id for s in list_restic_snapshots(repo)] != []
+
+
+def test_a_restore_of_latest_lists_beside_it_and_never_mixes_in_a_backup_landing_meanwhile(
+    target: BackupTarget,
+    data_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``restore --snapshot latest`` starts restic's restore and dump of ``latest`` beside the
+    listing (each run derives the key first, ~0.7 s of CPU). The tree counts only if its
+    manifest carries the backup id tagged on the snapshot the listing calls latest. Here the
+    restore and dump are pinned to the older snapshot, as if they resolved ``latest`` just
+    before a backup landed: the restore must bring back the listed snapshot whole, by its id."""
+    repo = open_repository(target.url, environ={**os.environ, **target.env})
+    older = create_restic_backup(data_dir, repo, work_dir=tmp_path)
+    make_database(data_dir / "lcm.db", 40)  # 40 more rows
+    (data_dir / "SOUL.md").write_text("You are a newer agent.\n")
+    newer = create_restic_backup(data_dir, repo, work_dir=tmp_path)
+    expected = rows(data_dir / "lcm.db", "SELECT count(*) FROM messages")
+    calls = tmp_path / "restic-calls"
+    pin = tmp_path / "pinned-latest"
+    wrapper = tmp_path / "restic-wrapper"
+    wrapper.write_text(
+        f"#!{sys.executable}\n"
+        "import os, sys\n"
+        f"pin = open({str(pin)!r}).read().strip() if os.path.exists({str(pin)!r}) else ''\n"
+        "args = [pin if pin and a == 'latest' else a for a in sys.argv[1:]]\n"
+        f"open({str(calls)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
+        f"os.execv({restic_binary()!r}, [{restic_binary()!r}, *args])\n"
+    )
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("HERMES_RUNTIME_RESTIC", str(wrapper))
+
+    def restored(name: str) -> tuple[list[list[str]], str]:
+        calls.unlink(missing_ok=True)
+        capsys.readouterr()
+        report = restore_restic_snapshot(repo, tmp_path / name)
+        assert report.snapshot == newer.id
+        assert rows(tmp_path / name / "lcm.db", "SELECT count(*) FROM messages") == expected
+        assert (tmp_path / name / "SOUL.md").read_text() == "You are a newer agent.\n"
+        runs = []
+        for line in calls.read_text().splitlines():
+            argv = line.split()
+            command = next(w for w in argv if w in SUBCOMMANDS)
+            runs.append([command, *(w for w in argv if w in {"latest", newer.id})])
+        return runs, capsys.readouterr().err
+
+    runs, log = restored("unpinned")
+    assert sorted(runs) == [["dump", "latest"], ["restore", "latest"], ["snapshots"]]
+    assert "backup.restore.by_id" not in log
+    pin.write_text(older.id)
+    runs, log = restored("pinned")
+    assert sorted(runs[:3]) == [["dump", "latest"], ["restore", "latest"], ["snapshots"]]
+    assert sorted(runs[3:]) == [["dump", newer.id], ["restore", newer.id]]
+    assert '"event": "backup.restore.by_id"' in log and "not the listed latest" in log
