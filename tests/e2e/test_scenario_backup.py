@@ -6,7 +6,7 @@ the same namespace, with the password from the Secret the chart generated;
 `backup list` and `backup verify` (the .venv's CLI through a port-forward)
 find it and pass, and plain `restic dump` reads our manifest out of it (the
 repository needs nothing of ours). A second release with `restore.fromSnapshot`
-and `backup.repository.existingSecret` naming the first release's password
+(`latest`) and `backup.repository.existingSecret` naming the first release's password
 Secret then starts from that snapshot: its databases hold exactly the row
 counts the manifest recorded, and a chat continuing the pre-backup session
 reaches the LLM with the pre-backup message in its history, i.e. the agent
@@ -363,12 +363,16 @@ def test_backup_under_load_to_s3_then_restore_into_a_new_release(
     assert databases["state.db"].get("messages", 0) >= 2, databases["state.db"]
     print(f"snapshot {snapshot} row counts: {json.dumps(databases)}")
 
-    # A new release reads the old repository with the old password (docs/backup.md).
+    # A new release reads the old repository with the old password (docs/backup.md), from
+    # `latest` as the chart's docs suggest: restic's runs start beside the listing there.
     restore_values = s3_values(
-        tmp_path, restore_from=snapshot, password_secret=password_secret.metadata.name
+        tmp_path, restore_from="latest", password_secret=password_secret.metadata.name
     )
     helm.install(RESTORED, CHART, values=[CI_VALUES, restore_values], timeout="5m")
     pod = agent_pod(cluster, namespace, RESTORED)
+    restore_log = kube.pod_log(cluster, namespace, pod, "restore")
+    assert f"restored snapshot {snapshot}" in restore_log, restore_log
+    assert "backup.restore.by_id" not in restore_log, restore_log
     restored = restored_row_counts(cluster, namespace, pod, sorted(databases))
     assert restored == databases, f"row counts after restore differ from the manifest's: {restored}"
 
