@@ -767,7 +767,12 @@ def _restore_latest_beside_listing(
     if staged is not None:
         reason = "its tree is not the listed latest snapshot's (a backup landed meanwhile?)"
     log_event("backup.restore.by_id", snapshot=found.id, reason=reason)
-    shutil.rmtree(stage, ignore_errors=True)
+    try:  # what is left of the first tree must not mix into the second
+        shutil.rmtree(stage)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise RuntimeFailure(f"cannot empty the staging folder {stage}: {exc}") from exc
     return found, None
 
 

@@ -12,10 +12,12 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from backup_testlib import BackupTarget, make_database, rows
 
+from hermes_runtime.backup import restic_engine
 from hermes_runtime.backup.pieces import PIECE_SIZE
 from hermes_runtime.backup.restic import open_repository, restic_binary
 from hermes_runtime.backup.restic_engine import (
@@ -164,19 +166,8 @@ def test_a_restore_of_latest_lists_beside_it_and_never_mixes_in_a_backup_landing
     (data_dir / "SOUL.md").write_text("You are a newer agent.\n")
     newer = create_restic_backup(data_dir, repo, work_dir=tmp_path)
     expected = rows(data_dir / "lcm.db", "SELECT count(*) FROM messages")
-    calls = tmp_path / "restic-calls"
-    pin = tmp_path / "pinned-latest"
-    wrapper = tmp_path / "restic-wrapper"
-    wrapper.write_text(
-        f"#!{sys.executable}\n"
-        "import os, sys\n"
-        f"pin = open({str(pin)!r}).read().strip() if os.path.exists({str(pin)!r}) else ''\n"
-        "args = [pin if pin and a == 'latest' else a for a in sys.argv[1:]]\n"
-        f"open({str(calls)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
-        f"os.execv({restic_binary()!r}, [{restic_binary()!r}, *args])\n"
-    )
-    wrapper.chmod(0o755)
-    monkeypatch.setenv("HERMES_RUNTIME_RESTIC", str(wrapper))
+    calls, pin = tmp_path / "restic-calls", tmp_path / "pinned-latest"
+    monkeypatch.setenv("HERMES_RUNTIME_RESTIC", str(pinning_restic(tmp_path, calls, pin)))
 
     def restored(name: str) -> tuple[list[list[str]], str]:
         calls.unlink(missing_ok=True)
@@ -200,3 +191,51 @@ def test_a_restore_of_latest_lists_beside_it_and_never_mixes_in_a_backup_landing
     assert sorted(runs[:3]) == [["dump", "latest"], ["restore", "latest"], ["snapshots"]]
     assert sorted(runs[3:]) == [["dump", newer.id], ["restore", newer.id]]
     assert '"event": "backup.restore.by_id"' in log and "not the listed latest" in log
+
+
+def pinning_restic(tmp_path: Path, calls: Path, pin: Path) -> Path:
+    """A restic that logs each run's arguments to ``calls`` and, once ``pin`` holds a snapshot
+    id, reads that snapshot wherever it is asked for ``latest``."""
+    wrapper = tmp_path / "restic-wrapper"
+    wrapper.write_text(
+        f"#!{sys.executable}\n"
+        "import os, sys\n"
+        f"pin = open({str(pin)!r}).read().strip() if os.path.exists({str(pin)!r}) else ''\n"
+        "args = [pin if pin and a == 'latest' else a for a in sys.argv[1:]]\n"
+        f"open({str(calls)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
+        f"os.execv({restic_binary()!r}, [{restic_binary()!r}, *args])\n"
+    )
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def test_a_restore_of_latest_that_cannot_empty_its_first_tree_fails_and_changes_nothing(
+    target: BackupTarget, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the tree restored beside the listing is not the listed snapshot's, it is removed
+    before the listed one is restored into the same staging folder; if it cannot be removed
+    (here ``rmtree`` fails), the restore stops: never a tree with files of both snapshots."""
+    repo = open_repository(target.url, environ={**os.environ, **target.env})
+    older = create_restic_backup(data_dir, repo, work_dir=tmp_path)
+    (data_dir / "SOUL.md").write_text("You are a newer agent.\n")
+    create_restic_backup(data_dir, repo, work_dir=tmp_path)
+    pin = tmp_path / "pinned-latest"
+    pin.write_text(older.id)
+    wrapper = pinning_restic(tmp_path, tmp_path / "restic-calls", pin)
+    monkeypatch.setenv("HERMES_RUNTIME_RESTIC", str(wrapper))
+    real_rmtree = restic_engine.shutil.rmtree
+
+    def stuck(path: Path, ignore_errors: bool = False, **kwargs: Any) -> None:
+        """The staging folder itself cannot be removed; everything else can."""
+        if Path(path).name.endswith("-stage") and not ignore_errors:
+            raise PermissionError(13, "Permission denied", str(path))
+        real_rmtree(path, ignore_errors=ignore_errors, **kwargs)
+
+    monkeypatch.setattr(restic_engine.shutil, "rmtree", stuck)
+    restored = tmp_path / "restored"
+    with pytest.raises(
+        RuntimeFailure, match=r"cannot empty the staging folder .*Permission denied"
+    ):
+        restore_restic_snapshot(repo, restored)
+    assert not restored.exists()
+    assert not list(tmp_path.glob(".hermes-restore-*"))
