@@ -148,6 +148,22 @@ def test_a_create_runs_restic_once_and_a_first_one_creates_the_repository_quietl
     assert [s.id for s in list_restic_snapshots(repo)] != []
 
 
+def pinning_restic(tmp_path: Path, calls: Path, pin: Path) -> Path:
+    """A restic that logs each run's arguments to ``calls`` and, once ``pin`` holds a snapshot
+    id, reads that snapshot wherever it is asked for ``latest``."""
+    wrapper = tmp_path / "restic-wrapper"
+    wrapper.write_text(
+        f"#!{sys.executable}\n"
+        "import os, sys\n"
+        f"pin = open({str(pin)!r}).read().strip() if os.path.exists({str(pin)!r}) else ''\n"
+        "args = [pin if pin and a == 'latest' else a for a in sys.argv[1:]]\n"
+        f"open({str(calls)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
+        f"os.execv({restic_binary()!r}, [{restic_binary()!r}, *args])\n"
+    )
+    wrapper.chmod(0o755)
+    return wrapper
+
+
 def test_a_restore_of_latest_lists_beside_it_and_never_mixes_in_a_backup_landing_meanwhile(
     target: BackupTarget,
     data_dir: Path,
@@ -191,22 +207,6 @@ def test_a_restore_of_latest_lists_beside_it_and_never_mixes_in_a_backup_landing
     assert sorted(runs[:3]) == [["dump", "latest"], ["restore", "latest"], ["snapshots"]]
     assert sorted(runs[3:]) == [["dump", newer.id], ["restore", newer.id]]
     assert '"event": "backup.restore.by_id"' in log and "not the listed latest" in log
-
-
-def pinning_restic(tmp_path: Path, calls: Path, pin: Path) -> Path:
-    """A restic that logs each run's arguments to ``calls`` and, once ``pin`` holds a snapshot
-    id, reads that snapshot wherever it is asked for ``latest``."""
-    wrapper = tmp_path / "restic-wrapper"
-    wrapper.write_text(
-        f"#!{sys.executable}\n"
-        "import os, sys\n"
-        f"pin = open({str(pin)!r}).read().strip() if os.path.exists({str(pin)!r}) else ''\n"
-        "args = [pin if pin and a == 'latest' else a for a in sys.argv[1:]]\n"
-        f"open({str(calls)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
-        f"os.execv({restic_binary()!r}, [{restic_binary()!r}, *args])\n"
-    )
-    wrapper.chmod(0o755)
-    return wrapper
 
 
 def test_a_restore_of_latest_that_cannot_empty_its_first_tree_fails_and_changes_nothing(
