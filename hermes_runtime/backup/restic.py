@@ -182,7 +182,9 @@ def stream_restic(
 
 # What restic prints when no repository is at the location (0.14 to 0.18; 0.18 with --json
 # prints one JSON line holding the same words), then the location.
-MISSING_REPOSITORY_WORDS = ("repository does not exist", "Is there a repository at the")
+NO_REPOSITORY = "repository does not exist"
+NO_REPOSITORY_HINT = "Is there a repository at the"
+MISSING_REPOSITORY_WORDS = (NO_REPOSITORY, NO_REPOSITORY_HINT)
 
 
 def _without_missing(repo: ResticRepository) -> Callable[[str], None] | None:
@@ -306,7 +308,7 @@ def failure_message(
 
 def repository_missing(done: subprocess.CompletedProcess[str]) -> bool:
     """restic's answer when no repository is at the location (exit 10 since 0.17)."""
-    return done.returncode == EXIT_NO_REPOSITORY or MISSING_REPOSITORY_WORDS[1] in done.stderr
+    return done.returncode == EXIT_NO_REPOSITORY or NO_REPOSITORY_HINT in done.stderr
 
 
 def require_folder(repo: ResticRepository) -> None:

@@ -500,6 +500,8 @@ def find_restic_snapshot(
 
 
 PIECES_FOLDER = f"/{MANIFEST_DIR}/{PIECES_DIR}"  # in the snapshot
+# ``latest`` as each restic run resolves it (``--tag TAG``, as the listing filters).
+LATEST = SnapshotInfo("latest", "", files=0, databases=1, bytes=0, verified=False, status="ok")
 
 
 def _restore_tree(
@@ -509,7 +511,6 @@ def _restore_tree(
     extra: list[str] | None = None,
     *,
     integrity_check: bool = False,
-    latest_of: list[str] | None = None,
 ) -> tuple[TreeManifest, dict[str, str]]:
     """The snapshot's tree in ``dest``, every database joined and checked against the manifest.
 
@@ -520,10 +521,11 @@ def _restore_tree(
     very copy ``create`` ran ``integrity_check`` on and counted, and the check is not
     repeated unless ``integrity_check`` asks (``verify`` does). Older snapshots are checked.
 
-    ``latest_of``: restic's filter flags; each of the two runs then resolves ``latest`` itself
-    (``snapshot.id`` is "latest"), and the caller ties the tree to a listing.
+    For ``LATEST`` each of the two runs resolves ``latest`` itself, filtered as the listing is;
+    the caller ties the tree to a listing.
     """
-    extra, filters = extra or [], latest_of or []
+    extra = extra or []
+    filters = ["--tag", TAG] if snapshot is LATEST else []
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="restic-dump") as pool:
         # A snapshot without databases has no pieces folder to dump.
         dumping = (
@@ -734,10 +736,6 @@ def _snapshot_to_restore(
     return find_restic_snapshot(repo, snapshot, infos)
 
 
-# ``latest`` as each restic run resolves it (``--tag TAG``, as the listing filters).
-LATEST = SnapshotInfo("latest", "", files=0, databases=1, bytes=0, verified=False, status="ok")
-
-
 def _restore_latest_beside_listing(
     repo: ResticRepository, stage: Path
 ) -> tuple[SnapshotInfo, tuple[TreeManifest, dict[str, str]] | None]:
@@ -756,7 +754,7 @@ def _restore_latest_beside_listing(
         listing = pool.submit(_listed_snapshots, repo)
         staged: tuple[TreeManifest, dict[str, str]] | None
         try:
-            staged = _restore_tree(quiet, LATEST, stage, [NO_LOCK], latest_of=["--tag", TAG])
+            staged = _restore_tree(quiet, LATEST, stage, [NO_LOCK])
         except (OSError, RuntimeFailure) as exc:
             staged, reason = None, str(exc)
         listed = listing.result()
