@@ -62,7 +62,32 @@ DEFAULT_BUSY_TIMEOUT_MS = 30_000
 ENCODED_STATES = 64  # sessions whose last committed host state is remembered as a dict
 
 
+# One JSON array of [id, session_id, seq, role, content, content_json, tool_calls,
+# tool_call_id, name, extra, output_id, token_count, created_at] rows.
+INSERT_MESSAGES_FROM_JSON = (
+    "INSERT INTO messages(id, session_id, seq, role, content, content_json, tool_calls, "
+    "tool_call_id, name, extra, output_id, token_count, created_at) "
+    "SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, value->>6, "
+    "value->>7, value->>8, value->>9, value->>10, value->>11, value->>12 FROM json_each(?)"
+)
+# One JSON array of [session_id, position, message_id] rows.
+INSERT_CONTEXT_ITEMS_FROM_JSON = (
+    "INSERT INTO context_items(session_id, position, message_id) "
+    "SELECT value->>0, value->>1, value->>2 FROM json_each(?)"
+)
+
 _UNKNOWN: Any = object()  # a session's newest message, not looked up yet
+
+
+@dataclass(slots=True)
+class _Placed:
+    """A prepared row given its place: session, seq, context position, write time."""
+
+    session_id: str
+    seq: int
+    pos: int
+    row: dict[str, Any]
+    stamp: float
 
 
 @dataclass
@@ -465,6 +490,7 @@ class LcmStore:
         at the end, and a session's counters are read once, at its first job.
         """
         cursors: dict[str, _Cursor] = {}
+        placed: list[tuple[Job, _Placed]] = []
         for job in jobs:
             session_id, stamp, window = job.session_id, job.stamp, job.replay_window
             cursor = cursors.get(session_id)
@@ -485,12 +511,15 @@ class LcmStore:
             for row in job.rows:
                 if is_repeated_turn(last, row["role"], row["content"], stamp, window):
                     continue
-                job.stored.append(self._insert_message(session_id, seq, pos, row, stamp))
+                placed.append((job, _Placed(session_id, seq, pos, row, stamp)))
                 last = (row["role"], row["content"], stamp)
                 seq, pos = seq + 1, pos + 1
             cursor.seq, cursor.pos, cursor.last = seq, pos, last
             if job.host_state is not None:
                 cursor.host_state = job.host_state
+        stored = self._insert_messages([message for _, message in placed])
+        for (job, _), message in zip(placed, stored, strict=True):
+            job.stored.append(message)
         for session_id, cursor in cursors.items():
             if cursor.host_state is None:
                 self.conn.execute(
@@ -553,50 +582,73 @@ class LcmStore:
         row["token_count"] = message_tokens(stub_message)
         return row
 
-    def _insert_message(
-        self, session_id: str, seq: int, pos: int, row: dict[str, Any], stamp: float
-    ) -> StoredMessage:
-        if row["output"] is not None:
-            # Inside the write transaction: an orphan sweep (``lcm doctor --fix``)
-            # deletes only under this lock, so the file we reference exists now
-            # and stays. It may have been swept since ``_prepare`` found it.
-            target = self.outputs_dir / row["output"][4]
-            if not target.exists():
-                out.write_output(self.outputs_dir, row["output_data"])
-            self.conn.execute(
-                "INSERT OR IGNORE INTO outputs(id, sha256, size, encoding, relpath, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (*row["output"], stamp),
+    def _insert_messages(self, placed: list[_Placed]) -> list[StoredMessage]:
+        """Insert placed rows with three statements, however many there are.
+
+        FTS5 writes its pending postings out at every statement of a
+        transaction (each opens a savepoint), so a statement a row paid that
+        for every message: 68 us a message against 48 us for one statement a
+        batch (57-message batches with the trigger, ``docs/benchmarks.md``).
+        The rows travel as one JSON array that SQLite unpacks (``json_each``).
+        Ids are given, not taken: under the write lock the next ones are
+        ``max(id) + 1`` on, as SQLite would choose them.
+        """
+        if not placed:
+            return []
+        conn = self._connection()
+        for message in placed:
+            if message.row["output"] is not None:
+                self._record_output(conn, message.row, message.stamp)
+        first_id = int(fetch_value(conn, "SELECT coalesce(max(id), 0) + 1 FROM messages"))
+        columns = [
+            (
+                first_id + index,
+                message.session_id,
+                message.seq,
+                message.row["role"],
+                message.row["content"],
+                message.row["content_json"],
+                message.row["tool_calls"],
+                message.row["tool_call_id"],
+                message.row["name"],
+                message.row["extra"],
+                message.row["output_id"],
+                message.row["token_count"],
+                message.stamp,
             )
-        values = (
-            session_id,
-            seq,
-            row["role"],
-            row["content"],
-            row["content_json"],
-            row["tool_calls"],
-            row["tool_call_id"],
-            row["name"],
-            row["extra"],
-            row["output_id"],
-            row["token_count"],
-            stamp,
+            for index, message in enumerate(placed)
+        ]
+        rows = json.dumps(columns, ensure_ascii=False)
+        places = json.dumps(
+            [
+                (values[1], message.pos, values[0])
+                for values, message in zip(columns, placed, strict=True)
+            ]
         )
-        self.conn.execute(
-            "INSERT INTO messages(session_id, seq, role, content, content_json, tool_calls, "
-            "tool_call_id, name, extra, output_id, token_count, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            values,
+        conn.execute(INSERT_MESSAGES_FROM_JSON, (rows,))
+        conn.execute(INSERT_CONTEXT_ITEMS_FROM_JSON, (places,))
+        conn.execute(
+            "INSERT INTO embed_queue(kind, item_id) SELECT 'message', id FROM messages "
+            "WHERE id BETWEEN ? AND ?",
+            (first_id, first_id + len(columns) - 1),
         )
-        message_id = self.conn.last_insert_rowid()
-        self.conn.execute(
-            "INSERT INTO context_items(session_id, position, message_id) VALUES (?, ?, ?)",
-            (session_id, pos, message_id),
+        return [StoredMessage(*values) for values in columns]
+
+    def _record_output(self, conn: apsw.Connection, row: dict[str, Any], stamp: float) -> None:
+        """The row's externalized output: its file (again, if swept) and its ``outputs`` row.
+
+        Inside the write transaction: an orphan sweep (``lcm doctor --fix``)
+        deletes only under this lock, so the file we reference exists now and
+        stays. It may have been swept since ``_prepare`` found it.
+        """
+        target = self.outputs_dir / row["output"][4]
+        if not target.exists():
+            out.write_output(self.outputs_dir, row["output_data"])
+        conn.execute(
+            "INSERT OR IGNORE INTO outputs(id, sha256, size, encoding, relpath, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (*row["output"], stamp),
         )
-        self.conn.execute(
-            "INSERT INTO embed_queue(kind, item_id) VALUES ('message', ?)", (message_id,)
-        )
-        return StoredMessage(message_id, *values)
 
     # -- reads -------------------------------------------------------------
 

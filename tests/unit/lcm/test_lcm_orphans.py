@@ -9,6 +9,7 @@ from pathlib import Path
 from hermes_runtime.lcm import LcmEngine, LcmStore
 from hermes_runtime.lcm.doctor import doctor, remove_orphan_outputs
 from hermes_runtime.lcm.outputs import relpath_for
+from hermes_runtime.lcm.store import _Placed
 
 HOUR = 3600.0
 
@@ -67,7 +68,8 @@ def test_a_file_swept_between_write_and_commit_is_written_again(engine: LcmEngin
     assert not path.exists()
     with store.writing():  # the rest of ingest_many: its transaction
         seq, position = store._ensure_session("s")
-        stored = store._insert_message("s", seq, position, prepared, time.time())
+        placed = _Placed("s", seq, position, prepared, time.time())
+        [stored] = store._insert_messages([placed])
     assert path.exists()
     assert store.full_message(stored)["content"] == content
     assert doctor(store).checks["missing_outputs"] == []

@@ -115,6 +115,37 @@ def test_ingest_queues_embeddings_and_fts(store: LcmStore) -> None:
     assert json.loads(json.dumps(store.counts()))["messages"] == 1
 
 
+def test_a_batch_is_stored_with_the_same_statements_whatever_its_size(store: LcmStore) -> None:
+    """FTS5 writes its pending postings at every statement: a statement a row paid it a row.
+
+    Every row comes back as the batch returned it (ids in order, exact write
+    time), its context item and embedding job included.
+    """
+    statements: list[str] = []
+
+    def trace(_cursor: apsw.Cursor, sql: str, _bindings: Any) -> bool:
+        statements.append(sql.split("(")[0].strip())
+        return True
+
+    store.ingest_many("s", [{"role": "user", "content": "warm up"}])
+    inserts_by_size = {}
+    for size in (1, 40):
+        statements.clear()
+        store.conn.exec_trace = trace
+        batch = [{"role": "user", "content": f'row {n} "quoted"\n✓'} for n in range(size)]
+        stored = store.ingest_many("s", batch, created_at=1764878400.123456789)
+        store.conn.exec_trace = None
+        inserts_by_size[size] = sorted(s for s in statements if s.startswith("INSERT"))
+        assert [store.message(m.id) for m in stored] == stored
+        assert [m.id for m in stored] == list(range(stored[0].id, stored[0].id + size))
+        assert [store.full_message(m)["content"] for m in stored] == [m["content"] for m in batch]
+    assert inserts_by_size[1] == inserts_by_size[40]
+    assert len(inserts_by_size[40]) == 3
+    items = fetch_all(store.conn, "SELECT message_id FROM context_items ORDER BY position")
+    assert [r[0] for r in items] == list(range(1, 43))
+    assert store.counts()["embed_queue"] == 42
+
+
 def commit_rows(conn: apsw.Connection, count: int) -> None:
     """``count`` transactions of one ~3 kB row each (a page or so of WAL each)."""
     for index in range(count):
