@@ -1,0 +1,130 @@
+"""FTS5 and statements: what a message's full-text postings cost, by how they are inserted.
+
+Run: ``.venv/bin/python bench/lcm_fts_statements.py [--messages 20000] [--batches 10,57,200,1000]``
+Prints one JSON object per batch size (one line each): microseconds a message
+to insert ``--messages`` chat messages into a real LCM database (its schema,
+indexes and FTS5 trigger), in write transactions of ``batch`` messages, three
+ways:
+
+- ``per_row_us``: a statement a message (``executemany``), as the store did
+  before it stored a batch with one statement;
+- ``one_statement_us``: one ``INSERT ... SELECT ... FROM json_each(?)`` a
+  batch, as the store does now (``store.INSERT_MESSAGES_FROM_JSON``);
+- ``no_fts_us``: the same statement with the FTS5 trigger dropped: the floor,
+  what the rows cost without postings.
+
+Why it matters: FTS5 writes its pending postings out at every statement of a
+transaction, so a statement a row paid that a message; and the fewer distinct
+flushes, the cheaper each posting. The engine loop commits a batch at each
+``compress()`` (57 messages in ``bench/lcm_engine_loop.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import apsw
+from lcm_engine_loop import Talk
+
+from hermes_runtime.lcm import LcmStore
+from hermes_runtime.lcm.store import INSERT_MESSAGES_FROM_JSON
+
+SESSION = "bench"
+Row = tuple[int, str, int, str, str, None, None, None, None, None, None, int, float]
+
+
+def message_rows(total: int, talk: Talk, first_id: int) -> list[Row]:
+    """Rows as the store inserts them (ids and seqs after the session's first message)."""
+    rows: list[Row] = []
+    for index in range(total):
+        text = talk.text()
+        rows.append(
+            (
+                first_id + index,
+                SESSION,
+                first_id + index,
+                "user" if index % 2 == 0 else "assistant",
+                text,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                4 + len(text) // 4,
+                time.time(),
+            )
+        )
+    return rows
+
+
+def per_row(conn: apsw.Connection, rows: list[Row]) -> None:
+    conn.executemany(
+        "INSERT INTO messages(id, session_id, seq, role, content, content_json, tool_calls, "
+        "tool_call_id, name, extra, output_id, token_count, created_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        rows,
+    )
+
+
+def one_statement(conn: apsw.Connection, rows: list[Row]) -> None:
+    conn.execute(INSERT_MESSAGES_FROM_JSON, (json.dumps(rows, ensure_ascii=False),))
+
+
+def timed_inserts(
+    workdir: Path,
+    rows: list[Row],
+    batch: int,
+    insert: Callable[[apsw.Connection, list[Row]], None],
+    fts: bool,
+) -> float:
+    """Microseconds a message, on a fresh LCM database, in transactions of ``batch``."""
+    store = LcmStore(workdir / "lcm.db", workdir / "outputs")
+    store.ingest_many(SESSION, [{"role": "system", "content": "start"}])
+    conn = store.conn
+    if not fts:
+        conn.execute("DROP TRIGGER messages_ai")
+    started = time.perf_counter()
+    for start in range(0, len(rows), batch):
+        with conn:  # a write transaction, committed
+            insert(conn, rows[start : start + batch])
+    elapsed = time.perf_counter() - started
+    store.close()
+    return round(elapsed * 1e6 / len(rows), 1)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--batches", default="10,57,200,1000")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    try:
+        batches = [int(size) for size in args.batches.split(",")]
+    except ValueError:
+        parser.error(f"--batches: not a comma-separated list of integers: {args.batches!r}")
+    if args.messages <= 0 or any(size <= 0 for size in batches):
+        parser.error("--messages and every --batches size must be positive")
+    rows = message_rows(args.messages, Talk(args.seed), first_id=2)
+    ways = {
+        "per_row_us": (per_row, True),
+        "one_statement_us": (one_statement, True),
+        "no_fts_us": (one_statement, False),
+    }
+    for batch in batches:
+        figures: dict[str, object] = {"messages": args.messages, "batch": batch}
+        for name, (insert, fts) in ways.items():
+            with tempfile.TemporaryDirectory(prefix="lcm-fts-") as workdir:
+                figures[name] = timed_inserts(Path(workdir), rows, batch, insert, fts)
+        print(json.dumps(figures), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
