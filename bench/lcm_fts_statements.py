@@ -8,9 +8,11 @@ ways:
 
 - ``per_row_us``: a statement a message (``executemany``), as the store did
   before it stored a batch with one statement;
-- ``one_statement_us``: one ``INSERT ... SELECT ... FROM json_each(?)`` a
-  batch, as the store does now (``store.INSERT_MESSAGES_FROM_JSON``);
-- ``no_fts_us``: the same statement with the FTS5 trigger dropped: the floor,
+- ``one_statement_us``: one multi-row ``INSERT ... VALUES (...), (...)`` a
+  batch, as the store does now (``store.INSERT_MESSAGES``);
+- ``json_each_us``: one ``INSERT ... SELECT ... FROM json_each(?)`` a batch
+  (the rows as one JSON text; tried, slower than VALUES at every size);
+- ``no_fts_us``: one VALUES statement with the FTS5 trigger dropped: the floor,
   what the rows cost without postings.
 
 Why it matters: FTS5 writes its pending postings out at every statement of a
@@ -33,7 +35,7 @@ import apsw
 from lcm_engine_loop import Talk
 
 from hermes_runtime.lcm import LcmStore
-from hermes_runtime.lcm.store import INSERT_MESSAGES_FROM_JSON
+from hermes_runtime.lcm.store import INSERT_MESSAGES
 
 SESSION = "bench"
 Row = tuple[int, str, int, str, str, None, None, None, None, None, None, int, float]
@@ -65,16 +67,20 @@ def message_rows(total: int, talk: Talk, first_id: int) -> list[Row]:
 
 
 def per_row(conn: apsw.Connection, rows: list[Row]) -> None:
-    conn.executemany(
-        "INSERT INTO messages(id, session_id, seq, role, content, content_json, tool_calls, "
-        "tool_call_id, name, extra, output_id, token_count, created_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        rows,
-    )
+    conn.executemany(INSERT_MESSAGES + "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
 
 
 def one_statement(conn: apsw.Connection, rows: list[Row]) -> None:
-    conn.execute(INSERT_MESSAGES_FROM_JSON, (json.dumps(rows, ensure_ascii=False),))
+    values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(rows))
+    conn.execute(INSERT_MESSAGES + values, [value for row in rows for value in row])
+
+
+def json_each(conn: apsw.Connection, rows: list[Row]) -> None:
+    columns = ", ".join(f"value->>{index}" for index in range(13))
+    conn.execute(
+        INSERT_MESSAGES.replace(" VALUES ", f" SELECT {columns} FROM json_each(?)"),
+        (json.dumps(rows, ensure_ascii=False),),
+    )
 
 
 def timed_inserts(
@@ -115,6 +121,7 @@ def main() -> int:
     ways = {
         "per_row_us": (per_row, True),
         "one_statement_us": (one_statement, True),
+        "json_each_us": (json_each, True),
         "no_fts_us": (one_statement, False),
     }
     for batch in batches:
