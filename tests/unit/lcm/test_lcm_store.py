@@ -16,6 +16,7 @@ from hermes_runtime.common.sqlite import connect
 from hermes_runtime.lcm import LcmStore
 from hermes_runtime.lcm.checkpoints import Checkpointer
 from hermes_runtime.lcm.schema import MIGRATIONS, fetch_all, fetch_value, schema_version
+from hermes_runtime.lcm.store import ROWS_PER_STATEMENT
 
 
 def test_roundtrip_keeps_every_key_and_byte(store: LcmStore) -> None:
@@ -144,6 +145,18 @@ def test_a_batch_is_stored_with_the_same_statements_whatever_its_size(store: Lcm
     items = fetch_all(store.conn, "SELECT message_id FROM context_items ORDER BY position")
     assert [r[0] for r in items] == list(range(1, 43))
     assert store.counts()["embed_queue"] == 42
+
+
+def test_a_batch_longer_than_a_statement_carries_is_stored_whole_and_in_order(
+    store: LcmStore,
+) -> None:
+    size = ROWS_PER_STATEMENT * 2 + 3
+    batch = [{"role": "user", "content": f"message {n}"} for n in range(size)]
+    stored = store.ingest_many("s", batch)
+    assert [m.seq for m in stored] == list(range(1, size + 1))
+    assert [store.full_message(m)["content"] for m in stored] == [m["content"] for m in batch]
+    items = fetch_all(store.conn, "SELECT position, message_id FROM context_items ORDER BY 1")
+    assert items == [(m.seq, m.id) for m in stored]
 
 
 def commit_rows(conn: apsw.Connection, count: int) -> None:
