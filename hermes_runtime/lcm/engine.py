@@ -159,6 +159,10 @@ TOOL_NAMES = frozenset(t["name"] for t in TOOL_SCHEMAS)
 
 # Extra compaction passes when the assembled context measures over budget.
 MAX_REFIT_PASSES = 4
+# How often compactions refresh the retention gauges: a dozen lookups each time,
+# ~2% of a compress() in the engine loop, for figures scraped every 15-60 s.
+# ``lcm stats`` always reads them fresh.
+RETENTION_REFRESH_SECONDS = 10.0
 
 
 # Version of ``fingerprint`` recorded in a session's host state ("fp"): a state
@@ -371,6 +375,7 @@ class LcmEngine:
         self._locks_guard = threading.Lock()
         self.vectors = VectorIndex()
         self._prints = FingerprintMemo()
+        self._retention_due = 0.0  # time.monotonic() of the next gauge refresh
         self._views = hostview.HostViews()
         self.worker: EmbeddingWorker | None = None
         if start_worker and self.embedder is not None:
@@ -624,7 +629,9 @@ class LcmEngine:
         for level in report.levels:
             metrics.SUMMARIES.labels(level=str(level)).inc()
         metrics.COMPACTION_ERRORS.inc(len(report.errors))
-        retention(self.store)  # size, retention and growth gauges
+        if time.monotonic() >= self._retention_due:  # size, retention and growth gauges
+            retention(self.store)
+            self._retention_due = time.monotonic() + RETENTION_REFRESH_SECONDS
         if self.worker is not None and report.summaries_created:
             self.worker.wake()
         return report

@@ -796,9 +796,18 @@ class LcmStore:
             self.conn.execute(
                 "INSERT INTO embed_queue(kind, item_id) VALUES ('summary', ?)", (summary_id,)
             )
-        result = self.summary(summary_id)
-        assert result is not None
-        return result
+        # As written: the row is immutable, so it is not read back.
+        return Summary(
+            summary_id,
+            session_id,
+            new.depth,
+            new.content,
+            new.token_count,
+            new.source_tokens,
+            new.level,
+            *span,
+            now,
+        )
 
     def _span(self, sources: Iterable[tuple[str, int]]) -> tuple[int, int, float, float, int]:
         """first_seq, last_seq, start_at, end_at, message_count over the sources.

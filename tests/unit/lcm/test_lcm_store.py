@@ -16,7 +16,7 @@ from hermes_runtime.common.sqlite import connect
 from hermes_runtime.lcm import LcmStore
 from hermes_runtime.lcm.checkpoints import Checkpointer
 from hermes_runtime.lcm.schema import MIGRATIONS, fetch_all, fetch_value, schema_version
-from hermes_runtime.lcm.store import ROWS_PER_STATEMENT
+from hermes_runtime.lcm.store import ROWS_PER_STATEMENT, NewSummary
 
 
 def test_roundtrip_keeps_every_key_and_byte(store: LcmStore) -> None:
@@ -157,6 +157,26 @@ def test_a_batch_longer_than_a_statement_carries_is_stored_whole_and_in_order(
     assert [store.full_message(m)["content"] for m in stored] == [m["content"] for m in batch]
     items = fetch_all(store.conn, "SELECT position, message_id FROM context_items ORDER BY 1")
     assert items == [(m.seq, m.id) for m in stored]
+
+
+def test_a_run_replaced_by_a_summary_is_returned_as_stored(store: LcmStore) -> None:
+    """``replace_run`` builds the summary it wrote instead of reading it back: same record."""
+    stored = store.ingest_many("s", [{"role": "user", "content": f"m{n}"} for n in range(6)])
+    leaf = store.replace_run(
+        "s",
+        [1, 2, 3],
+        NewSummary(0, "first three", 3, 9, 1, [("message", m.id) for m in stored[:3]]),
+    )
+    assert leaf is not None and leaf == store.summary(leaf.id)
+    assert (leaf.first_seq, leaf.last_seq, leaf.message_count) == (1, 3, 3)
+    assert (leaf.start_at, leaf.end_at) == (stored[0].created_at, stored[2].created_at)
+    condensed = store.replace_run(
+        "s",
+        [1, 4],
+        NewSummary(1, "all four", 2, 5, 2, [("summary", leaf.id), ("message", stored[3].id)]),
+    )
+    assert condensed is not None and condensed == store.summary(condensed.id)
+    assert (condensed.first_seq, condensed.last_seq, condensed.message_count) == (1, 4, 4)
 
 
 def commit_rows(conn: apsw.Connection, count: int) -> None:
