@@ -58,9 +58,9 @@ def retention(store: LcmStore, now: float | None = None) -> dict[str, Any]:
     """Size, how far back the history goes, and how fast it grows; also set as metrics.
 
     Cheap at any size (a dozen indexed lookups, no scan), so the engine
-    refreshes it after every compaction: messages are immutable and their ids
-    follow their write times, so the first message of the growth window is
-    found by bisecting ids.
+    refreshes it after compactions (every 10 s at most): messages are
+    immutable and their ids follow their write times, so the first message
+    of the growth window is found by bisecting ids.
     """
     now = time.time() if now is None else now
     size = database_bytes(store.db_path)

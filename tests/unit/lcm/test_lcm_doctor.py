@@ -66,6 +66,27 @@ def test_stats_and_metrics_show_retention_and_growth_per_day(engine: LcmEngine) 
     assert {"history_days", "growth_bytes_per_day", "messages_per_day"} <= set(listed)
 
 
+def test_compactions_refresh_the_retention_gauges_at_most_every_few_seconds(
+    engine: LcmEngine,
+) -> None:
+    """A dozen lookups a compaction is 2% of a compress(); the gauges are scraped, not read
+    a turn. ``lcm stats`` reads them fresh."""
+    from prometheus_client import REGISTRY
+
+    def stored() -> float | None:
+        return REGISTRY.get_sample_value("lcm_messages_stored")
+
+    conversation = simple_conversation(40)
+    engine.ingest("s", conversation[:60])
+    engine.compact("s", 600, force=True)
+    assert stored() == 60
+    engine.ingest("s", conversation[60:])
+    engine.compact("s", 600, force=True)
+    assert stored() == 60  # refreshed less than RETENTION_REFRESH_SECONDS ago
+    assert stats(engine.store)["messages"] == len(conversation) > 60
+    assert stored() == len(conversation)
+
+
 def test_stats_of_an_empty_database(engine: LcmEngine) -> None:
     listed = stats(engine.store)
     assert listed["messages"] == 0 and listed["oldest_message_at"] is None
