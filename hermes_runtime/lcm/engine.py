@@ -572,10 +572,10 @@ class LcmEngine:
         """Ids of the last message carrying this session's summary headers, and what follows."""
         for index in range(len(conversation) - 1, -1, -1):
             ids = summary_refs_in(conversation[index])
-            if ids and all(
-                (s := self.store.summary(i)) is not None and s.session_id == session_id for i in ids
-            ):
-                return ids, conversation[index + 1 :]
+            if ids:
+                sessions = self.store.summary_sessions(ids)
+                if all(sessions.get(i) == session_id for i in ids):
+                    return ids, conversation[index + 1 :]
         return [], conversation
 
     def _after_last_block(

@@ -657,6 +657,15 @@ class LcmStore:
         )
         return Summary(*row) if row else None
 
+    def summary_sessions(self, summary_ids: Sequence[int]) -> dict[int, str]:
+        """The session of each of these summaries that exists (one query, no content read)."""
+        rows = fetch_all(  # summaries are never queued: no flush
+            self._connection(),
+            "SELECT id, session_id FROM summaries WHERE id IN (SELECT value FROM json_each(?))",
+            (json.dumps([int(i) for i in summary_ids]),),
+        )
+        return {int(r[0]): str(r[1]) for r in rows}
+
     def output(self, output_id: str) -> OutputRecord | None:
         row = fetch_one(
             self.conn,

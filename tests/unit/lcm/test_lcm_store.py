@@ -179,6 +179,18 @@ def test_a_run_replaced_by_a_summary_is_returned_as_stored(store: LcmStore) -> N
     assert (condensed.first_seq, condensed.last_seq, condensed.message_count) == (1, 4, 4)
 
 
+def test_summary_sessions_names_the_session_of_each_summary_that_exists(store: LcmStore) -> None:
+    made = {}
+    for session in ("a", "b"):
+        stored = store.ingest_many(session, [{"role": "user", "content": "x"}] * 2)
+        sources = [("message", m.id) for m in stored]
+        made[session] = store.replace_run(session, [1, 2], NewSummary(0, "s", 1, 2, 1, sources))
+    a, b = made["a"], made["b"]
+    assert a is not None and b is not None
+    assert store.summary_sessions([b.id, a.id, 999]) == {a.id: "a", b.id: "b"}
+    assert store.summary_sessions([]) == {}
+
+
 def commit_rows(conn: apsw.Connection, count: int) -> None:
     """``count`` transactions of one ~3 kB row each (a page or so of WAL each)."""
     for index in range(count):
