@@ -16,7 +16,8 @@ from typing import Any
 from hermes_runtime.common.atomic import atomic_write_bytes
 from hermes_runtime.lcm.records import OUTPUT_PREFIX
 
-BASE64_RUN = re.compile(r"[A-Za-z0-9+/=]{1024,}")
+BASE64_RUN_CHARS = 1024
+BASE64_RUN = re.compile(rf"[A-Za-z0-9+/=]{{{BASE64_RUN_CHARS},}}")
 PREVIEW_BASE64 = re.compile(r"[A-Za-z0-9+/=]{120,}")
 HEAD_CHARS, TAIL_CHARS = 600, 300
 
@@ -26,7 +27,10 @@ def needs_externalizing(content: Any, threshold_chars: int) -> bool:
     if content is None:
         return False
     text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
-    return len(text) > threshold_chars or BASE64_RUN.search(text) is not None
+    if len(text) > threshold_chars:
+        return True
+    # Shorter text cannot hold a run: most chat messages are never scanned.
+    return len(text) >= BASE64_RUN_CHARS and BASE64_RUN.search(text) is not None
 
 
 def encode_content(content: Any) -> tuple[bytes, str]:

@@ -63,6 +63,16 @@ def test_base64_blob_never_enters_the_database(store: LcmStore, tmp_path: Path) 
     reopened.close()
 
 
+def test_a_base64_run_is_externalized_from_its_first_long_enough_run() -> None:
+    from hermes_runtime.lcm.outputs import BASE64_RUN_CHARS, needs_externalizing
+
+    run = "QUJD" * (BASE64_RUN_CHARS // 4)
+    assert needs_externalizing("see: " + run + " end", 16_000)
+    assert not needs_externalizing("see: " + run[:-1] + " end", 16_000)
+    assert not needs_externalizing("plain words " * 80, 16_000)
+    assert needs_externalizing("w" * 16_001, 16_000)
+
+
 def test_same_output_is_stored_once(store: LcmStore, tmp_path: Path) -> None:
     big = "x" * 5_000
     first = store.ingest("a", {"role": "tool", "tool_call_id": "1", "content": big})
