@@ -765,20 +765,21 @@ class LcmStore:
                 return None
             span = self._span(new.sources)
             now = time.time()
+            values = (
+                session_id,
+                new.depth,
+                new.content,
+                new.token_count,
+                new.source_tokens,
+                new.level,
+                *span,
+                now,
+            )
             self.conn.execute(
                 "INSERT INTO summaries(session_id, depth, content, token_count, source_tokens, "
                 "level, first_seq, last_seq, start_at, end_at, message_count, created_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    session_id,
-                    new.depth,
-                    new.content,
-                    new.token_count,
-                    new.source_tokens,
-                    new.level,
-                    *span,
-                    now,
-                ),
+                values,
             )
             summary_id = self.conn.last_insert_rowid()
             self.conn.executemany(
@@ -805,18 +806,7 @@ class LcmStore:
             self.conn.execute(
                 "INSERT INTO embed_queue(kind, item_id) VALUES ('summary', ?)", (summary_id,)
             )
-        # As written: the row is immutable, so it is not read back.
-        return Summary(
-            summary_id,
-            session_id,
-            new.depth,
-            new.content,
-            new.token_count,
-            new.source_tokens,
-            new.level,
-            *span,
-            now,
-        )
+        return Summary(summary_id, *values)  # as written: immutable, not read back
 
     def _span(self, sources: Iterable[tuple[str, int]]) -> tuple[int, int, float, float, int]:
         """first_seq, last_seq, start_at, end_at, message_count over the sources.
