@@ -135,10 +135,21 @@ def drive(
     }
 
 
+def int_list(text: str) -> list[int]:
+    """An argparse ``type``: comma-separated integers (argparse names the flag on error)."""
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a comma-separated list of integers: {text!r}"
+        ) from None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--messages",
+        type=int_list,
         default="4000,20000,80000",
         help="comma-separated sizes, each run on a fresh database (default 4000,20000,80000)",
     )
@@ -161,10 +172,7 @@ def main() -> int:
     )
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
-    try:
-        sizes = [int(size) for size in args.messages.split(",")]
-    except ValueError:
-        parser.error(f"--messages: not a comma-separated list of integers: {args.messages!r}")
+    sizes = args.messages
     if any(size <= 0 or size % 2 for size in sizes):
         parser.error(f"--messages: each size must be a positive even number: {args.messages!r}")
     results = []

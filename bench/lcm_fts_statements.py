@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import apsw
-from lcm_engine_loop import Talk
+from lcm_engine_loop import Talk, int_list
 
 from hermes_runtime.lcm import LcmStore
 from hermes_runtime.lcm.store import INSERT_MESSAGES
@@ -108,13 +108,10 @@ def timed_inserts(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=20_000)
-    parser.add_argument("--batches", default="10,57,200,1000")
+    parser.add_argument("--batches", type=int_list, default="10,57,200,1000")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
-    try:
-        batches = [int(size) for size in args.batches.split(",")]
-    except ValueError:
-        parser.error(f"--batches: not a comma-separated list of integers: {args.batches!r}")
+    batches = args.batches
     if args.messages <= 0 or any(size <= 0 for size in batches):
         parser.error("--messages and every --batches size must be positive")
     rows = message_rows(args.messages, Talk(args.seed), first_id=2)
