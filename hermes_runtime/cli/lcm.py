@@ -259,6 +259,7 @@ def _doctor(args: argparse.Namespace) -> int:
         sweep = remove_orphan_outputs(store, args.grace_seconds) if args.fix else None
         report = doctor(store, full=args.full)
     finally:
+        store.stop_fulltext()
         store.close()
     payload: dict[str, Any] = {
         "ok": report.ok,

@@ -33,14 +33,20 @@ def connect(
     readonly: bool = False,
     busy_timeout_ms: int = 5000,
     wal: bool = True,
+    uri: bool = False,
 ) -> apsw.Connection:
-    """Open a connection with the project's defaults (WAL, foreign keys, busy timeout)."""
+    """Open a connection with the project's defaults (WAL, foreign keys, busy timeout).
+
+    ``uri``: ``ATTACH`` takes ``file:`` URIs (``?mode=ro``: attach read-only).
+    """
     require_safe_sqlite()
     flags = (
         apsw.SQLITE_OPEN_READONLY
         if readonly
         else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
     )
+    if uri:
+        flags |= apsw.SQLITE_OPEN_URI
     conn = apsw.Connection(str(path), flags=flags)
     conn.set_busy_timeout(busy_timeout_ms)
     conn.execute("PRAGMA foreign_keys = ON")

@@ -369,6 +369,8 @@ class LcmEngine:
             commit_interval=config.commit_interval_ms / 1000 if start_worker else 0.0,
         )
         self.store.on_stored = self._stored
+        if start_worker:  # the turn's path never writes full-text postings (fulltext.py)
+            self.store.start_fulltext_thread()
         self.summarizer = summarizer
         self.embedder = embedder if embedder is not None else make_embedder(config)
         self._locks: dict[str, threading.RLock] = {}
@@ -425,8 +427,9 @@ class LcmEngine:
             self.worker.wake()
 
     def flush(self) -> None:
-        """Commit the turns the hook queued (``LcmStore.flush``)."""
+        """Commit the turns the hook queued (``LcmStore.flush``) and index them."""
         self.store.flush()
+        self.store.index_now()
 
     def sync(self, session_id: str, host_messages: list[dict[str, Any]]) -> SyncResult:
         """Ingest what the host added since we last saw its transcript.
@@ -739,8 +742,11 @@ class LcmEngine:
         finally:
             if self.worker is not None:
                 self.worker.stop()
-            self.store.stop_checkpoints()
-            self.store.close()
+            try:
+                self.store.stop_fulltext()
+            finally:
+                self.store.stop_checkpoints()
+                self.store.close()
 
 
 def make_embedder(config: LcmConfig) -> Embedder | None:

@@ -18,6 +18,7 @@ from typing import Any
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.lcm import outputs as out
 from hermes_runtime.lcm.embeddings import Embedder, VectorIndex
+from hermes_runtime.lcm.fulltext import ATTACHED_AS, snippets
 from hermes_runtime.lcm.records import (
     MESSAGE_PREFIX,
     OUTPUT_PREFIX,
@@ -136,12 +137,13 @@ def _selective_or_query(store: LcmStore, text: str, fusion: Fusion) -> str | Non
     total = int(fetch_value(store.conn, "SELECT coalesce(max(id), 0) FROM messages"))
     if len(quoted) > 1 and total > fusion.common_term_docs:
         ceiling = max(fusion.common_term_docs, fusion.common_term_share * total)
-        counted = [(int(fetch_value(store.conn, MATCH_COUNT, (term,))), term) for term in quoted]
+        conn = store.searchable()
+        counted = [(int(fetch_value(conn, MATCH_COUNT, (term,))), term) for term in quoted]
         quoted = [term for count, term in counted if count <= ceiling] or [min(counted)[1]]
     return " OR ".join(quoted)
 
 
-MATCH_COUNT = "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ?"
+MATCH_COUNT = f"SELECT count(*) FROM {ATTACHED_AS}.messages_fts WHERE messages_fts MATCH ?"
 
 
 def _covered_by(store: LcmStore, message_id: int) -> str | None:
@@ -182,20 +184,21 @@ def _fts_messages(
     store: LcmStore, query: str, session_id: str | None, limit: int
 ) -> list[Candidate]:
     where, params = ("AND m.session_id = ?", [session_id]) if session_id else ("", [])
+    conn = store.searchable()
     rows = fetch_all(
-        store.conn,
-        "SELECT m.id, m.session_id, m.role, m.seq, m.created_at, "
-        "snippet(messages_fts, 0, '[', ']', ' ... ', 24), bm25(messages_fts), "
-        "coalesce(m.content, m.content_json) "
-        "FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
+        conn,
+        "SELECT m.id, m.session_id, m.role, m.seq, m.created_at, bm25(messages_fts), "
+        "coalesce(m.content, m.content_json, '') "
+        f"FROM {ATTACHED_AS}.messages_fts JOIN messages m ON m.id = messages_fts.rowid "
         f"WHERE messages_fts MATCH ? {where} ORDER BY bm25(messages_fts) LIMIT ?",
         [query, *params, limit],
     )
+    cut = snippets(conn, query, {int(r[0]): r[6] for r in rows})
     return [
         (
-            content_key(r[2], r[7]),
+            content_key(r[2], r[6] or None),
             f"{MESSAGE_PREFIX}{r[0]}",
-            partial(_message_hit, store, r[:6], -float(r[6])),
+            partial(_message_hit, store, (*r[:5], cut.get(int(r[0]), "")), -float(r[5])),
         )
         for r in rows
     ]
@@ -205,19 +208,20 @@ def _fts_summaries(
     store: LcmStore, query: str, session_id: str | None, limit: int
 ) -> list[Candidate]:
     where, params = ("AND s.session_id = ?", [session_id]) if session_id else ("", [])
+    conn = store.searchable()
     rows = fetch_all(
-        store.conn,
-        "SELECT s.id, s.session_id, s.depth, s.created_at, "
-        "snippet(summaries_fts, 0, '[', ']', ' ... ', 24), bm25(summaries_fts), s.content "
-        "FROM summaries_fts JOIN summaries s ON s.id = summaries_fts.rowid "
+        conn,
+        "SELECT s.id, s.session_id, s.depth, s.created_at, bm25(summaries_fts), s.content "
+        f"FROM {ATTACHED_AS}.summaries_fts JOIN summaries s ON s.id = summaries_fts.rowid "
         f"WHERE summaries_fts MATCH ? {where} ORDER BY bm25(summaries_fts) LIMIT ?",
         [query, *params, limit],
     )
+    cut = snippets(conn, query, {int(r[0]): r[5] for r in rows})
     return [
         (
-            content_key("summary", r[6]),
+            content_key("summary", r[5]),
             f"{SUMMARY_PREFIX}{r[0]}",
-            partial(_summary_hit, r),
+            partial(_summary_hit, (*r[:4], cut.get(int(r[0]), ""), r[4])),
         )
         for r in rows
     ]
@@ -350,20 +354,25 @@ def _fts_ranking(
 ) -> list[tuple[str, int, float]]:
     """Ids and ranks only, best first: FTS5's ``ORDER BY rank`` path, no snippets."""
     ranked: list[tuple[str, int, float]] = []
+    conn = store.searchable()
     tables = [("message", "messages_fts", "messages")]
     if summaries:
         tables.append(("summary", "summaries_fts", "summaries"))
     for kind, table, base in tables:
         if session_id is None:
-            sql = f"SELECT rowid, rank FROM {table} WHERE {table} MATCH ? ORDER BY rank LIMIT ?"
+            sql = (
+                f"SELECT rowid, rank FROM {ATTACHED_AS}.{table} WHERE {table} MATCH ? "
+                "ORDER BY rank LIMIT ?"
+            )
             params: list[Any] = [query, limit]
         else:
             sql = (
-                f"SELECT f.rowid, f.rank FROM {table} f JOIN {base} b ON b.id = f.rowid "
+                f"SELECT f.rowid, f.rank FROM {ATTACHED_AS}.{table} f "
+                f"JOIN {base} b ON b.id = f.rowid "
                 f"WHERE {table} MATCH ? AND b.session_id = ? ORDER BY f.rank LIMIT ?"
             )
             params = [query, session_id, limit]
-        ranked += [(kind, int(r[0]), -float(r[1])) for r in fetch_all(store.conn, sql, params)]
+        ranked += [(kind, int(r[0]), -float(r[1])) for r in fetch_all(conn, sql, params)]
     return sorted(ranked, key=lambda r: -r[2])[:limit]
 
 

@@ -153,6 +153,14 @@ MIGRATIONS: tuple[str, ...] = (
         AND NOT EXISTS (SELECT 1 FROM summaries s WHERE s.session_id = sessions.id)
         AND NOT EXISTS (SELECT 1 FROM context_items c WHERE c.session_id = sessions.id);
     """,
+    # 4: the full-text postings move to their own file, written off the turn's path
+    # (fulltext.py); the store indexes lcm.db there when it opens it for writing.
+    """
+    DROP TRIGGER IF EXISTS messages_ai;
+    DROP TRIGGER IF EXISTS summaries_ai;
+    DROP TABLE IF EXISTS messages_fts;
+    DROP TABLE IF EXISTS summaries_fts;
+    """,
 )
 
 

@@ -25,6 +25,7 @@ import apsw
 
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.common.sqlite import connect, enable_wal
+from hermes_runtime.lcm import fulltext
 from hermes_runtime.lcm import outputs as out
 from hermes_runtime.lcm.checkpoints import Checkpointer
 from hermes_runtime.lcm.records import (
@@ -142,6 +143,9 @@ class LcmStore:
         self._write_lock = threading.RLock()
         self._checkpointer: Checkpointer | None = None
         self._behind: WriteBehind | None = None
+        # The full-text index's writer (``fulltext.py``); read-only opens only read it.
+        self.fulltext: fulltext.FullTextIndex | None = None
+        self.fulltext_path = fulltext.index_path(self.db_path)
         # The dict each session's committed host state was encoded from, with its text.
         self._encoded: OrderedDict[str, tuple[dict[str, Any], str]] = OrderedDict()
         # Called after each commit with each job written (the engine's metrics, its worker).
@@ -152,12 +156,37 @@ class LcmStore:
             self._open_readonly()
         else:
             self._open_for_writing(create)
+            self._open_fulltext()
         if background_checkpoints and not readonly:
             self._checkpointer = Checkpointer(self._connection, self.close)
             self._checkpointer.install(self._connection())
         if commit_interval > 0 and not readonly:
             self._behind = WriteBehind(
                 self._commit_jobs, self._write_lock, commit_interval, on_exit=self.close
+            )
+
+    def _open_fulltext(self) -> None:
+        """Open (create) the full-text index and bring it up to lcm.db.
+
+        After an upgrade from a release that kept the postings inside lcm.db,
+        or a restore, this first pass indexes everything: logged, as it may
+        take a while on a large database (about 20 s a million messages).
+        """
+        try:
+            self.fulltext = fulltext.FullTextIndex(self.db_path, DEFAULT_BUSY_TIMEOUT_MS)
+            started = time.monotonic()
+            done = self.fulltext.catch_up()
+        except BaseException:
+            self.close()
+            raise
+        rows = sum(done.indexed.values())
+        if rows >= 10_000 or done.restarted:
+            logger.info(
+                "LCM: full-text index %s: indexed %d rows in %.1f s%s",
+                self.fulltext_path,
+                rows,
+                time.monotonic() - started,
+                f" (started again: {', '.join(done.restarted)})" if done.restarted else "",
             )
 
     def _require_file(self) -> None:
@@ -174,7 +203,9 @@ class LcmStore:
     def _open_for_writing(self, create: bool) -> None:
         self.db_path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            conn = connect(self.db_path, busy_timeout_ms=DEFAULT_BUSY_TIMEOUT_MS, wal=False)
+            conn = connect(
+                self.db_path, busy_timeout_ms=DEFAULT_BUSY_TIMEOUT_MS, wal=False, uri=True
+            )
         except apsw.Error as exc:
             raise RuntimeFailure(f"LCM database {self.db_path}: {exc}") from exc
         try:
@@ -214,6 +245,7 @@ class LcmStore:
                     readonly=self.readonly,
                     busy_timeout_ms=DEFAULT_BUSY_TIMEOUT_MS,
                     wal=False,
+                    uri=True,
                 )
             except apsw.Error as exc:
                 raise RuntimeFailure(f"LCM database {self.db_path}: {exc}") from exc
@@ -227,6 +259,38 @@ class LcmStore:
         if self._checkpointer is not None and not self.readonly:
             self._checkpointer.install(conn)
         self._local.conn = conn
+        self._local.fulltext_attached = False
+
+    def searchable(self) -> apsw.Connection:
+        """This thread's connection (``conn``) with the full-text index attached and current.
+
+        A writable store indexes what it committed before it searches, so a
+        tool finds the turn just stored; a read-only one reads the index as
+        its writer left it (``fulltext.py``).
+        """
+        conn = self.conn
+        if self.fulltext is not None:
+            self.fulltext.catch_up()
+        if not self._local.fulltext_attached:
+            if not fulltext.attach_readonly(conn, self.fulltext_path):
+                raise RuntimeFailure(
+                    f"LCM full-text index {self.fulltext_path}: no such file; a writable "
+                    f"open of {self.db_path} builds it (the gateway's engine, or "
+                    "`hermes-runtime lcm doctor --rebuild-fts`)"
+                )
+            self._local.fulltext_attached = True
+        return conn
+
+    def index_now(self) -> None:
+        """Index every committed row now (a writable store; read-only ones cannot)."""
+        if self.fulltext is not None:
+            self.fulltext.catch_up()
+
+    def _indexed_after_commit(self) -> None:
+        """Without an indexer thread, a writer indexes its own commits (``fulltext.py``)."""
+        index = self.fulltext
+        if index is not None and not index.running:
+            index.catch_up()
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[apsw.Connection]:
@@ -240,6 +304,7 @@ class LcmStore:
                     yield conn
             finally:
                 self._local.writing -= 1
+            self._indexed_after_commit()
 
     def flush(self) -> None:
         """Commit every queued write now, on this thread; raise an error a batch met.
@@ -285,6 +350,17 @@ class LcmStore:
             yield
         finally:
             conn.set_busy_timeout(DEFAULT_BUSY_TIMEOUT_MS)
+
+    def start_fulltext_thread(self) -> None:
+        """Index on a thread of its own from now on (a long-lived engine's store)."""
+        if self.fulltext is not None:
+            self.fulltext.start()
+
+    def stop_fulltext(self) -> None:
+        """Stop the indexer thread, index what is left, close the index's connection."""
+        index, self.fulltext = self.fulltext, None
+        if index is not None:
+            index.close()
 
     def stop_checkpoints(self) -> None:
         """Stop the checkpoint thread (its last checkpoint finishes first)."""
@@ -470,6 +546,7 @@ class LcmStore:
                 self._apply(jobs)
         finally:
             self._local.writing -= 1
+        self._indexed_after_commit()
         if self.on_stored is not None:
             for job in jobs:
                 try:

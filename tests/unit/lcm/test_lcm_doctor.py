@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import apsw
 from support.lcm_conversations import simple_conversation
 
 from hermes_runtime.lcm import LcmEngine
@@ -19,9 +20,13 @@ def test_healthy_database_passes_both_tiers(engine: LcmEngine) -> None:
 
 def test_stale_fts_is_reported_and_rebuilt(engine: LcmEngine) -> None:
     engine.ingest("s", simple_conversation(5))
-    engine.store.conn.execute("DELETE FROM messages_fts_docsize WHERE id = 1")
+    damage = apsw.Connection(str(engine.store.fulltext_path))  # the index file, lcm-fts.db
+    damage.execute("DELETE FROM messages_fts_docsize WHERE id = 1")
+    damage.close()
     report = doctor(engine.store)
     assert not report.ok and any("messages_fts" in p for p in report.problems)
+    rows = engine.store.counts()["messages"]
+    assert report.checks["messages_fts"] == f"indexed ({rows - 1}, {rows}), stored ({rows}, {rows})"
     rebuild_fts(engine.store)
     assert doctor(engine.store).ok
 

@@ -63,7 +63,7 @@ def test_a_version_1_database_migrates_with_its_data_and_sheds_empty_sessions(
     conn.close()
 
     store = LcmStore(db, tmp_path / "outputs")
-    assert schema_version(store.conn) == len(MIGRATIONS) == 3
+    assert schema_version(store.conn) == len(MIGRATIONS) == 4
     assert stored(store, "old") == [("user", "kept across the upgrade")]
     assert store.session_ids() == ["old"]  # the empty one (release <= 2 made them) is gone
     assert store.host_session("hermes-1") is None
@@ -77,7 +77,7 @@ def test_a_version_1_database_migrates_with_its_data_and_sheds_empty_sessions(
     store.close()
 
     reopened = LcmStore(db, tmp_path / "outputs")
-    assert schema_version(reopened.conn) == 3
+    assert schema_version(reopened.conn) == 4
     assert reopened.host_session("hermes-1") == "old"
     assert stored(reopened, "old") == [("user", "kept across the upgrade")]
     reopened.close()

@@ -121,7 +121,9 @@ def test_bad_message_is_rejected_and_nothing_is_stored(store: LcmStore, bad: obj
 def test_ingest_queues_embeddings_and_fts(store: LcmStore) -> None:
     store.ingest("s", {"role": "user", "content": "zebra crossing"})
     assert store.counts()["embed_queue"] == 1
-    rows = fetch_all(store.conn, "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'zebra'")
+    rows = fetch_all(
+        store.searchable(), "SELECT rowid FROM fts.messages_fts WHERE messages_fts MATCH 'zebra'"
+    )
     assert len(rows) == 1
     assert json.loads(json.dumps(store.counts()))["messages"] == 1
 
