@@ -37,7 +37,9 @@ RETRIEVAL_SECONDS = Histogram(
     ["tool"],
     buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
 )
-DATABASE_BYTES = Gauge("lcm_database_bytes", "Size of the LCM database and its full-text index file, each with its WAL")
+DATABASE_BYTES = Gauge(
+    "lcm_database_bytes", "Size of the LCM database and its full-text index file, each with its WAL"
+)
 MESSAGES_STORED = Gauge("lcm_messages_stored", "Messages in the LCM database (every session)")
 OLDEST_MESSAGE = Gauge(
     "lcm_oldest_message_timestamp_seconds", "When the oldest stored message was written (retention)"

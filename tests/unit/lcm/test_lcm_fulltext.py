@@ -159,7 +159,7 @@ def test_a_missing_index_is_named_by_readers_and_built_by_a_writer(tmp_path: Pat
         Path(str(index_path(db)) + suffix).unlink(missing_ok=True)
 
     reader = LcmStore(db, readonly=True)
-    with pytest.raises(RuntimeFailure, match="lcm-fts.db: no such file"):
+    with pytest.raises(RuntimeFailure, match=r"lcm-fts\.db: no such file"):
         r.grep(reader, "narwhal")
     report = doctor(reader)
     assert not report.ok and report.checks["fulltext_index"] == "missing"
