@@ -41,8 +41,9 @@ logger = logging.getLogger(__name__)
 # The schema name the index is attached under on every connection of an LcmStore.
 ATTACHED_AS = "fts"
 TOKENIZE = "porter unicode61 remove_diacritics 2"
-# How often a long-lived engine's indexer thread looks for new rows.
-INDEX_INTERVAL_SECONDS = 0.2
+# How often a long-lived engine's indexer thread looks for new rows: what a read-only
+# reader beside it may miss of the newest turns. An idle pass is one read.
+INDEX_INTERVAL_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,7 @@ class FullTextIndex:
         self._due = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._seen: tuple[int, ...] | None = None  # lcm.db's newest ids at the last pass
         self.passes = 0
         try:
             self._conn = connect(self.path, busy_timeout_ms=busy_timeout_ms, uri=True)
@@ -143,6 +145,9 @@ class FullTextIndex:
 
     def _pass(self, restart: bool) -> CatchUp:
         conn, done = self._conn, CatchUp()
+        newest = self._newest_ids()
+        if newest == self._seen and not restart:
+            return done  # nothing committed since: no write transaction, no lock
         # One snapshot of lcm.db for the whole pass; the write lock of the index only
         # (lcm.db is attached read-only), waited for like any writer's.
         conn.execute("BEGIN IMMEDIATE")
@@ -153,8 +158,16 @@ class FullTextIndex:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
+        self._seen = newest  # read before the pass: at worst the next one looks again
         self.passes += 1
         return done
+
+    def _newest_ids(self) -> tuple[int, ...]:
+        row = self._conn.execute(
+            "SELECT "
+            + ", ".join(f"(SELECT coalesce(max(id), 0) FROM lcm.{s.base})" for s in SOURCES)
+        ).fetchone()
+        return tuple(int(value) for value in row)
 
     def _catch_up_source(
         self, conn: apsw.Connection, source: Source, restart: bool, done: CatchUp
