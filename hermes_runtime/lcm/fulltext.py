@@ -167,6 +167,7 @@ class FullTextIndex:
             "SELECT "
             + ", ".join(f"(SELECT coalesce(max(id), 0) FROM lcm.{s.base})" for s in SOURCES)
         ).fetchone()
+        assert row is not None, "a SELECT of scalar subqueries returns one row"
         return tuple(int(value) for value in row)
 
     def _catch_up_source(
