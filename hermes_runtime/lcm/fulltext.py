@@ -272,15 +272,18 @@ def snippets(conn: apsw.Connection, query: str, texts: dict[int, str]) -> dict[i
         f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{SNIPPETS} "
         f"USING fts5(content, tokenize='{TOKENIZE}')"
     )
-    conn.execute(f"DELETE FROM temp.{SNIPPETS}")
-    conn.executemany(
-        f"INSERT INTO temp.{SNIPPETS}(rowid, content) VALUES (?, ?)", list(texts.items())
-    )
-    rows = conn.execute(
-        f"SELECT rowid, snippet({SNIPPETS}, 0, '[', ']', ' ... ', 24) "
-        f"FROM temp.{SNIPPETS} WHERE {SNIPPETS} MATCH ?",
-        (query,),
-    )
-    found = {int(rowid): str(snippet) for rowid, snippet in rows}
-    conn.execute(f"DELETE FROM temp.{SNIPPETS}")
-    return found
+    # The rows live only inside a savepoint rolled back at once: no DELETE (which
+    # would tokenize every text again), and it nests in a caller's transaction.
+    conn.execute("SAVEPOINT lcm_snippets")
+    try:
+        conn.executemany(
+            f"INSERT INTO temp.{SNIPPETS}(rowid, content) VALUES (?, ?)", list(texts.items())
+        )
+        rows = conn.execute(
+            f"SELECT rowid, snippet({SNIPPETS}, 0, '[', ']', ' ... ', 24) "
+            f"FROM temp.{SNIPPETS} WHERE {SNIPPETS} MATCH ?",
+            (query,),
+        ).fetchall()
+    finally:
+        conn.execute("ROLLBACK TO lcm_snippets; RELEASE lcm_snippets")
+    return {int(str(rowid)): str(snippet) for rowid, snippet in rows}

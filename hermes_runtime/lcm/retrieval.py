@@ -181,7 +181,7 @@ Candidate = tuple[bytes, str, Callable[[], Hit]]
 
 
 def _fts_messages(
-    store: LcmStore, query: str, session_id: str | None, limit: int
+    store: LcmStore, query: str, session_id: str | None, limit: int, texts: dict[str, str]
 ) -> list[Candidate]:
     where, params = ("AND m.session_id = ?", [session_id]) if session_id else ("", [])
     conn = store.searchable()
@@ -193,19 +193,19 @@ def _fts_messages(
         f"WHERE messages_fts MATCH ? {where} ORDER BY bm25(messages_fts) LIMIT ?",
         [query, *params, limit],
     )
-    cut = snippets(conn, query, {int(r[0]): r[6] for r in rows})
+    texts.update((f"{MESSAGE_PREFIX}{r[0]}", r[6]) for r in rows)
     return [
         (
             content_key(r[2], r[6] or None),
             f"{MESSAGE_PREFIX}{r[0]}",
-            partial(_message_hit, store, (*r[:5], cut.get(int(r[0]), "")), -float(r[5])),
+            partial(_message_hit, store, (*r[:5], ""), -float(r[5])),
         )
         for r in rows
     ]
 
 
 def _fts_summaries(
-    store: LcmStore, query: str, session_id: str | None, limit: int
+    store: LcmStore, query: str, session_id: str | None, limit: int, texts: dict[str, str]
 ) -> list[Candidate]:
     where, params = ("AND s.session_id = ?", [session_id]) if session_id else ("", [])
     conn = store.searchable()
@@ -216,12 +216,12 @@ def _fts_summaries(
         f"WHERE summaries_fts MATCH ? {where} ORDER BY bm25(summaries_fts) LIMIT ?",
         [query, *params, limit],
     )
-    cut = snippets(conn, query, {int(r[0]): r[5] for r in rows})
+    texts.update((f"{SUMMARY_PREFIX}{r[0]}", r[5]) for r in rows)
     return [
         (
             content_key("summary", r[5]),
             f"{SUMMARY_PREFIX}{r[0]}",
-            partial(_summary_hit, (*r[:4], cut.get(int(r[0]), ""), r[4])),
+            partial(_summary_hit, (*r[:4], "", r[4])),
         )
         for r in rows
     ]
@@ -287,9 +287,15 @@ def grep(
     fts = fts_query(query, any_term)
     if fts is None:
         return []
-    hits = _distinct(lambda n: _fts_messages(store, fts, session_id, n), limit)
-    hits += _distinct(lambda n: _fts_summaries(store, fts, session_id, n), limit)
-    return sorted(hits, key=lambda h: -h.score)[:limit]
+    texts: dict[str, str] = {}  # ref -> stored text of every candidate read
+    hits = _distinct(lambda n: _fts_messages(store, fts, session_id, n, texts), limit)
+    hits += _distinct(lambda n: _fts_summaries(store, fts, session_id, n, texts), limit)
+    best = sorted(hits, key=lambda h: -h.score)[:limit]
+    # Snippets of the results returned only, cut in one batch (``fulltext.snippets``).
+    cut = snippets(store.searchable(), fts, {n: texts[hit.id] for n, hit in enumerate(best)})
+    for n, hit in enumerate(best):
+        hit.snippet = cut.get(n, "")
+    return best
 
 
 def _check_regex(pattern: str) -> None:
