@@ -35,6 +35,7 @@ import apsw
 
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.common.sqlite import connect
+from hermes_runtime.lcm.schema import fetch_all
 
 logger = logging.getLogger(__name__)
 
@@ -279,11 +280,12 @@ def snippets(conn: apsw.Connection, query: str, texts: dict[int, str]) -> dict[i
         conn.executemany(
             f"INSERT INTO temp.{SNIPPETS}(rowid, content) VALUES (?, ?)", list(texts.items())
         )
-        rows = conn.execute(
+        rows = fetch_all(
+            conn,
             f"SELECT rowid, snippet({SNIPPETS}, 0, '[', ']', ' ... ', 24) "
             f"FROM temp.{SNIPPETS} WHERE {SNIPPETS} MATCH ?",
             (query,),
-        ).fetchall()
+        )
     finally:
         conn.execute("ROLLBACK TO lcm_snippets; RELEASE lcm_snippets")
-    return {int(str(rowid)): str(snippet) for rowid, snippet in rows}
+    return {int(rowid): str(snippet) for rowid, snippet in rows}
