@@ -241,15 +241,16 @@ class FullTextIndex:
             except (apsw.Error, RuntimeFailure) as exc:  # the next pass tries again
                 logger.warning("LCM: full-text index %s: catch-up failed: %s", self.path, exc)
 
-    def close(self) -> None:
-        """Stop the thread, index what is left, close the connection."""
+    def close(self, catch_up: bool = True) -> None:
+        """Stop the thread, index what is left (``catch_up``), close the connection."""
         self._stopping.set()
         self._due.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
         try:
-            self.catch_up()
+            if catch_up:
+                self.catch_up()
         finally:
             with self._lock:
                 self._conn.close()

@@ -173,12 +173,18 @@ class LcmStore:
         take a while on a large database (about 20 s a million messages).
         """
         try:
-            self.fulltext = fulltext.FullTextIndex(self.db_path, DEFAULT_BUSY_TIMEOUT_MS)
-            started = time.monotonic()
-            done = self.fulltext.catch_up()
+            index = fulltext.FullTextIndex(self.db_path, DEFAULT_BUSY_TIMEOUT_MS)
         except BaseException:
             self.close()
             raise
+        started = time.monotonic()
+        try:
+            done = index.catch_up()
+        except BaseException:
+            index.close(catch_up=False)
+            self.close()
+            raise
+        self.fulltext = index
         rows = sum(done.indexed.values())
         if rows >= 10_000 or done.restarted:
             logger.info(
@@ -269,8 +275,9 @@ class LcmStore:
         its writer left it (``fulltext.py``).
         """
         conn = self.conn
-        if self.fulltext is not None:
-            self.fulltext.catch_up()
+        index = self.fulltext
+        if index is not None:
+            index.catch_up()
         if not self._local.fulltext_attached:
             if not fulltext.attach_readonly(conn, self.fulltext_path):
                 raise RuntimeFailure(
@@ -283,14 +290,23 @@ class LcmStore:
 
     def index_now(self) -> None:
         """Index every committed row now (a writable store; read-only ones cannot)."""
-        if self.fulltext is not None:
-            self.fulltext.catch_up()
+        index = self.fulltext
+        if index is not None:
+            index.catch_up()
 
     def _indexed_after_commit(self) -> None:
-        """Without an indexer thread, a writer indexes its own commits (``fulltext.py``)."""
+        """Without an indexer thread, a writer indexes its own commits (``fulltext.py``).
+
+        The commit stands whatever happens here: a failed pass is logged, and
+        the next one (the next commit, search or open) indexes those rows.
+        """
         index = self.fulltext
-        if index is not None and not index.running:
+        if index is None or index.running:
+            return
+        try:
             index.catch_up()
+        except (apsw.Error, RuntimeFailure) as exc:
+            logger.warning("LCM: full-text index %s: catch-up failed: %s", self.fulltext_path, exc)
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[apsw.Connection]:
