@@ -673,11 +673,11 @@ class LcmStore:
     def _insert_messages(self, placed: list[_Placed]) -> list[StoredMessage]:
         """Insert placed rows with a statement a table, not a statement a row.
 
-        FTS5 writes its pending postings out at every statement of a
-        transaction (each opens a savepoint), so a statement a row paid that
-        for every message: 52 us a message against 31 us for one multi-row
-        ``INSERT`` in 57-message transactions (``bench/lcm_fts_statements.py``).
-        Ids are given, not taken: under the write lock the next ones are
+        While the FTS5 postings were written in these transactions (schema
+        1-3), each statement also flushed them: 52 us a message against 31 us
+        for one multi-row ``INSERT`` in 57-message transactions
+        (``bench/lcm_fts_statements.py``); without them (``fulltext.py``) a
+        batch still costs a few statements, not three a message. Ids are given, not taken: under the write lock the next ones are
         ``max(id) + 1`` on, as SQLite would choose them.
         """
         if not placed:
