@@ -677,7 +677,8 @@ class LcmStore:
         1-3), each statement also flushed them: 52 us a message against 31 us
         for one multi-row ``INSERT`` in 57-message transactions
         (``bench/lcm_fts_statements.py``); without them (``fulltext.py``) a
-        batch still costs a few statements, not three a message. Ids are given, not taken: under the write lock the next ones are
+        batch still costs a few statements, not three a message. Ids are
+        given, not taken: under the write lock the next ones are
         ``max(id) + 1`` on, as SQLite would choose them.
         """
         if not placed:
