@@ -45,6 +45,7 @@ TOKENIZE = "porter unicode61 remove_diacritics 2"
 # How often a long-lived engine's indexer thread looks for new rows: what a read-only
 # reader beside it may miss of the newest turns. An idle pass is one read.
 INDEX_INTERVAL_SECONDS = 0.05
+FAILED_PASS_WAIT_SECONDS = 30.0  # the longest wait after passes that failed in a row
 
 
 @dataclass(frozen=True)
@@ -231,15 +232,26 @@ class FullTextIndex:
         self._due.set()
 
     def _run(self, interval: float) -> None:
+        wait = interval
         while not self._stopping.is_set():
-            self._due.wait(interval)
+            self._due.wait(wait)
             self._due.clear()
             if self._stopping.is_set():
                 return
             try:
                 self.catch_up()
-            except (apsw.Error, RuntimeFailure) as exc:  # the next pass tries again
-                logger.warning("LCM: full-text index %s: catch-up failed: %s", self.path, exc)
+            except (apsw.Error, RuntimeFailure) as exc:
+                # A disk full or a damaged file fails every pass: wait twice as long each
+                # time (at most FAILED_PASS_WAIT_SECONDS), so the log is not flooded.
+                wait = min(wait * 2, FAILED_PASS_WAIT_SECONDS)
+                logger.warning(
+                    "LCM: full-text index %s: catch-up failed (next try in %.1f s): %s",
+                    self.path,
+                    wait,
+                    exc,
+                )
+            else:
+                wait = interval
 
     def close(self, catch_up: bool = True) -> None:
         """Stop the thread, index what is left (``catch_up``), close the connection."""
