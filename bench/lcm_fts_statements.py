@@ -2,10 +2,10 @@
 
 Run: ``.venv/bin/python bench/lcm_fts_statements.py [--messages 20000] [--batches 10,57,200,1000]``
 Prints one JSON object per batch size (one line each): microseconds a message
-to insert ``--messages`` chat messages into a real LCM database (its schema and
-indexes) with the FTS5 table and trigger schema 1-3 kept inside it (schema 4
-moved the postings to ``lcm-fts.db``, written off the turn's path: see
-``hermes_runtime/lcm/fulltext.py``), in write transactions of ``batch``
+to insert ``--messages`` chat messages into an LCM database of schema 3 (its
+tables, indexes and the FTS5 trigger, the last schema that kept the postings
+inside lcm.db; schema 4 moved them to ``lcm-fts.db``, written off the turn's
+path: ``hermes_runtime/lcm/fulltext.py``), in write transactions of ``batch``
 messages, three ways:
 
 - ``per_row_us``: a statement a message (``executemany``), as the store did
@@ -36,21 +36,12 @@ from pathlib import Path
 import apsw
 from lcm_engine_loop import Talk, int_list
 
-from hermes_runtime.lcm import LcmStore
+from hermes_runtime.common.sqlite import connect
+from hermes_runtime.lcm.schema import MIGRATIONS
 from hermes_runtime.lcm.store import INSERT_MESSAGES
 
 SESSION = "bench"
-# What schema 1-3 kept inside lcm.db (schema.MIGRATIONS[0]), for the comparison.
-IN_DATABASE_POSTINGS = """
-    CREATE VIRTUAL TABLE messages_fts USING fts5(
-        content, content='messages', content_rowid='id',
-        tokenize='porter unicode61 remove_diacritics 2'
-    );
-    CREATE TRIGGER messages_ai AFTER INSERT ON messages BEGIN
-        INSERT INTO messages_fts(rowid, content)
-            VALUES (new.id, coalesce(new.content, new.content_json, ''));
-    END;
-"""
+SCHEMA_WITH_POSTINGS = 3  # the last schema that kept the FTS5 tables inside lcm.db
 Row = tuple[int, str, int, str, str, None, None, None, None, None, None, int, float]
 
 
@@ -103,18 +94,22 @@ def timed_inserts(
     insert: Callable[[apsw.Connection, list[Row]], None],
     fts: bool,
 ) -> float:
-    """Microseconds a message, on a fresh LCM database, in transactions of ``batch``."""
-    store = LcmStore(workdir / "lcm.db", workdir / "outputs")
-    store.ingest_many(SESSION, [{"role": "system", "content": "start"}])
-    conn = store.conn
-    if fts:
-        conn.execute(IN_DATABASE_POSTINGS)
+    """Microseconds a message into a fresh schema-3 database, in transactions of ``batch``."""
+    conn = connect(workdir / "lcm.db")
+    for step in MIGRATIONS[:SCHEMA_WITH_POSTINGS]:
+        conn.execute(step)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_WITH_POSTINGS}")
+    conn.execute("INSERT INTO sessions(id, created_at) VALUES (?, ?)", (SESSION, time.time()))
+    start = (1, SESSION, 1, "system", "start", None, None, None, None, None, None, 5, time.time())
+    per_row(conn, [start])  # the session's first message; the rows follow from id 2
+    if not fts:
+        conn.execute("DROP TRIGGER messages_ai")
     started = time.perf_counter()
     for start in range(0, len(rows), batch):
         with conn:  # a write transaction, committed
             insert(conn, rows[start : start + batch])
     elapsed = time.perf_counter() - started
-    store.close()
+    conn.close()
     return round(elapsed * 1e6 / len(rows), 1)
 
 
