@@ -173,9 +173,15 @@ def _check_fulltext(store: LcmStore, report: DoctorReport) -> None:
 
 def _check_fts_counts(conn: apsw.Connection, report: DoctorReport, source: Source) -> None:
     table, base = source.table, source.base
-    mark = fetch_one(conn, f"SELECT last_id FROM {ATTACHED_AS}.indexed WHERE base = ?", (base,))
+    # The watermark and the documents from one snapshot of the index: a running
+    # indexer may commit a pass between two reads.
+    conn.execute("SAVEPOINT doctor_fts")
+    try:
+        mark = fetch_one(conn, f"SELECT last_id FROM {ATTACHED_AS}.indexed WHERE base = ?", (base,))
+        indexed = fetch_all(conn, f"SELECT count(*), max(id) FROM {ATTACHED_AS}.{table}_docsize")[0]
+    finally:
+        conn.execute("RELEASE doctor_fts")
     watermark = int(mark[0]) if mark else 0
-    indexed = fetch_all(conn, f"SELECT count(*), max(id) FROM {ATTACHED_AS}.{table}_docsize")[0]
     stored = fetch_all(conn, f"SELECT count(*), max(id) FROM {base} WHERE id <= ?", (watermark,))[0]
     behind = int(fetch_value(conn, f"SELECT count(*) FROM {base} WHERE id > ?", (watermark,)))
     report.checks[f"{table}_behind"] = behind
