@@ -115,7 +115,6 @@ class FullTextIndex:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._seen: tuple[int, ...] | None = None  # lcm.db's newest ids at the last pass
-        self.passes = 0
         try:
             self._conn = connect(self.path, busy_timeout_ms=busy_timeout_ms, uri=True)
         except apsw.Error as exc:
@@ -161,7 +160,6 @@ class FullTextIndex:
             raise
         conn.execute("COMMIT")
         self._seen = newest  # read before the pass: at worst the next one looks again
-        self.passes += 1
         return done
 
     def _newest_ids(self) -> tuple[int, ...]:

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any
 
+import apsw
+
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.lcm import outputs as out
 from hermes_runtime.lcm.embeddings import Embedder, VectorIndex
@@ -181,10 +183,15 @@ Candidate = tuple[bytes, str, Callable[[], Hit]]
 
 
 def _fts_messages(
-    store: LcmStore, query: str, session_id: str | None, limit: int, texts: dict[str, str]
+    store: LcmStore,
+    conn: apsw.Connection,
+    query: str,
+    session_id: str | None,
+    limit: int,
+    texts: dict[str, str],
 ) -> list[Candidate]:
+    """``conn``: ``store.searchable()``, caught up once for the whole search."""
     where, params = ("AND m.session_id = ?", [session_id]) if session_id else ("", [])
-    conn = store.searchable()
     rows = fetch_all(
         conn,
         "SELECT m.id, m.session_id, m.role, m.seq, m.created_at, bm25(messages_fts), "
@@ -205,10 +212,9 @@ def _fts_messages(
 
 
 def _fts_summaries(
-    store: LcmStore, query: str, session_id: str | None, limit: int, texts: dict[str, str]
+    conn: apsw.Connection, query: str, session_id: str | None, limit: int, texts: dict[str, str]
 ) -> list[Candidate]:
     where, params = ("AND s.session_id = ?", [session_id]) if session_id else ("", [])
-    conn = store.searchable()
     rows = fetch_all(
         conn,
         "SELECT s.id, s.session_id, s.depth, s.created_at, bm25(summaries_fts), s.content "
@@ -287,12 +293,13 @@ def grep(
     fts = fts_query(query, any_term)
     if fts is None:
         return []
+    conn = store.searchable()  # the index caught up once, for every read below
     texts: dict[str, str] = {}  # ref -> stored text of every candidate read
-    hits = _distinct(lambda n: _fts_messages(store, fts, session_id, n, texts), limit)
-    hits += _distinct(lambda n: _fts_summaries(store, fts, session_id, n, texts), limit)
+    hits = _distinct(lambda n: _fts_messages(store, conn, fts, session_id, n, texts), limit)
+    hits += _distinct(lambda n: _fts_summaries(conn, fts, session_id, n, texts), limit)
     best = sorted(hits, key=lambda h: -h.score)[:limit]
     # Snippets of the results returned only, cut in one batch (``fulltext.snippets``).
-    cut = snippets(store.searchable(), fts, {n: texts[hit.id] for n, hit in enumerate(best)})
+    cut = snippets(conn, fts, {n: texts[hit.id] for n, hit in enumerate(best)})
     for n, hit in enumerate(best):
         hit.snippet = cut.get(n, "")
     return best

@@ -275,9 +275,7 @@ class LcmStore:
         its writer left it (``fulltext.py``).
         """
         conn = self.conn
-        index = self.fulltext
-        if index is not None:
-            index.catch_up()
+        self.index_now()
         if not self._local.fulltext_attached:
             if not fulltext.attach_readonly(conn, self.fulltext_path):
                 raise RuntimeFailure(
