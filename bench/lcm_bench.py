@@ -34,12 +34,13 @@ from typing import Any
 
 import apsw
 import numpy as np
+import runinfo
 
 from hermes_runtime.common.logs import Reporter, reporter
 from hermes_runtime.lcm import CompactionPolicy, LcmConfig, LcmEngine, retrieval
 from hermes_runtime.lcm.assembly import assemble
-from hermes_runtime.lcm.doctor import database_bytes
 from hermes_runtime.lcm.embeddings import Embedder, embed_all, encode_vector, offline_embedder
+from hermes_runtime.lcm.retention import database_bytes
 from hermes_runtime.lcm.schema import fetch_all
 
 PER_SESSION = 1_000
@@ -301,7 +302,7 @@ def run(
 
     step("turns")
     result["compaction_bookkeeping_per_10k_tokens_ms"] = compaction_cost(engine, words, rng)
-    engine.store.start_fulltext_thread()  # as the gateway's engine: postings off the reply path
+    engine.store.start_background()  # as the gateway's engine: postings off the reply path
     result["turn_overhead"] = turn_overhead(engine, words, rng)
     result["peak_rss_mb"] = peak_rss_mb()
     engine.close()
@@ -445,6 +446,7 @@ def main() -> int:
         "--index-only", type=int, metavar="DIM", help="only the vector index, synthetic vectors"
     )
     args = parser.parse_args()
+    runinfo.announce()
     if (
         not args.index_only
         and not args.searches_only

@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import runinfo
+
 from hermes_runtime.lcm.config import LcmConfig
 from hermes_runtime.lcm.hermes_plugin import LcmContextEngine
 
@@ -172,6 +174,7 @@ def main() -> int:
     )
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
+    runinfo.announce()
     sizes = args.messages
     if any(size <= 0 or size % 2 for size in sizes):
         parser.error(f"--messages: each size must be a positive even number: {args.messages!r}")

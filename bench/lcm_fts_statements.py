@@ -11,7 +11,7 @@ messages, three ways:
 - ``per_row_us``: a statement a message (``executemany``), as the store did
   before it stored a batch with one statement;
 - ``one_statement_us``: one multi-row ``INSERT ... VALUES (...), (...)`` a
-  batch, as the store does now (``store.INSERT_MESSAGES``);
+  batch, as the store does now (``batchrows.INSERT_MESSAGES``);
 - ``json_each_us``: one ``INSERT ... SELECT ... FROM json_each(?)`` a batch
   (the rows as one JSON text; tried, slower than VALUES at every size);
 - ``no_fts_us``: one VALUES statement without the FTS5 trigger: the floor,
@@ -34,11 +34,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import apsw
+import runinfo
 from lcm_engine_loop import Talk, int_list
 
 from hermes_runtime.common.sqlite import connect
+from hermes_runtime.lcm.batchrows import INSERT_MESSAGES
 from hermes_runtime.lcm.schema import MIGRATIONS
-from hermes_runtime.lcm.store import INSERT_MESSAGES
 
 SESSION = "bench"
 SCHEMA_WITH_POSTINGS = 3  # the last schema that kept the FTS5 tables inside lcm.db
@@ -119,6 +120,7 @@ def main() -> int:
     parser.add_argument("--batches", type=int_list, default="10,57,200,1000")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
+    runinfo.announce()
     batches = args.batches
     if args.messages <= 0 or any(size <= 0 for size in batches):
         parser.error("--messages and every --batches size must be positive")

@@ -30,8 +30,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import runinfo
+
 from hermes_runtime.lcm import CompactionPolicy, LcmConfig, LcmEngine, retrieval
-from hermes_runtime.lcm.embeddings import embed_pending, offline_embedder
+from hermes_runtime.lcm.embeddings import embed_batch, offline_embedder
 
 TICK = 0.005
 FLOOR_SECONDS = 30.0  # the idle-neighbour run lasts as long as the work, up to this
@@ -56,7 +58,7 @@ def heavy_work(
     compacted = time.perf_counter()
     phase[0] = "embedding"
     assert engine.embedder is not None
-    while embed_pending(engine.store, engine.embedder, 64):
+    while embed_batch(engine.store, engine.embedder, 64).taken:
         pass
     embedded = time.perf_counter()
     phase[0] = "search"
@@ -148,6 +150,7 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--embedder", choices=["static", "e5"], default="static")
     args = parser.parse_args()
+    runinfo.announce()
     with tempfile.TemporaryDirectory() as tmp:
         figures = run(args.messages, args.embedder, Path(tmp))
     print(json.dumps(figures, indent=2))

@@ -5,7 +5,9 @@ Public surface: ``LcmConfig``, ``LcmEngine`` (host-agnostic engine),
 ``validation_errors`` (is a message list valid for OpenAI APIs), and the
 operator's calls the CLI forwards to: ``open_readonly``, ``import_history``,
 ``context_within``, ``grep``, ``search_history``, ``expand``, ``stats``,
-``doctor``, ``rebuild_fts``, ``remove_orphan_outputs``. The Hermes
+``doctor``, ``rebuild_fts``, ``remove_orphan_outputs``, and embedding now
+(``embed_database``, ``lcm embed``) with its state (``embedding_backlog``,
+``embedding_status``) and the offline models (``offline_embedder``). The Hermes
 integration lives in ``hermes_runtime.lcm.hermes_plugin`` (imported only by
 Hermes, since it needs Hermes' ``agent`` package).
 """
@@ -14,6 +16,9 @@ from hermes_runtime.lcm.assembly import validation_errors
 from hermes_runtime.lcm.compaction import CompactionPolicy, CompactionReport
 from hermes_runtime.lcm.config import LcmConfig
 from hermes_runtime.lcm.doctor import doctor, rebuild_fts, remove_orphan_outputs, stats
+from hermes_runtime.lcm.embeddings import offline_embedder
+from hermes_runtime.lcm.embedjob import EmbedProgress, EmbedResult, embed_database, embedding_status
+from hermes_runtime.lcm.embedstatus import EmbeddingStatus, embedding_backlog
 from hermes_runtime.lcm.engine import LcmEngine, make_summarizer
 from hermes_runtime.lcm.operations import (
     ImportResult,
@@ -30,6 +35,9 @@ from hermes_runtime.lcm.store import LcmStore
 __all__ = [
     "CompactionPolicy",
     "CompactionReport",
+    "EmbedProgress",
+    "EmbedResult",
+    "EmbeddingStatus",
     "ImportResult",
     "LcmConfig",
     "LcmEngine",
@@ -39,10 +47,14 @@ __all__ = [
     "SearchResult",
     "context_within",
     "doctor",
+    "embed_database",
+    "embedding_backlog",
+    "embedding_status",
     "expand",
     "grep",
     "import_history",
     "make_summarizer",
+    "offline_embedder",
     "open_readonly",
     "rebuild_fts",
     "remove_orphan_outputs",

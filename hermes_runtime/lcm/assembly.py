@@ -15,6 +15,7 @@ from operator import add, floordiv
 from typing import Any
 
 from hermes_runtime.common.errors import RuntimeFailure
+from hermes_runtime.lcm import dag, sessions
 from hermes_runtime.lcm.records import ContextItem, Summary, message_tokens
 from hermes_runtime.lcm.store import LcmStore
 
@@ -67,7 +68,7 @@ def summary_refs_of(store: LcmStore, message: dict[str, Any]) -> list[str] | Non
     with stored summaries' rendering counts as ours.
     """
     ids = summary_refs_in(message)
-    summaries = [store.summary(i) for i in ids]
+    summaries = [dag.summary(store, i) for i in ids]
     if not ids or any(s is None for s in summaries):
         return None
     found = [s for s in summaries if s is not None]
@@ -102,7 +103,7 @@ def assemble(
     so a compress reads the session's context once, not three times.
     """
     if items is None:
-        items = store.context_items(session_id)
+        items = dag.context_items(store, session_id)
     return repair(render_items(items))
 
 
@@ -113,7 +114,7 @@ def newest_within(
 
     Read-only: what a viewer of a stored session gets without compacting it.
     """
-    items = store.context_items(session_id)
+    items = dag.context_items(store, session_id)
     kept, used = 0, 0
     for item in reversed(items):
         if used + item.tokens > budget:
@@ -133,7 +134,7 @@ def context_within(store: LcmStore, session_id: str, budget: int) -> dict[str, A
     Compaction belongs to the agent (and ``import``): a read verb shows what
     is stored. Items that do not fit are counted in ``omitted_items``.
     """
-    if not store.has_session(session_id):
+    if not sessions.has_session(store, session_id):
         raise RuntimeFailure(f"--session {session_id}: not in {store.db_path}")
     messages, omitted = newest_within(store, session_id, budget)
     return {

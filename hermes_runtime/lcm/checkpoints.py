@@ -37,7 +37,12 @@ class Checkpointer:
         release: Callable[[], None],
         pages: int = WAL_PAGES,
     ) -> None:
-        """``connection`` gives the calling thread's own connection, ``release`` closes it."""
+        """``connection`` gives the calling thread's own connection, ``release`` closes it.
+
+        Nothing starts here: ``start`` starts the thread, and only then does
+        ``install`` hand a connection's checkpoints to it (before, SQLite's own
+        autocheckpoint stays, so a checkpointer never started never lets the WAL grow).
+        """
         self._connection = connection
         self._release = release
         self._pages = pages
@@ -45,15 +50,23 @@ class Checkpointer:
         self._stopping = threading.Event()
         self.checkpoints = 0
         self._thread = threading.Thread(target=self._run, name="lcm-checkpoint", daemon=True)
-        self._thread.start()
+        self._started = False
+
+    def start(self) -> None:
+        """Start the checkpoint thread (once); ``install`` connections after this."""
+        if not self._started:
+            self._started = True
+            self._thread.start()
 
     def install(self, conn: apsw.Connection) -> None:
         """Make a writing connection hand its checkpoints to this thread.
 
         A WAL hook replaces SQLite's autocheckpoint on that connection (they
-        share one slot), so its commits never checkpoint themselves.
+        share one slot), so its commits never checkpoint themselves. Before
+        ``start`` (or after ``stop``) it does nothing: no thread would checkpoint.
         """
-        conn.set_wal_hook(self._after_commit)
+        if self._started and not self._stopping.is_set():
+            conn.set_wal_hook(self._after_commit)
 
     def _after_commit(self, _conn: apsw.Connection, _name: str, pages: int) -> int:
         if pages >= self._pages:
@@ -83,4 +96,5 @@ class Checkpointer:
     def stop(self, timeout: float = 10.0) -> None:
         self._stopping.set()
         self._due.set()
-        self._thread.join(timeout)
+        if self._started:
+            self._thread.join(timeout)

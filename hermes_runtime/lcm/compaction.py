@@ -13,6 +13,8 @@ import json
 import time
 from dataclasses import dataclass, field
 
+from hermes_runtime.lcm import dag
+from hermes_runtime.lcm.dag import NewSummary
 from hermes_runtime.lcm.records import (
     SUMMARY_HEADER_TOKENS,
     ContextItem,
@@ -20,7 +22,7 @@ from hermes_runtime.lcm.records import (
     Summary,
     estimate_tokens,
 )
-from hermes_runtime.lcm.store import LcmStore, NewSummary
+from hermes_runtime.lcm.store import LcmStore
 from hermes_runtime.lcm.summarize import Summarizer, summarize_with_escalation
 
 
@@ -247,7 +249,7 @@ def compact(
     """
     started = time.monotonic()
     deadline = started + policy.deadline_seconds
-    items = store.context_items(session_id)
+    items = dag.context_items(store, session_id)
     report = CompactionReport(session_id, _total(items) + extra_tokens, 0, budget)
     keep = policy.fresh_tail_messages
     whole_turn_kept = True  # phase 1: fold only what precedes the newest user message
@@ -292,7 +294,7 @@ def compact(
             level=result.level,
             sources=[_source_of(i) for i in run],
         )
-        created = store.replace_run(session_id, [i.position for i in run], new)
+        created = dag.replace_run(store, session_id, [i.position for i in run], new)
         if created is not None:
             report.summaries_created.append(created.ref)
             report.levels.append(result.level)
@@ -322,7 +324,7 @@ def _after_replace(
     it) is read back from the database.
     """
     if created is None:
-        return store.context_items(session_id)
+        return dag.context_items(store, session_id)
     folded = ContextItem(position=items[step.start].position, summary=created)
     return [*items[: step.start], folded, *items[step.end :]]
 

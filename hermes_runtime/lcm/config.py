@@ -1,23 +1,33 @@
 """LCM settings: defaults, the ``lcm:`` section of Hermes' config.yaml, and validation.
 
-Validation happens once, at start-up, with messages that name the field,
-so a typo in config.yaml fails loudly instead of silently using a default.
+Validation happens once, at start-up, with messages that name the field and the
+value, so a typo in config.yaml fails loudly instead of silently using a default.
+
+Two classes, two jobs: ``LcmConfig`` is the record the engine reads (its fields
+carry the defaults), ``LcmSection`` holds every rule a value must meet (type,
+range, allowed names), once. The chart's values.schema.json states the same
+ranges for the values it renders into the section; tests/chart compares them.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import ErrorDetails
 
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.lcm.compaction import CompactionPolicy
 
+EMBEDDERS = ("e5", "static", "openai", "off")  # docs/benchmarks.md
+
 
 @dataclass(frozen=True)
 class LcmConfig:
-    """Everything the engine needs; ``from_mapping`` reads the ``lcm:`` config section."""
+    """Everything the engine needs; ``for_home`` reads the ``lcm:`` config section."""
 
     db_path: Path
     outputs_dir: Path
@@ -28,7 +38,7 @@ class LcmConfig:
     summary_base_url: str = ""  # empty: the agent's own model endpoint
     summary_model: str = ""
     summary_api_key: str = ""
-    embeddings: str = "e5"  # e5 | static | openai | off (docs/benchmarks.md)
+    embeddings: str = "e5"  # one of EMBEDDERS
     embeddings_base_url: str = ""
     embeddings_model: str = ""
     embeddings_dim: int = 0
@@ -47,59 +57,113 @@ class LcmConfig:
         return base.with_mapping(section or {})
 
     def with_mapping(self, section: dict[str, Any]) -> LcmConfig:
+        """This config with ``section``'s keys (config.yaml spelling) applied and checked."""
         if not isinstance(section, dict):
-            raise RuntimeFailure("config.yaml lcm: must be a mapping")
-        own = {f.name: f for f in fields(self)}
-        policy_fields = {f.name for f in fields(CompactionPolicy)}
-        changes: dict[str, Any] = {}
-        policy_changes: dict[str, Any] = {}
-        for key, value in section.items():
-            if key in policy_fields:
-                policy_changes[key] = _coerce(f"lcm.{key}", value, type(getattr(self.policy, key)))
-            elif key in own and key != "policy":
-                current = getattr(self, key)
-                kind = Path if isinstance(current, Path) else type(current)
-                changes[key] = _coerce(f"lcm.{key}", value, kind)
-            else:
-                raise RuntimeFailure(f"config.yaml lcm.{key}: unknown setting")
-        config = replace(self, **changes, policy=replace(self.policy, **policy_changes))
-        config.validate()
-        return config
+            raise RuntimeFailure(f"config.yaml lcm: must be a mapping, got {section!r}")
+        checked = _check({**self._flat(), **section})
+        policy_names = {f.name for f in fields(CompactionPolicy)}
+        values = checked.model_dump()
+        policy = CompactionPolicy(**{k: v for k, v in values.items() if k in policy_names})
+        own = {k: v for k, v in values.items() if k not in policy_names}
+        return LcmConfig(**own, policy=policy)
 
     def validate(self) -> None:
-        checks = [
-            ("threshold_percent", 0.05 <= self.threshold_percent <= 0.98),
-            ("target_percent", 0.02 <= self.target_percent < self.threshold_percent),
-            ("externalize_chars", self.externalize_chars >= 1_000),
-            ("embeddings", self.embeddings in ("e5", "static", "openai", "off")),
-            ("fresh_tail_messages", self.policy.fresh_tail_messages >= 0),
-            ("condense_fanout", self.policy.condense_fanout >= 2),
-            ("leaf_target_tokens", self.policy.leaf_target_tokens >= 32),
-            ("call_timeout_seconds", self.policy.call_timeout_seconds > 0),
-            ("replay_window_seconds", 0 <= self.replay_window_seconds <= 86_400),
-            ("commit_interval_ms", 0 <= self.commit_interval_ms <= 10_000),
-        ]
-        for name, ok in checks:
-            if not ok:
-                value = getattr(self, name, None)
-                if value is None:
-                    value = getattr(self.policy, name)
-                raise RuntimeFailure(f"config.yaml lcm.{name}: value {value!r} out of range")
+        """Raise ``RuntimeFailure`` naming the first field that breaks a rule of ``LcmSection``."""
+        _check(self._flat())
+
+    def _flat(self) -> dict[str, Any]:
+        """The fields as config.yaml spells them: the policy's knobs beside the others."""
+        own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "policy"}
+        return {**own, **asdict(self.policy)}
+
+
+def _expand_path(value: Any) -> Any:
+    """``$VAR`` in a path is expanded, as Hermes does for its own paths."""
+    return value if isinstance(value, Path) else Path(os.path.expandvars(str(value)))
+
+
+ExpandedPath = Annotated[Path, BeforeValidator(_expand_path)]
+
+
+class LcmSection(BaseModel):
+    """The rules of the ``lcm:`` section, one line a setting (defaults live in ``LcmConfig``).
+
+    Lax typing, as YAML hands over: ``"false"``/``"no"``/``"off"`` are False, ``"0.5"`` is
+    0.5; a whole number where a fraction would be lost (``3.7`` for an int) is refused.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid", allow_inf_nan=False, coerce_numbers_to_str=True, frozen=True
+    )
+
+    db_path: ExpandedPath
+    outputs_dir: ExpandedPath
+    threshold_percent: float = Field(ge=0.05, le=0.98)
+    target_percent: float = Field(ge=0.02, le=0.97)  # and below threshold_percent
+    externalize_chars: int = Field(ge=1_000)
+    summary_base_url: str
+    summary_model: str
+    summary_api_key: str = Field(repr=False)
+    embeddings: Literal["e5", "static", "openai", "off"]
+    embeddings_base_url: str = Field(pattern=r"^$|^https?://")
+    embeddings_model: str
+    embeddings_dim: int = Field(ge=0)
+    import_hermes_state: bool
+    replay_window_seconds: float = Field(ge=0, le=86_400)
+    commit_interval_ms: int = Field(ge=0, le=10_000)
+    # CompactionPolicy's knobs (a test keeps this list equal to its fields)
+    fresh_tail_messages: int = Field(ge=0)
+    leaf_chunk_tokens: int
+    leaf_target_tokens: int = Field(ge=32)
+    condense_fanout: int = Field(ge=2)
+    condense_target_tokens: int
+    call_timeout_seconds: float = Field(gt=0)
+    deadline_seconds: float
+
+    @model_validator(mode="after")
+    def _relations(self) -> LcmSection:
+        if self.target_percent >= self.threshold_percent:
+            raise ValueError(
+                f"lcm.target_percent: value {self.target_percent!r} must be below "
+                f"lcm.threshold_percent ({self.threshold_percent!r})"
+            )
         if self.embeddings == "openai" and not (self.embeddings_model and self.embeddings_dim):
-            raise RuntimeFailure(
-                "config.yaml lcm.embeddings_model and lcm.embeddings_dim are required "
+            raise ValueError(
+                "lcm.embeddings_model and lcm.embeddings_dim are required "
                 "when lcm.embeddings is 'openai'"
             )
+        return self
 
 
-def _coerce(name: str, value: Any, kind: type) -> Any:
+def _check(values: dict[str, Any]) -> LcmSection:
     try:
-        if kind is bool:
-            return bool(value)
-        if kind is Path:
-            return Path(os.path.expandvars(str(value)))
-        return kind(value)
-    except (TypeError, ValueError) as exc:
-        raise RuntimeFailure(
-            f"config.yaml {name}: expected {kind.__name__}, got {value!r}"
-        ) from exc
+        return LcmSection.model_validate(values)
+    except ValidationError as exc:
+        raise RuntimeFailure(_message(exc.errors()[0])) from None
+
+
+# pydantic's error types for a value of the wrong kind, by the kind the field wants
+_KIND_ERRORS = {
+    "int": ("int_type", "int_parsing", "int_from_float"),
+    "float": ("float_type", "float_parsing", "finite_number"),
+    "bool": ("bool_type", "bool_parsing"),
+    "str": ("string_type",),
+}
+
+
+def _message(error: ErrorDetails) -> str:
+    """One line naming the key and the value: what an operator fixes in config.yaml."""
+    if not error["loc"]:  # a rule between fields: its message names them
+        return f"config.yaml {error['msg'].removeprefix('Value error, ')}"
+    name = f"config.yaml lcm.{'.'.join(str(part) for part in error['loc'])}"
+    value = error["input"]
+    if error["loc"] == ("summary_api_key",):
+        value = "<hidden>"  # a secret never reaches a log
+    if error["type"] in ("extra_forbidden", "invalid_key"):
+        return f"{name}: unknown setting"
+    for kind, types in _KIND_ERRORS.items():
+        if error["type"] in types:
+            return f"{name}: expected {kind}, got {value!r} ({error['msg']})"
+    if error["type"] in ("literal_error", "string_pattern_mismatch"):
+        return f"{name}: value {value!r} not allowed ({error['msg']})"
+    return f"{name}: value {value!r} out of range ({error['msg']})"

@@ -8,344 +8,67 @@ sessions run in parallel), and the background embedding worker.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from hermes_runtime.common.errors import RuntimeFailure
-from hermes_runtime.lcm import hostview, metrics, retrieval
+from hermes_runtime.lcm import failedturns, hostview, metrics, retrieval
 from hermes_runtime.lcm.assembly import (
     assemble,
     context_within,
-    count_tokens,
     summary_refs_in,
 )
-from hermes_runtime.lcm.compaction import CompactionReport, compact
+from hermes_runtime.lcm.compaction import CompactionReport
+from hermes_runtime.lcm.compactrun import Compactions
 from hermes_runtime.lcm.config import LcmConfig
-from hermes_runtime.lcm.doctor import retention
+from hermes_runtime.lcm.dag import summary_sessions
+from hermes_runtime.lcm.embedders import make_embedder
 from hermes_runtime.lcm.embeddings import (
     Embedder,
     EmbeddingWorker,
-    OpenAIEmbedder,
     VectorIndex,
-    offline_embedder,
 )
+from hermes_runtime.lcm.failedturns import TurnFailure
 from hermes_runtime.lcm.replay import collapse_merged_replay
+from hermes_runtime.lcm.sessions import host_state, set_host_state
 from hermes_runtime.lcm.store import LcmStore
-from hermes_runtime.lcm.summarize import OpenAISummarizer, Summarizer
+from hermes_runtime.lcm.summarize import Summarizer, make_summarizer
+from hermes_runtime.lcm.syncstate import (
+    FINGERPRINT_SCHEME,
+    FingerprintMemo,
+    SyncPlan,
+    SyncResult,
+    aligned_prefix,
+    comparable,
+    fingerprint,
+    handed_out,
+    known_overlap,
+    next_host_state,
+)
+from hermes_runtime.lcm.tools import TOOL_NAMES, TOOL_SCHEMAS
 from hermes_runtime.lcm.writebehind import HostState, Job
 
-TOOL_SCHEMAS: list[dict[str, Any]] = [
-    {
-        "name": "lcm_grep",
-        "description": (
-            "Full-text search of the whole conversation history, including parts folded "
-            "into summaries. Returns message/summary ids to pass to lcm_expand; identical "
-            "messages come back once, with their count and ids."
-        ),
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "query": {"type": "string", "description": "words to find (all must match)"},
-                "scope": {"type": "string", "enum": ["session", "all"], "default": "session"},
-                "regex": {"type": "boolean", "default": False},
-                "limit": {"type": "integer", "default": 10},
-            },
-            "required": ["query"],
-        },
-    },
-    {
-        "name": "lcm_search",
-        "description": (
-            "Semantic + keyword search of past conversation (use when wording may differ). "
-            "Returns ids to pass to lcm_expand; identical messages come back once, with "
-            "their count and ids."
-        ),
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "query": {"type": "string"},
-                "scope": {"type": "string", "enum": ["session", "all"], "default": "session"},
-                "limit": {"type": "integer", "default": 8},
-            },
-            "required": ["query"],
-        },
-    },
-    {
-        "name": "lcm_describe",
-        "description": "Metadata of a summary (sum_N), message (msg_N) or output (out_HEX).",
-        "parameters": {
-            "type": "object",
-            "properties": {"id": {"type": "string"}},
-            "required": ["id"],
-        },
-    },
-    {
-        "name": "lcm_expand",
-        "description": (
-            "Expand a summary id into its sources (paginated), or return a message or "
-            "externalized output in full."
-        ),
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "id": {"type": "string"},
-                "offset": {"type": "integer", "default": 0},
-                "limit": {"type": "integer", "default": 20},
-            },
-            "required": ["id"],
-        },
-    },
-    {
-        "name": "lcm_read_output",
-        "description": "Read a character range of an externalized output (out_HEX).",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "id": {"type": "string"},
-                "offset": {"type": "integer", "default": 0},
-                "limit": {"type": "integer", "default": 8000},
-            },
-            "required": ["id"],
-        },
-    },
-    {
-        "name": "lcm_recent",
-        "description": (
-            "The conversations (sessions) active most recently, other than this one: "
-            "size, time span and the last user message. Use to pick up work from another "
-            "session, then lcm_load_session or lcm_grep with scope all."
-        ),
-        "parameters": {
-            "type": "object",
-            "properties": {"limit": {"type": "integer", "default": 10}},
-        },
-    },
-    {
-        "name": "lcm_load_session",
-        "description": (
-            "Another session's stored context (its summaries and newest messages) within "
-            "a token budget, newest first; ids expand with lcm_expand."
-        ),
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "session_id": {"type": "string"},
-                "budget": {"type": "integer", "default": 4000},
-            },
-            "required": ["session_id"],
-        },
-    },
-    {
-        "name": "lcm_dag",
-        "description": (
-            "The summary DAG: with id (sum_N), that summary's child summaries down to "
-            "max_depth levels; without, the summaries in this session's live context. "
-            "Ids, depths, message spans and sizes only (lcm_expand reads contents)."
-        ),
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "id": {"type": "string"},
-                "max_depth": {"type": "integer", "default": 2},
-            },
-        },
-    },
+# The engine's own names, and those it re-exports from where they moved (issue 31):
+# callers keep importing them from here.
+__all__ = [
+    "FINGERPRINT_SCHEME",
+    "TOOL_NAMES",
+    "TOOL_SCHEMAS",
+    "FingerprintMemo",
+    "LcmEngine",
+    "SyncPlan",
+    "SyncResult",
+    "aligned_prefix",
+    "comparable",
+    "fingerprint",
+    "handed_out",
+    "known_overlap",
+    "make_embedder",
+    "make_summarizer",
+    "next_host_state",
 ]
-TOOL_NAMES = frozenset(t["name"] for t in TOOL_SCHEMAS)
-
-# Extra compaction passes when the assembled context measures over budget.
-MAX_REFIT_PASSES = 4
-# How often compactions refresh the retention gauges: a dozen lookups each time,
-# ~2% of a compress() in the engine loop, for figures scraped every 15-60 s.
-# ``lcm stats`` always reads them fresh.
-RETENTION_REFRESH_SECONDS = 10.0
-
-
-# Version of ``fingerprint`` recorded in a session's host state ("fp"): a state
-# with another scheme holds prints we cannot compare, so it counts as empty.
-FINGERPRINT_SCHEME = 2
-
-
-def _digest(value: Any) -> str:
-    data = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
-    return hashlib.blake2b(data.encode(), digest_size=12).hexdigest()
-
-
-_json_str = json.encoder.encode_basestring  # json.dumps' own string encoder (ensure_ascii=False)
-
-
-def _plain_digest(content: str | None, role: str | None, call_id: str | None) -> str:
-    """``_digest`` of a plain message's canonical dict, byte for byte the same JSON
-    (sorted keys, default separators), built directly: the hook prints every new
-    message, and the generic encoder was most of a print's cost."""
-    data = (
-        '{"content": '
-        + ("null" if content is None else _json_str(content.strip()))
-        + ', "role": '
-        + ("null" if role is None else _json_str(role))
-        + ', "tool_call_id": '
-        + ("null" if call_id is None else _json_str(call_id))
-        + ', "tool_calls": null}'
-    )
-    return hashlib.blake2b(data.encode(), digest_size=12).hexdigest()
-
-
-PlainKey = tuple[str | None, str | None, str | None]
-
-
-def _plain_key(message: dict[str, Any]) -> PlainKey | None:
-    """(content, role, call id) of a message without tool calls, else None.
-
-    All ``fingerprint`` reads of such a message: an equal key is an equal fingerprint.
-    """
-    content, role = message.get("content"), message.get("role")
-    call_id = message.get("tool_call_id")
-    if (
-        isinstance(content, str | None)
-        and isinstance(role, str | None)
-        and isinstance(call_id, str | None)
-        and not isinstance(message.get("tool_calls"), list)
-    ):
-        return content, role, call_id
-    return None
-
-
-def fingerprint(message: dict[str, Any]) -> str:
-    """What identifies a message across host round trips: role, content, calls, call id.
-
-    Hosts hand the same message back in another shape: Hermes' API server
-    reloads a session from ``state.db`` (``X-Hermes-Session-Id``) with extra
-    keys (``timestamp``, ``finish_reason``, ``tool_name``...) and stripped
-    text. Hashing the whole dict made every reloaded message look new and
-    stored each turn again; only the fields the model sees count here.
-    """
-    plain = _plain_key(message)
-    if plain is not None:  # the JSON below, written without the encoder's generic walk
-        return _plain_digest(*plain)
-    content = message.get("content")
-    calls = message.get("tool_calls")
-    canonical = {
-        "role": message.get("role"),
-        "content": content.strip() if isinstance(content, str) else content,
-        "tool_calls": [_call_identity(c) for c in calls] if isinstance(calls, list) else None,
-        "tool_call_id": message.get("tool_call_id"),
-    }
-    return _digest(canonical)
-
-
-class FingerprintMemo:
-    """Fingerprints of the plain messages a host keeps handing back, remembered.
-
-    Hermes' turn hook passes the whole live transcript every turn, so without
-    a memo each turn re-hashes every message it holds (JSON + blake2b, most of
-    a turn's cost at a few hundred messages). Only messages without tool
-    calls are remembered, keyed on the values ``fingerprint`` reads: a str
-    caches its own hash, so looking up the same content object again is
-    cheap, and an equal key always means an equal fingerprint. Bounded, and
-    local to one engine (no module state).
-    """
-
-    def __init__(self, capacity: int = 4096) -> None:
-        self._capacity = capacity
-        self._prints: dict[PlainKey, str] = {}
-        self._guard = threading.Lock()
-
-    def of(self, message: dict[str, Any]) -> str:
-        key = _plain_key(message)
-        if key is None:
-            return fingerprint(message)
-        with self._guard:
-            found = self._prints.get(key)
-        if found is not None:
-            return found
-        found = _plain_digest(*key)
-        with self._guard:
-            if len(self._prints) >= self._capacity:
-                self._prints.pop(next(iter(self._prints)))
-            self._prints[key] = found
-        return found
-
-
-def _call_identity(call: Any) -> Any:
-    if not isinstance(call, dict):
-        return call
-    function = call.get("function")
-    if not isinstance(function, dict):
-        function = {}
-    return [call.get("id"), function.get("name"), function.get("arguments")]
-
-
-def aligned_prefix(known: list[str], prints: list[str]) -> int:
-    """Length of the longest prefix of ``prints`` found as a contiguous run in ``known``.
-
-    Those messages are already stored; the rest of ``prints`` is new. A
-    prefix (not any run) because hosts only append after what they hold.
-    """
-    haystack = "|" + "|".join(known) + "|"
-    for k in range(min(len(known), len(prints)), 0, -1):
-        if "|" + "|".join(prints[:k]) + "|" in haystack:
-            return k
-    return 0
-
-
-def comparable(saved: dict[str, Any]) -> dict[str, Any]:
-    """The saved host state if its prints are of the current scheme, else an empty one."""
-    return saved if saved.get("fp") == FINGERPRINT_SCHEME else {}
-
-
-def known_overlap(saved: dict[str, Any], block: list[int], prints: list[str]) -> int:
-    """How many leading ``candidates`` (the host's messages after its last block) are stored.
-
-    A host built on our latest context holds our latest block and the raw
-    tail after it (``raw``). A host that holds an older block, or none after
-    we compacted, replays what it held before that compaction (``stale``):
-    Hermes hands its pre-compaction transcript to the turn hook, and its API
-    server reloads a session from ``state.db``. Aligning a stale host with
-    the tail made every replayed message look new and stored it again.
-    """
-    saved = comparable(saved)
-    raw, stale = saved.get("raw", []), saved.get("stale", [])
-    if "block" not in saved or block == saved["block"]:
-        return aligned_prefix(raw, prints)
-    return aligned_prefix(stale, prints) or aligned_prefix(raw, prints)
-
-
-def next_host_state(
-    saved: dict[str, Any], block: list[int], prints: list[str], overlap: int
-) -> dict[str, Any]:
-    """What the host holds after this sync, as seen from our latest context."""
-    saved = comparable(saved)
-    if "block" not in saved or block == saved["block"]:
-        return {**saved, "raw": prints, "fp": FINGERPRINT_SCHEME}
-    # A stale host: its new messages extend our latest context's raw tail.
-    return {**saved, "raw": saved.get("raw", []) + prints[overlap:], "stale": prints}
-
-
-@dataclass(frozen=True)
-class SyncPlan:
-    """What one sync works from: where the host's transcript holds what, and its prints.
-
-    ``head``: leading system messages; ``start``: first candidate message; ``block``: the
-    last summary block's ids; ``prints``: the candidates' fingerprints, ``volatile`` those
-    that may change in place; ``viewable``: the transcript may be kept as a host view.
-    """
-
-    head: int
-    start: int
-    block: list[int]
-    prints: list[str]
-    volatile: list[int]
-    viewable: bool
-
-
-@dataclass
-class SyncResult:
-    ingested: int
-    system_head: list[dict[str, Any]]
 
 
 class LcmEngine:
@@ -369,19 +92,28 @@ class LcmEngine:
             commit_interval=config.commit_interval_ms / 1000 if start_worker else 0.0,
         )
         self.store.on_stored = self._stored
-        if start_worker:  # the turn's path never writes full-text postings (fulltext.py)
-            self.store.start_fulltext_thread()
         self.summarizer = summarizer
         self.embedder = embedder if embedder is not None else make_embedder(config)
         self._locks: dict[str, threading.RLock] = {}
         self._locks_guard = threading.Lock()
         self.vectors = VectorIndex()
         self._prints = FingerprintMemo()
-        self._retention_due = 0.0  # time.monotonic() of the next gauge refresh
+        self._compactions = Compactions(self)
         self._views = hostview.HostViews()
         self.worker: EmbeddingWorker | None = None
         if start_worker and self.embedder is not None:
             self.worker = EmbeddingWorker(self.store, self.embedder)
+
+    def start_background(self) -> None:
+        """Start a long-lived engine's threads (``start_worker``): the store's, the worker.
+
+        The store's checkpoints and full-text indexing leave the turn's path
+        (``LcmStore.start_background``), and the embedding worker starts. The
+        constructor starts none: whoever keeps the engine running (the
+        gateway's plugin) starts them, and ``close`` stops them.
+        """
+        self.store.start_background()
+        if self.worker is not None:
             self.worker.start()
 
     def session_lock(self, session_id: str) -> threading.RLock:
@@ -429,7 +161,8 @@ class LcmEngine:
     def flush(self) -> None:
         """Commit the turns the hook queued (``LcmStore.flush``) and index them."""
         self.store.flush()
-        self.store.index_now()
+        if self.store.fulltext is not None:
+            self.store.fulltext.catch_up()
 
     def sync(self, session_id: str, host_messages: list[dict[str, Any]]) -> SyncResult:
         """Ingest what the host added since we last saw its transcript.
@@ -447,7 +180,11 @@ class LcmEngine:
             return self._sync(session_id, host_messages)
 
     def sync_bounded(
-        self, session_id: str, host_messages: list[dict[str, Any]], wait_seconds: float
+        self,
+        session_id: str,
+        host_messages: list[dict[str, Any]],
+        wait_seconds: float,
+        failure: TurnFailure | None = None,
     ) -> SyncResult | None:
         """``sync`` that gives up (None) rather than wait long for the session or the database.
 
@@ -459,18 +196,25 @@ class LcmEngine:
         With group commit on (the gateway's engine), the new messages and the
         host state are queued, not written: ``ingested`` is 0 and the writer
         thread stores them in its next batch (``writebehind.py``).
+
+        ``failure``: the host's turn ended without an answer (``failedturns.py``): its
+        messages are stored with the failure recorded on them.
         """
         lock = self.session_lock(session_id)
         if not lock.acquire(timeout=wait_seconds):
             return None
         try:
             with self.store.busy_timeout(max(1, int(wait_seconds * 1000))):
-                return self._sync(session_id, host_messages, defer=True)
+                return self._sync(session_id, host_messages, defer=True, failure=failure)
         finally:
             lock.release()
 
     def _sync(
-        self, session_id: str, host_messages: list[dict[str, Any]], defer: bool = False
+        self,
+        session_id: str,
+        host_messages: list[dict[str, Any]],
+        defer: bool = False,
+        failure: TurnFailure | None = None,
     ) -> SyncResult:
         fields = hostview.columns(host_messages)
         view = self._views.get(session_id)
@@ -485,6 +229,11 @@ class LcmEngine:
         window, now = self.config.replay_window_seconds, time.time()
         fresh = [collapse_merged_replay(m, now, window) for m in candidates[overlap:]]
         merged = sum(1 for a, b in zip(candidates[overlap:], fresh, strict=True) if a is not b)
+        # A turn the model never answered: marked; a retry of it: stored once (failedturns.py).
+        fresh, state, folded = failedturns.settle(
+            comparable(saved), state, fresh, host_messages, failure, self._prints.of
+        )
+        merged += folded
         changed = state if state != saved else None
         if changed is not None:
             saved_raw, saved = changed, changed  # encoded when written (once a batch)
@@ -576,7 +325,7 @@ class LcmEngine:
         for index in range(len(conversation) - 1, -1, -1):
             ids = summary_refs_in(conversation[index])
             if ids:
-                sessions = self.store.summary_sessions(ids)
+                sessions = summary_sessions(self.store, ids)
                 if all(sessions.get(i) == session_id for i in ids):
                     return ids, conversation[index + 1 :]
         return [], conversation
@@ -590,20 +339,15 @@ class LcmEngine:
     def remember_context(self, session_id: str, conversation: list[dict[str, Any]]) -> None:
         """Record the context we hand to the host: its last block and the raw tail after it.
 
-        The raw messages the host held before (``stale``) are kept too: a host
-        may still hand back its pre-compaction transcript once (Hermes' turn
-        hook after a compaction in the same turn).
+        What the host held before (``stale``) is kept too: a host may still
+        hand back its pre-compaction transcript (Hermes' turn hook after a
+        compaction in the same turn; a host that timed out and dropped our
+        context, ``handed_out``).
         """
         block, raw = self._split_at_last_block(session_id, conversation)
-        saved = self.store.host_state(session_id)
-        previous = comparable(saved).get("raw", [])
-        state = {
-            "raw": [self._prints.of(m) for m in raw],
-            "block": block,
-            "stale": previous,
-            "fp": FINGERPRINT_SCHEME,
-        }
-        self.store.set_host_state(session_id, state)
+        saved = host_state(self.store, session_id)
+        state = handed_out(saved, block, [self._prints.of(m) for m in raw])
+        set_host_state(self.store, session_id, state)
 
     # -- compaction and assembly -------------------------------------------
 
@@ -614,30 +358,11 @@ class LcmEngine:
         extra_tokens: int = 0,
         force: bool = False,
         focus: str = "",
+        defer: bool = False,
     ) -> CompactionReport:
-        with self.session_lock(session_id):
-            report = compact(
-                self.store,
-                session_id,
-                budget,
-                self.summarizer,
-                self.config.policy,
-                extra_tokens=extra_tokens,
-                force=force,
-                focus=focus,
-            )
-        metrics.COMPACTION_SECONDS.observe(report.seconds)
-        metrics.COMPACTION_TOKENS_IN.inc(report.tokens_before)
-        metrics.COMPACTION_TOKENS_OUT.inc(report.tokens_after)
-        for level in report.levels:
-            metrics.SUMMARIES.labels(level=str(level)).inc()
-        metrics.COMPACTION_ERRORS.inc(len(report.errors))
-        if time.monotonic() >= self._retention_due:  # size, retention and growth gauges
-            retention(self.store)
-            self._retention_due = time.monotonic() + RETENTION_REFRESH_SECONDS
-        if self.worker is not None and report.summaries_created:
-            self.worker.wake()
-        return report
+        """One compaction of the session (``compactrun.Compactions.compact``); ``defer``: a
+        failing summary model stops it (``outage.py``)."""
+        return self._compactions.compact(session_id, budget, extra_tokens, force, focus, defer)
 
     def context(self, session_id: str) -> list[dict[str, Any]]:
         return assemble(self.store, session_id)
@@ -648,31 +373,11 @@ class LcmEngine:
         budget: int,
         system_head: list[dict[str, Any]] | None = None,
         focus: str = "",
+        defer: bool = False,
     ) -> tuple[list[dict[str, Any]], CompactionReport]:
-        """Compact as needed, then assemble; the host's system messages ride in front."""
-        head = system_head or []
-        head_tokens = count_tokens(head)
-        with self.session_lock(session_id):
-            report = self.compact(session_id, budget, extra_tokens=head_tokens, focus=focus)
-            messages = assemble(self.store, session_id, report.items)
-            counted = report.tokens_after  # by stored per-item counts
-            for _ in range(MAX_REFIT_PASSES):
-                overflow = head_tokens + count_tokens(messages) - budget
-                if overflow <= 0:
-                    break
-                # Stored per-item counts can miss what assembly adds (stubs, repaired
-                # tool results): aim below what the counts say by the measured overflow.
-                again = self.compact(
-                    session_id, counted - overflow, extra_tokens=head_tokens, focus=focus
-                )
-                counted = again.tokens_after
-                report.summaries_created += again.summaries_created
-                report.levels += again.levels
-                report.errors += again.errors
-                messages = assemble(self.store, session_id, again.items)
-            report.tokens_after = head_tokens + count_tokens(messages)
-            self.remember_context(session_id, messages)
-        return head + messages, report
+        """Compact as needed, then assemble; the host's system messages ride in front.
+        ``defer``: see ``compact`` (``SummaryDeferred`` is raised, nothing handed out)."""
+        return self._compactions.fitted_context(session_id, budget, system_head, focus, defer)
 
     # -- tools -------------------------------------------------------------
 
@@ -747,19 +452,3 @@ class LcmEngine:
             finally:
                 self.store.stop_checkpoints()
                 self.store.close()
-
-
-def make_embedder(config: LcmConfig) -> Embedder | None:
-    if config.embeddings == "off":
-        return None
-    if config.embeddings == "openai":
-        return OpenAIEmbedder(
-            config.embeddings_base_url or config.summary_base_url,
-            config.embeddings_model,
-            config.embeddings_dim,
-        )
-    return offline_embedder(config.embeddings)
-
-
-def make_summarizer(base_url: str, model: str, api_key: str = "") -> Summarizer | None:
-    return OpenAISummarizer(base_url, model, api_key) if base_url and model else None

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import apsw
 
+from hermes_runtime.common.backoff import Backoff
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.common.sqlite import connect
 from hermes_runtime.lcm.schema import fetch_all
@@ -230,7 +231,10 @@ class FullTextIndex:
         self._due.set()
 
     def _run(self, interval: float) -> None:
-        wait = interval
+        wait, failed = interval, 0
+        backoff = Backoff(
+            first=min(interval * 2, FAILED_PASS_WAIT_SECONDS), cap=FAILED_PASS_WAIT_SECONDS
+        )
         while not self._stopping.is_set():
             self._due.wait(wait)
             self._due.clear()
@@ -241,7 +245,7 @@ class FullTextIndex:
             except (apsw.Error, RuntimeFailure) as exc:
                 # A disk full or a damaged file fails every pass: wait twice as long each
                 # time (at most FAILED_PASS_WAIT_SECONDS), so the log is not flooded.
-                wait = min(wait * 2, FAILED_PASS_WAIT_SECONDS)
+                wait, failed = backoff.delay(failed), failed + 1
                 logger.warning(
                     "LCM: full-text index %s: catch-up failed (next try in %.1f s): %s",
                     self.path,
@@ -249,7 +253,7 @@ class FullTextIndex:
                     exc,
                 )
             else:
-                wait = interval
+                wait, failed = interval, 0
 
     def close(self, catch_up: bool = True) -> None:
         """Stop the thread, index what is left (``catch_up``), close the connection."""

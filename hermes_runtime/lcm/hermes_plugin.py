@@ -17,7 +17,9 @@ syncs the turn's transcript into the LCM session the engine bound to that
 Hermes session. Compaction, tool calls and session end still sync too; the
 sync dedups, so the hook and they never store a message twice. The hook
 queues the turn and a writer thread commits the queue every
-``lcm.commit_interval_ms`` (group commit, ``writebehind.py``).
+``lcm.commit_interval_ms`` (group commit, ``writebehind.py``). A turn whose
+model calls all failed fires no hook: the adapter ``compat/turn_outcome.py``
+hands it over, and it is stored with the failure recorded (``failedturns.py``).
 """
 
 from __future__ import annotations
@@ -25,181 +27,66 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
-from agent.context_engine import ContextEngine
-
+from hermes_runtime.compat import (
+    check_hooks,
+    check_registration,
+    engine_base,
+    observe_failed_turns,
+)
+from hermes_runtime.lcm import sessions
 from hermes_runtime.lcm.assembly import count_tokens
+from hermes_runtime.lcm.compaction import CompactionReport
 from hermes_runtime.lcm.config import LcmConfig
 from hermes_runtime.lcm.engine import TOOL_SCHEMAS, LcmEngine, make_summarizer
+from hermes_runtime.lcm.failedturns import TurnFailure
+from hermes_runtime.lcm.outage import SummaryDeferred, may_defer
+from hermes_runtime.lcm.plugin_host import (
+    IMPORT_PREFIX,
+    MEMORY_CONTEXT_MARKER,
+    METRICS_PORT_ENV,
+    commit_at_exit,
+    hermes_home,
+    in_background_review,
+    open_existing_database,
+    read_lcm_section,
+    serve_metrics,
+    start_day_one_import,
+    warm_static_embedder,
+    with_memory_context,
+)
 from hermes_runtime.lcm.summarize import LEVEL_DETERMINISTIC
 
+__all__ = [
+    "IMPORT_PREFIX",
+    "MEMORY_CONTEXT_MARKER",
+    "METRICS_PORT_ENV",
+    "LcmContextEngine",
+    "commit_at_exit",
+    "hermes_home",
+    "in_background_review",
+    "read_lcm_section",
+    "register",
+    "serve_metrics",
+    "start_day_one_import",
+    "warm_static_embedder",
+    "with_memory_context",
+]
+
+# Hermes' ABC, checked by the adapter (compat/context_engine.py): on a Hermes release or an
+# ABC it does not know, importing this plugin fails with HermesIncompatible, which names both.
+ContextEngine: Any = engine_base()
+TURN_HOOKS = ("post_llm_call", "on_session_finalize")
 MIN_BUDGET_TOKENS = 512
-METRICS_PORT_ENV = "HERMES_RUNTIME_LCM_METRICS_PORT"
+# Guards the attempt counter of every copy of the engine (``LcmContextEngine._publish``).
+_ATTEMPTS = threading.Lock()
 TURN_SYNC_WAIT_SECONDS = 2.0
 
 logger = logging.getLogger(__name__)
-
-
-def hermes_home() -> Path:
-    return Path(os.environ.get("HERMES_HOME") or Path.home() / ".hermes")
-
-
-def read_lcm_section(home: Path) -> dict[str, Any]:
-    """The ``lcm:`` mapping of ``$HERMES_HOME/config.yaml`` ({} when absent)."""
-    from ruamel.yaml import YAML
-
-    path = home / "config.yaml"
-    if not path.exists():
-        return {}
-    data = YAML(typ="safe").load(path.read_text(encoding="utf-8")) or {}
-    section = data.get("lcm") if isinstance(data, dict) else None
-    return section if isinstance(section, dict) else {}
-
-
-def serve_metrics(port: str) -> None:
-    """Expose LCM's Prometheus figures from the process that runs the engine.
-
-    The Hermes gateway is a child process of the runtime's supervisor, so
-    LCM's counters live in the gateway; with ``HERMES_RUNTIME_LCM_METRICS_PORT``
-    set, they are served there on ``/metrics``. A busy port is logged, not
-    fatal: metrics must never stop the agent.
-    """
-    if not port:
-        return
-    from prometheus_client import start_http_server
-
-    from hermes_runtime.common.logs import log_event
-
-    try:
-        start_http_server(int(port), addr="0.0.0.0")
-    except (OSError, ValueError) as exc:
-        log_event("lcm.metrics.unavailable", port=port, error=str(exc))
-
-
-IMPORT_PREFIX = "hermes-state:"
-
-
-def start_day_one_import(
-    engine: LcmEngine, state_db: Path, before: float
-) -> threading.Thread | None:
-    """On a brand-new LCM database, archive Hermes' existing history in the background.
-
-    Sessions land under ``hermes-state:<id>``, searchable with ``scope: all``
-    from the first turn; live sessions keep their own ids, so nothing is
-    ingested twice into one session. Runs once: a database that already has
-    sessions is left alone (``lcm import --hermes-state`` completes by hand).
-    Only messages written ``before`` the gateway loaded LCM are archived: later
-    turns are stored live by the engine, and must not appear twice.
-
-    The import runs in a child process, never in the gateway: Hermes holds
-    ``state.db`` open through the standard ``sqlite3`` module, and apsw brings
-    a second SQLite library into the process. Two SQLite libraries in one
-    process do not see each other's POSIX locks, so one can truncate the
-    ``-shm`` file the other has mapped (the gateway died of SIGBUS in 3 of 8
-    e2e runs). In its own process the importer is an ordinary second reader.
-    A thread only waits for the child and logs how it ended.
-    """
-    if not state_db.exists() or engine.store.counts()["sessions"]:
-        return None
-    command = [
-        sys.executable,
-        "-m",
-        "hermes_runtime",
-        "lcm",
-        "import",
-        "--db",
-        str(engine.config.db_path),
-        "--outputs",
-        str(engine.config.outputs_dir),
-        "--hermes-state",
-        str(state_db),
-        "--prefix",
-        IMPORT_PREFIX,
-        "--before",
-        repr(before),
-        "--json",
-    ]
-
-    def run() -> None:
-        from hermes_runtime.common.logs import log_event
-
-        try:
-            child = subprocess.run(command, capture_output=True, text=True, check=False)
-        except OSError as exc:  # the agent must start even if the archive cannot be read
-            log_event("lcm.import.failed", state_db=str(state_db), error=str(exc))
-            return
-        if child.returncode == 0:
-            log_event("lcm.import.done", state_db=str(state_db))
-        else:
-            error = child.stderr.strip().splitlines()[-1:] or [f"exit {child.returncode}"]
-            log_event("lcm.import.failed", state_db=str(state_db), error=error[0])
-
-    thread = threading.Thread(target=run, name="lcm-day-one-import", daemon=True)
-    thread.start()
-    return thread
-
-
-def in_background_review() -> bool:
-    """True on the thread of Hermes' background memory/skill review fork.
-
-    The fork shares the parent's session id but replays the transcript with
-    its own harness prompt appended; Hermes keeps its turns out of the
-    session (``_persist_disabled``), and so must LCM, or the harness turn
-    lands in the user's history and the next real sync no longer aligns.
-    Hermes 0.19.0 marks that thread (and only it) with a tool whitelist.
-    Runs every turn: the module is looked up, not imported (an import
-    statement walks importlib's Python code each time); where Hermes' plugin
-    module was never loaded, no thread can carry its marker.
-    """
-    plugins = sys.modules.get("hermes_cli.plugins")
-    if plugins is None:
-        return False
-    marker = getattr(plugins, "_thread_tool_whitelist", None)
-    return getattr(marker, "allowed", None) is not None
-
-
-MEMORY_CONTEXT_MARKER = (
-    "[LCM memory context: what the memory provider recalled at the last compaction; "
-    "background knowledge, not part of the conversation]"
-)
-
-
-def with_memory_context(
-    system_head: list[dict[str, Any]], memory_context: str
-) -> list[dict[str, Any]]:
-    """The host's system messages plus the newest memory context (one, never stacked).
-
-    The host hands our previous memory message back among its leading system
-    messages; a new ``memory_context`` replaces it, an empty one keeps it.
-    """
-    text = (memory_context or "").strip()
-    if not text:
-        return system_head
-    kept = [m for m in system_head if not is_memory_message(m)]
-    return [*kept, {"role": "system", "content": f"{MEMORY_CONTEXT_MARKER}\n{text}"}]
-
-
-def is_memory_message(message: dict[str, Any]) -> bool:
-    content = message.get("content")
-    return (
-        message.get("role") == "system"
-        and isinstance(content, str)
-        and content.startswith(MEMORY_CONTEXT_MARKER)
-    )
-
-
-def commit_at_exit(engine: LcmEngine) -> None:
-    """The gateway's exit: commit the turns still queued (an error is logged, not lost)."""
-    try:
-        engine.store.stop_group_commit()
-    except Exception as exc:  # the process ends anyway; the next sync re-stores the turns
-        logger.warning("LCM: committing the queued turns at exit failed: %s", exc)
 
 
 class _Shared:
@@ -214,6 +101,7 @@ class _Shared:
         self._sessions_guard = threading.Lock()
         # When this gateway loaded LCM: the day-one import archives only older messages.
         self.loaded_at = time.time()
+        self._watching = False  # failed turns observed (or the adapter said why not)
 
     def bind_session(self, hermes_session_id: str, lcm_session_id: str) -> None:
         """Remember which LCM session holds a Hermes session (rotations keep the old one).
@@ -223,7 +111,7 @@ class _Shared:
         """
         if self.lcm_session(hermes_session_id, open_store=True) == lcm_session_id:
             return
-        self.engine().store.bind_host_session(hermes_session_id, lcm_session_id)
+        sessions.bind_host_session(self.engine().store, hermes_session_id, lcm_session_id)
         with self._sessions_guard:
             self._lcm_sessions[hermes_session_id] = lcm_session_id
 
@@ -242,7 +130,7 @@ class _Shared:
             opened = self._engine is not None
         if not opened and not open_store:
             return None
-        found = self.engine().store.host_session(hermes_session_id)
+        found = sessions.host_session(self.engine().store, hermes_session_id)
         if found is not None:
             with self._sessions_guard:
                 self._lcm_sessions[hermes_session_id] = found
@@ -267,11 +155,42 @@ class _Shared:
         With 0 the turn is written here, waiting at most as long for the database.
         """
         lcm_session = self.lcm_session(session_id or "")
-        if lcm_session is None or not conversation_history or in_background_review():
+        if lcm_session is not None and conversation_history:
+            self.sync_turn(lcm_session, conversation_history)
+
+    def store_failed_turn(self, session_id: str, result: dict[str, Any]) -> None:
+        """Observer of a turn whose model calls all failed (``compat/turn_outcome.py``): its
+        transcript is stored, the failure recorded on it (``failedturns.py``)."""
+        lcm_session = self.lcm_session(session_id or "")
+        messages = result.get("messages")
+        if lcm_session is not None and isinstance(messages, list) and messages:
+            self.sync_turn(lcm_session, messages, TurnFailure.from_result(result))
+
+    def watch_failed_turns(self) -> None:
+        """Hand Hermes' failed turns to ``store_failed_turn``, once per process: called when
+        an agent binds (Hermes' ``run_agent`` is then fully imported; plugins load while it
+        is still being imported; without it, nothing to watch yet: asked again next bind)."""
+        module = sys.modules.get("run_agent")
+        with self._guard:
+            if self._watching or module is None:
+                return
+            self._watching = True
+        observe_failed_turns(self.store_failed_turn, module)
+
+    def sync_turn(
+        self,
+        lcm_session: str,
+        conversation: list[dict[str, Any]],
+        failure: TurnFailure | None = None,
+    ) -> None:
+        """Store a turn's transcript in ``lcm_session`` (``failure``: the turn got no answer):
+        bounded, never raises. Not on the background review's thread (``in_background_review``).
+        """
+        if in_background_review():
             return
         try:
             result = self.engine().sync_bounded(
-                lcm_session, list(conversation_history), TURN_SYNC_WAIT_SECONDS
+                lcm_session, list(conversation), TURN_SYNC_WAIT_SECONDS, failure
             )
         except Exception as exc:  # a failed sync must not break the agent's turn
             logger.warning("LCM: storing the turn of session %s failed: %s", lcm_session, exc)
@@ -301,6 +220,7 @@ class _Shared:
                     hermes_home(), read_lcm_section(hermes_home())
                 )
                 self._engine = LcmEngine(config, start_worker=True)
+                self._engine.start_background()  # checkpoints, indexing, embeddings
                 atexit.register(commit_at_exit, self._engine)
                 self._refresh_summarizer()
                 serve_metrics(os.environ.get(METRICS_PORT_ENV, ""))
@@ -347,6 +267,7 @@ class LcmContextEngine(ContextEngine):
         self._last_summary_error: str | None = None
         self._last_compression_made_progress = False
         self._last_summary_fallback_used = False
+        self._attempt = 0  # compress() calls begun on this copy (``_claim_attempt``)
 
     @property
     def name(self) -> str:
@@ -420,29 +341,72 @@ class LcmContextEngine(ContextEngine):
         system part of the returned context, replacing the one of an earlier
         compaction, and stays there until a newer one arrives.
         """
+        attempt = self._claim_attempt()
         engine = self.engine
         session = self.session_id
         focus = (focus_topic or "").strip()
-        with engine.session_lock(session):
-            synced = engine.sync(session, messages)
-            head = with_memory_context(synced.system_head, memory_context)
-            overhead = max(0, (current_tokens or 0) - count_tokens(messages))
-            target = int(self.context_length * self._target_percent) - overhead
-            budget = max(MIN_BUDGET_TOKENS, target)
-            fitted, report = engine.fitted_context(session, budget, head, focus=focus)
-            if force and not report.summaries_created:
-                report = engine.compact(session, budget, force=True, focus=focus)
-                conversation = engine.context(session)
-                engine.remember_context(session, conversation)
-                fitted = head + conversation
-        self.compression_count += 1
-        self._last_compress_aborted = False
-        self._last_compression_made_progress = bool(report.summaries_created)
-        used_fallback = LEVEL_DETERMINISTIC in report.levels and bool(report.errors)
-        self._last_summary_fallback_used = used_fallback
-        self._last_summary_error = report.errors[-1] if used_fallback else None
-        self.last_prompt_tokens = -1 if report.summaries_created else self.last_prompt_tokens
+        tokens = max(current_tokens or 0, count_tokens(messages))
+        defer = may_defer(messages, tokens, self.context_length)
+        try:
+            with engine.session_lock(session):
+                synced = engine.sync(session, messages)
+                head = with_memory_context(synced.system_head, memory_context)
+                target = int(self.context_length * self._target_percent) - (
+                    tokens - count_tokens(messages)
+                )
+                budget = max(MIN_BUDGET_TOKENS, target)
+                fitted, report = engine.fitted_context(session, budget, head, focus, defer)
+                if force and not report.summaries_created:
+                    report = engine.compact(session, budget, force=True, focus=focus, defer=defer)
+                    conversation = engine.context(session)
+                    engine.remember_context(session, conversation)
+                    fitted = head + conversation
+        except SummaryDeferred as deferred:  # the messages are stored; summaries wait
+            self._publish_deferred(attempt, str(deferred))
+            return messages
+        shrunk = count_tokens(fitted) < count_tokens(messages)
+        self._publish(attempt, report, bool(report.summaries_created) or shrunk)
         return fitted
+
+    def _claim_attempt(self) -> int:
+        """Number this ``compress()`` call among those begun on this copy of the engine."""
+        with _ATTEMPTS:
+            self._attempt += 1
+            return self._attempt
+
+    def _publish(self, attempt: int, report: CompactionReport, progress: bool) -> None:
+        """Set the counters and verdicts the host reads after ``compress()`` returns.
+
+        Only the newest call on this copy sets them. Hermes from v0.21 gives up
+        on a late ``compress()``, restores these fields and retries on the same
+        object while the late call still runs (it waits for our session lock):
+        the late call ending last must not count a compaction the host dropped,
+        nor overwrite the retry's verdict. ``progress`` is whether the context
+        handed back is smaller than the host's, not whether this call wrote the
+        summaries: a retry that finds the late call's summaries returns the
+        compacted context, which is progress to the host.
+        """
+        with _ATTEMPTS:
+            if attempt != self._attempt:
+                return
+            self.compression_count += 1
+            self._last_compress_aborted = False
+            self._last_compression_made_progress = progress
+            used_fallback = LEVEL_DETERMINISTIC in report.levels and bool(report.errors)
+            self._last_summary_fallback_used = used_fallback
+            self._last_summary_error = report.errors[-1] if used_fallback else None
+            self.last_prompt_tokens = -1 if progress else self.last_prompt_tokens
+
+    def _publish_deferred(self, attempt: int, reason: str) -> None:
+        """A compaction deferred while the summary model fails (``outage.py``): Hermes'
+        "aborted" verdict (it keeps its transcript, says so, and compacts again later)."""
+        logger.warning("LCM: session %s: %s", self.session_id, reason)
+        with _ATTEMPTS:
+            if attempt == self._attempt:
+                self._last_compress_aborted = True
+                self._last_summary_error = reason
+                self._last_compression_made_progress = False
+                self._last_summary_fallback_used = False
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -464,6 +428,7 @@ class LcmContextEngine(ContextEngine):
         bound = self._shared.lcm_session(session_id, open_store=True)
         self._session_id = kept or bound or session_id
         self._shared.bind_session(session_id, self._session_id)
+        self._shared.watch_failed_turns()
 
     def on_session_end(self, session_id: str, messages: list[dict[str, Any]]) -> None:
         """Store what is new, and commit what the turn hook queued (Hermes calls this at
@@ -471,6 +436,20 @@ class LcmContextEngine(ContextEngine):
         if messages:
             self.engine.sync(self.session_id, messages)
         self._shared.commit_queue()
+
+    def on_turn_complete(
+        self, messages: list[dict[str, Any]], usage: dict[str, Any] | None = None, **_: Any
+    ) -> None:
+        """Hermes from v0.21: the finished turn, on this copy (bound to its session).
+
+        Stores it as the ``post_llm_call`` hook does (that hook fires there
+        too: the second sync of a turn finds nothing new and writes nothing).
+        Hermes 0.19.0 never calls it. ``select_context`` is not implemented:
+        LCM replaces the context only when it compacts, so every request keeps
+        the prompt-cache prefix the host already has.
+        """
+        if self._session_id and messages:
+            self._shared.sync_turn(self._session_id, messages)
 
     # -- tools -------------------------------------------------------------
 
@@ -496,27 +475,15 @@ def register(ctx: Any) -> None:
 
     The ``post_llm_call`` hook shares the engine's state, so it stores each
     turn in the session that engine copies bound to; ``on_session_finalize``
-    commits the turns that hook queued (group commit).
+    commits the turns that hook queued (group commit). A plugin context
+    without the registration calls is refused, a hook the host does not list
+    is logged as degraded (``compat/context_engine.py``).
     """
+    check_registration(ctx)
     engine = LcmContextEngine()
     ctx.register_context_engine(engine)
+    check_hooks(TURN_HOOKS)
     ctx.register_hook("post_llm_call", engine._shared.store_turn)
     ctx.register_hook("on_session_finalize", engine._shared.commit_queue)
     warm_static_embedder()
-
-
-def warm_static_embedder() -> None:
-    """Load the static embedding model now, at gateway start, before any request.
-
-    Its Rust loader keeps the GIL for the whole load (1-4 s here), which froze
-    the gateway's event loop when the first embedding happened mid-traffic
-    (bench/lcm_loop_lag.py). Only for ``lcm.embeddings: static``; e5's engine
-    runs through ctypes, which releases the GIL. Never fatal.
-    """
-    try:
-        if read_lcm_section(hermes_home()).get("embeddings") == "static":
-            from hermes_runtime.lcm.embeddings import StaticModelEmbedder
-
-            StaticModelEmbedder().embed(["warm-up"])
-    except Exception as exc:  # the agent must start; embedding loads later instead
-        logger.warning("LCM: could not preload the static embedder: %s", exc)
+    open_existing_database(engine._shared.engine)

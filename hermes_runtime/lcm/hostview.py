@@ -25,7 +25,7 @@ from itertools import repeat
 from operator import is_
 from typing import Any
 
-# The fields ``engine.fingerprint`` and ``assembly.summary_refs_in`` read.
+# The fields ``syncstate.fingerprint`` and ``assembly.summary_refs_in`` read.
 FIELDS = ("role", "content", "tool_call_id", "tool_calls")
 
 Columns = tuple[list[Any], ...]

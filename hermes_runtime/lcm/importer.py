@@ -17,11 +17,18 @@ import apsw
 
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.common.logs import reporter
+from hermes_runtime.compat import columns_problem
+from hermes_runtime.lcm import sessions
 from hermes_runtime.lcm.engine import LcmEngine
 from hermes_runtime.lcm.schema import fetch_all
 
 BATCH = 500
 ROLES = ("system", "user", "assistant", "tool", "developer")
+# Objects and arrays nested deeper than this are refused: Python's parser raises
+# RecursionError near 1,000 levels, and code that walks a message recursively (JSON
+# encoding, fingerprints) fails far earlier in a deep call stack. Real messages nest a
+# handful of levels (tool calls: message > tool_calls > call > function > arguments).
+MAX_DEPTH = 64
 
 
 @dataclass
@@ -42,13 +49,48 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            message = json.loads(line)
+            message = parse_bounded(line)
         except json.JSONDecodeError as exc:
             raise RuntimeFailure(f"{path}:{number}: not JSON: {exc.msg}") from exc
+        except TooDeep as exc:
+            raise RuntimeFailure(f"{path}:{number}: {exc}") from None
         if not isinstance(message, dict) or message.get("role") not in ROLES:
             raise RuntimeFailure(f"{path}:{number}: field 'role' must be one of {', '.join(ROLES)}")
         messages.append(message)
     return messages
+
+
+class TooDeep(ValueError):
+    """A JSON document nests objects and arrays deeper than ``MAX_DEPTH``."""
+
+
+def parse_bounded(text: str) -> Any:
+    """``json.loads`` that refuses nesting past ``MAX_DEPTH`` with ``TooDeep``.
+
+    Python's parser recurses and dies with ``RecursionError`` on a deep enough line;
+    that is caught here, and anything it parses is measured without recursion.
+    """
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise TooDeep(f"JSON nested deeper than {MAX_DEPTH} levels") from None
+    if _depth_exceeds(value, MAX_DEPTH):
+        raise TooDeep(f"JSON nested deeper than {MAX_DEPTH} levels")
+    return value
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether objects and arrays nest more than ``limit`` deep (iterative: no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if not isinstance(item, dict | list):
+            continue
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def import_messages(engine: LcmEngine, session_id: str, messages: list[dict[str, Any]]) -> int:
@@ -60,6 +102,18 @@ def import_messages(engine: LcmEngine, session_id: str, messages: list[dict[str,
             total += engine.ingest(session_id, chunk)
             report.advance(len(chunk))
     return total
+
+
+def _check_columns(conn: apsw.Connection, state_db: Path) -> None:
+    """Refuse a ``messages`` table that lacks a column the import reads (another Hermes
+    wrote it): nothing is imported from a table read wrongly."""
+    columns = [row[1] for row in conn.execute("PRAGMA table_info(messages)")]
+    problem = columns_problem(columns) if columns else "it has no messages table"
+    if problem:
+        raise RuntimeFailure(
+            f"Hermes state database {state_db}: {problem} (the import reads the columns of "
+            "Hermes 0.19's messages table; docs/hermes-versions.md)"
+        )
 
 
 def hermes_sessions(
@@ -76,6 +130,7 @@ def hermes_sessions(
     conn = apsw.Connection(str(state_db), flags=apsw.SQLITE_OPEN_READONLY)
     conn.set_busy_timeout(30_000)
     try:
+        _check_columns(conn, state_db)
         sessions = [
             r[0]
             for r in conn.execute(
@@ -109,8 +164,8 @@ def _hermes_row(
     message: dict[str, Any] = {"role": role, "content": content}
     if tool_calls:
         try:
-            message["tool_calls"] = json.loads(tool_calls)
-        except json.JSONDecodeError:
+            message["tool_calls"] = parse_bounded(tool_calls)
+        except (json.JSONDecodeError, TooDeep):
             message["content"] = (content or "") + f"\n[tool calls: {tool_calls[:2000]}]"
     if tool_call_id:
         message["tool_call_id"] = tool_call_id
@@ -131,7 +186,7 @@ def import_hermes_state(
     report = ImportReport()
     for hermes_id, messages in hermes_sessions(state_db, before):
         session_id = prefix + hermes_id
-        if engine.store.has_session(session_id):
+        if sessions.has_session(engine.store, session_id):
             report.skipped_sessions.append(session_id)
             continue
         report.messages += import_messages(engine, session_id, messages)

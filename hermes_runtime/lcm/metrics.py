@@ -14,6 +14,15 @@ REPLAYED_TURNS = Counter(
     "lcm_replayed_turns_total",
     "User turns a client's retry replayed, stored once (lcm.replay_window_seconds)",
 )
+# A full (or read-only, or locked) volume: turn writes held in memory until it takes them.
+TURN_WRITES_HELD = Gauge(
+    "lcm_turn_writes_held",
+    "Turn writes held in memory because the volume refused them; written once it has room",
+)
+STORAGE_FAILURES = Counter(
+    "lcm_storage_failures_total",
+    "Batches of turn writes the volume refused (full, read-only, locked), held and tried again",
+)
 EXTERNALIZED = Counter("lcm_outputs_externalized_total", "Message contents moved to outputs/")
 INGEST_SECONDS = Histogram(
     "lcm_ingest_seconds",

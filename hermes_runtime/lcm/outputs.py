@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Any
 
 from hermes_runtime.common.atomic import atomic_write_bytes
 from hermes_runtime.lcm.records import OUTPUT_PREFIX
+
+logger = logging.getLogger(__name__)
 
 BASE64_RUN_CHARS = 1024
 BASE64_RUN = re.compile(rf"[A-Za-z0-9+/=]{{{BASE64_RUN_CHARS},}}")
@@ -53,14 +56,33 @@ def relpath_for(sha256: str) -> str:
     return f"{sha256[:2]}/{sha256}"
 
 
-def write_output(outputs_dir: Path, data: bytes) -> tuple[str, str]:
-    """Write ``data`` once (same bytes, same file) and return (sha256, relpath)."""
+def address(data: bytes) -> tuple[str, str]:
+    """(sha256, relpath) of ``data``, without writing it."""
     sha = hashlib.sha256(data).hexdigest()
-    rel = relpath_for(sha)
+    return sha, relpath_for(sha)
+
+
+def write_output(outputs_dir: Path, data: bytes) -> tuple[str, str]:
+    """Write ``data`` once (same bytes, same file) and return (sha256, relpath).
+
+    Atomic (a temp file renamed): a full volume leaves no part of a file, only an
+    ``OSError`` (ENOSPC) for the caller, which writes it again with its row."""
+    sha, rel = address(data)
     target = outputs_dir / rel
     if not target.exists() or target.stat().st_size != len(data):
         atomic_write_bytes(target, data, mode=0o640)
     return sha, rel
+
+
+def write_output_later(outputs_dir: Path, data: bytes) -> tuple[str, str]:
+    """``write_output``, or on a full volume (``OSError``) only its address: the store
+    writes the file with its row (``LcmStore._record_output``), or holds both."""
+    try:
+        return write_output(outputs_dir, data)
+    except OSError as exc:
+        sha, rel = address(data)
+        logger.info("LCM: output %s not written yet (%s); written with its row", rel, exc)
+        return sha, rel
 
 
 def preview(text: str, limit: int) -> str:

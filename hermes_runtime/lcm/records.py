@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from hermes_runtime.common.errors import RuntimeFailure
+
 KNOWN_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
 MESSAGE_PREFIX, SUMMARY_PREFIX, OUTPUT_PREFIX = "msg_", "sum_", "out_"
 
@@ -135,3 +137,9 @@ class ContextItem:
 
 
 SUMMARY_HEADER_TOKENS = 40
+
+
+def validate_session_id(session_id: str) -> None:
+    """Refuse a session id that is not a string of 1-256 characters (the field, quoted)."""
+    if not isinstance(session_id, str) or not session_id or len(session_id) > 256:
+        raise RuntimeFailure(f"LCM session id must be 1-256 characters, got {session_id!r}")

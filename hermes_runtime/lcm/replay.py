@@ -14,11 +14,20 @@ Hermes sees two user turns in a row. Two shapes reach LCM:
 
 Either counts as a replay only within ``window`` seconds of the first copy and only while no
 reply came between: a user who sends the same text again after an answer gets two turns.
+
+A third shape comes from a full data volume (issue 30): Hermes stored the user message in
+state.db but not its reply, while LCM kept both (it holds what the volume refuses until
+there is room). The next turn then reaches LCM as ``"X\n\nY"``, the answered turn X merged
+into the new one Y, and storing it whole put X in LCM twice. ``answered_head`` finds it: the
+session's newest user message X, answered since and at most ``window`` seconds old, heads the
+new user message; Y alone is stored.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from hermes_runtime.lcm.records import message_tokens
 
 SEPARATOR = "\n\n"  # what Hermes puts between merged user messages
 
@@ -50,6 +59,47 @@ def collapse_merged_replay(message: dict[str, Any], now: float, window: float) -
         return message
     unit = repeated_unit(content)
     return message if unit is None else {**message, "content": unit}
+
+
+def answered_head(
+    role: str,
+    content: str | None,
+    last: tuple[str, str | None, float] | None,
+    asked: tuple[str | None, float] | None,
+    now: float,
+    window: float,
+) -> str | None:
+    """What follows an answered user turn the host merged into this user message, or None.
+
+    ``last``: the session's newest stored message (role, content, stored at); ``asked``: its
+    newest user message (content, stored at). Only when a reply came after ``asked`` (a turn
+    without one is a retry: ``is_repeated_turn``, ``collapse_merged_replay``) and ``asked`` is
+    at most ``window`` seconds old.
+    """
+    if window <= 0 or role != "user" or content is None or last is None or asked is None:
+        return None
+    text, stored_at = asked
+    if last[0] == "user" or not text or not 0 <= now - stored_at <= window:
+        return None
+    head = text + SEPARATOR
+    rest = content[len(head) :] if content.startswith(head) else ""
+    return rest if rest.strip() else None
+
+
+def without_answered_turn(
+    row: dict[str, Any],
+    last: tuple[str, str | None, float] | None,
+    asked: tuple[str | None, float] | None,
+    now: float,
+    window: float,
+) -> dict[str, Any]:
+    """A prepared row (``LcmStore._prepare``) without the answered turn the host merged into
+    it (``answered_head``): a new dict, its tokens counted again; else the row itself."""
+    rest = answered_head(row["role"], row["content"], last, asked, now, window)
+    if rest is None:
+        return row
+    tokens = message_tokens({"role": "user", "content": rest})
+    return {**row, "content": rest, "token_count": tokens}
 
 
 def is_repeated_turn(

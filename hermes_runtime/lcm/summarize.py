@@ -81,6 +81,11 @@ class OpenAISummarizer:
         return str(choice.get("content") or "").strip()
 
 
+def make_summarizer(base_url: str, model: str, api_key: str = "") -> Summarizer | None:
+    """An OpenAI-compatible summarizer, or None without an endpoint and a model."""
+    return OpenAISummarizer(base_url, model, api_key) if base_url and model else None
+
+
 def deterministic_summary(text: str, target_tokens: int, focus: str = "") -> str:
     """Head and tail of the source text, cut to fit: the level that cannot fail.
 

@@ -18,16 +18,31 @@ Rules that keep this lossless and consistent:
   describes, in the same job. While a job is queued, its state is the
   session's state for the next sync (``pending_state``), so a sync never
   reads a state older than what it queued before.
-- A failed batch is rolled back, and every job queued behind it is dropped
-  too (they were planned on the failed jobs' state); the error is kept and
-  raised by the next ``submit`` or ``flush`` in any thread, never swallowed.
-  The dropped messages are still in the host's transcript: the next sync of
-  the session aligns with the state last committed and stores them again.
-  A crash (SIGKILL) loses the queue the same way, and recovers the same way.
-- A job planned on a state a failure dropped meanwhile (another thread's
-  sync read it just before) would claim the dropped messages as stored:
-  every failure starts a new ``generation``, and a job planned in an older
-  one is refused (``StalePlan``); the next sync plans it again.
+- A batch that fails for want of storage (``STORAGE_ERRORS``: the volume is
+  full, read-only or failing, or another process held the lock too long) is
+  rolled back and *kept*: its jobs go back to the head of the queue with
+  their host states, and the writer thread tries the whole queue again after
+  a back-off (``RETRY_FIRST_SECONDS``, doubling to ``RETRY_MAX_SECONDS``)
+  until it commits. Why not drop it: Hermes' API server hands the hook only
+  the request's transcript, rebuilt from ``state.db`` (which a full volume
+  fails too) or sent by the client, so a dropped turn was never synced again
+  and was lost although the client got its answer (issue 30: 45-60 turns a
+  full volume). The next sync plans on the held jobs' state (``pending_state``),
+  so it stores only what is new: nothing twice. While held, ``submit`` still
+  queues, and a ``flush`` (a reader that needs the turns, a synchronous write)
+  tries once more and raises the storage error to its caller. What stays in
+  memory is lost if the process dies before the volume has room again.
+- Any other failed batch (a bug, a constraint) is rolled back, and every job
+  queued behind it is dropped too (they were planned on the failed jobs'
+  state); the error is kept and raised by the next ``submit`` or ``flush`` in
+  any thread, never swallowed. A host that keeps its transcript (the CLI,
+  Hermes' turn hook after a restart) hands the dropped messages back: the
+  next sync of the session aligns with the state last committed and stores
+  them again. A crash (SIGKILL) loses the queue the same way.
+- A job planned on a state a drop forgot meanwhile (another thread's sync
+  read it just before) would claim the dropped messages as stored: every
+  drop starts a new ``generation``, and a job planned in an older one is
+  refused (``StalePlan``); the next sync plans it again.
 """
 
 from __future__ import annotations
@@ -39,7 +54,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import apsw
+
 from hermes_runtime.common.errors import RuntimeFailure
+from hermes_runtime.lcm import metrics
 
 logger = logging.getLogger(__name__)
 
@@ -50,8 +68,28 @@ class StalePlan(RuntimeFailure):
 
 # Queued messages that wake the writer before its interval is up.
 BATCH_MESSAGES = 1_000
-# Queued messages past which ``submit`` commits inline (memory stays bounded).
+# Queued messages past which ``submit`` commits inline (memory stays bounded; not while
+# a storage failure holds the queue: the inline commit would fail the same way).
 MAX_QUEUED_MESSAGES = 20_000
+# Failures for want of storage: the batch is kept and tried again (see the docstring).
+# OSError: an externalized output's file (``outputs.py``) written with its row;
+# CantOpenError: a thread's first connection, opened on the full volume.
+STORAGE_ERRORS: tuple[type[BaseException], ...] = (
+    apsw.FullError,
+    apsw.IOError,
+    apsw.BusyError,
+    apsw.ReadOnlyError,
+    apsw.CantOpenError,
+    OSError,
+)
+RETRY_FIRST_SECONDS = 0.5  # after the first failure of a held batch
+RETRY_MAX_SECONDS = 2.0  # the longest wait between two tries of a held batch (cheap: fails fast)
+
+
+def is_storage_error(exc: BaseException) -> bool:
+    """Whether ``exc`` (or the SQLite error it wraps, ``RuntimeFailure(...) from``) is one
+    of ``STORAGE_ERRORS``: the write is held and tried again, not dropped."""
+    return isinstance(exc, STORAGE_ERRORS) or isinstance(exc.__cause__, STORAGE_ERRORS)
 
 
 # What the host holds: JSON text as stored, or the dict a sync made (encoded at commit,
@@ -87,7 +125,7 @@ class WriteBehind:
         """``commit`` writes jobs in one transaction (called with ``lock`` held)."""
         self._commit = commit
         self._lock = lock
-        self._interval = interval
+        self.interval = interval  # 0: no group commit, a queue only for held writes
         self._batch_messages = batch_messages
         self._on_exit = on_exit
         self._cond = threading.Condition(threading.Lock())
@@ -98,11 +136,15 @@ class WriteBehind:
         self._pending: dict[str, tuple[int, HostState]] = {}  # session -> (ticket, state)
         self._tickets = 0
         self._error: BaseException | None = None
-        self.generation = 0  # failures so far: a plan of an older generation is stale
+        self.generation = 0  # drops so far: a plan of an older generation is stale
         self._stopping = False
         self._thread: threading.Thread | None = None
         self.batches = 0  # committed
-        self.failures = 0  # rolled back
+        self.failures = 0  # rolled back (held or dropped)
+        # While a storage failure holds the queue: its error, and when to try again.
+        self.held: BaseException | None = None
+        self._retry_wait = 0.0
+        self._retry_at = 0.0
 
     # -- callers -------------------------------------------------------------
 
@@ -114,27 +156,41 @@ class WriteBehind:
         with self._cond:
             self._raise_error()
             self._check_plan(planned)
-            if self._stopping:
-                raise RuntimeError("LCM write-behind queue is closed")
-            self._tickets += 1
-            job.ticket = self._tickets
-            if not self._queue:
-                self._first_queued_at = time.monotonic()
-            self._queue.append(job)
-            self._queued_messages += len(job.rows)
-            self._unsettled += 1
-            if job.host_state is not None:
-                self._pending[job.session_id] = (job.ticket, job.host_state)
-            backlog = self._queued_messages
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="lcm-group-commit", daemon=True
-                )
-                self._thread.start()
-            if len(self._queue) == 1 or backlog >= self._batch_messages:
-                self._cond.notify_all()  # the first job starts the interval; a full batch ends it
-        if backlog >= MAX_QUEUED_MESSAGES:
+            backlog = self._enqueue(job)
+            held = self.held is not None
+        if backlog >= MAX_QUEUED_MESSAGES and not held:
             self.flush()
+
+    def hold(self, job: Job, exc: BaseException, planned: int | None = None) -> None:
+        """Queue a job whose own write just failed for want of storage (``exc``): held, it
+        is tried again after the back-off, with whatever is queued behind it."""
+        with self._cond:
+            self._check_plan(planned)
+            self._enqueue(job)
+            if self.held is None:  # a held queue keeps its own back-off
+                self._mark_held(exc)
+
+    def _enqueue(self, job: Job) -> int:
+        """Append a job (call with ``_cond`` held); the messages queued now."""
+        if self._stopping:
+            raise RuntimeError("LCM write-behind queue is closed")
+        self._tickets += 1
+        job.ticket = self._tickets
+        if not self._queue:
+            self._first_queued_at = time.monotonic()
+        self._queue.append(job)
+        self._queued_messages += len(job.rows)
+        self._unsettled += 1
+        if job.host_state is not None:
+            self._pending[job.session_id] = (job.ticket, job.host_state)
+        if self.held is not None:
+            metrics.TURN_WRITES_HELD.set(len(self._queue))
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="lcm-group-commit", daemon=True)
+            self._thread.start()
+        if len(self._queue) == 1 or self._queued_messages >= self._batch_messages:
+            self._cond.notify_all()  # the first job starts the interval; a full batch ends it
+        return self._queued_messages
 
     def pending_state(self, session_id: str) -> tuple[HostState | None, int]:
         """The host state a queued job will store for the session (or None), and the
@@ -191,20 +247,28 @@ class WriteBehind:
                 try:
                     with self._lock:
                         self._drain(record=True)
-                except Exception:  # recorded by _drain, raised to the next caller
+                except Exception:  # held and tried again, or recorded for the next caller
+                    if self._stopping:
+                        break  # ``stop`` flushes once more and raises what is left
                     continue
         finally:
             if self._on_exit is not None:
                 self._on_exit()
 
     def _wait_for_batch(self) -> bool:
-        """Wait until a batch is due (interval since the first job, or enough queued)."""
+        """Wait until a batch is due: the interval since the first job, or enough queued;
+        while a storage failure holds the queue, the back-off instead."""
         with self._cond:
             while not self._queue and not self._stopping:
                 self._cond.wait()
-            while not self._stopping and self._queued_messages < self._batch_messages:
-                left = self._first_queued_at + self._interval - time.monotonic()
-                if left <= 0 or not self._queue:
+            while not self._stopping and self._queue:
+                due = self._first_queued_at + self.interval
+                if self.held is not None:
+                    due = max(due, self._retry_at)
+                elif self._queued_messages >= self._batch_messages:
+                    break
+                left = due - time.monotonic()
+                if left <= 0:
                     break
                 self._cond.wait(left)
             return bool(self._queue) or not self._stopping
@@ -212,9 +276,10 @@ class WriteBehind:
     def _drain(self, record: bool) -> None:
         """Commit the queue in one transaction; call with the store's write lock held.
 
-        On failure every queued job is dropped with the failed batch and the
-        pending states are forgotten (see the module docstring); ``record``
-        keeps the error for the next caller, else it is raised here.
+        On a storage failure the jobs are held (``_hold``); on any other every
+        queued job is dropped with the failed batch (``_drop``). Either way the
+        error is raised here (the writer thread catches it); ``record`` keeps a
+        dropping error for the next caller too.
         """
         with self._cond:
             jobs, self._queue, self._queued_messages = self._queue, [], 0
@@ -223,21 +288,10 @@ class WriteBehind:
         try:
             self._commit(jobs)
         except BaseException as exc:
-            with self._cond:
-                dropped = jobs + self._queue
-                self._queue, self._queued_messages = [], 0
-                self._unsettled -= len(dropped)
-                self._pending.clear()
-                self.failures += 1
-                self.generation += 1
-                if record:
-                    self._error = exc
-            logger.warning(
-                "LCM: a group commit of %d turn writes failed (%s); the next sync of each "
-                "session stores them again from the host's transcript",
-                len(dropped),
-                exc,
-            )
+            if is_storage_error(exc):
+                self._hold(jobs, exc)
+            else:
+                self._drop(jobs, exc, record)
             raise
         with self._cond:
             self._unsettled -= len(jobs)
@@ -245,3 +299,64 @@ class WriteBehind:
             for session in [s for s, (ticket, _) in self._pending.items() if ticket <= last]:
                 del self._pending[session]
             self.batches += 1
+            recovered, self.held = self.held, None
+        if recovered is not None:
+            metrics.TURN_WRITES_HELD.set(0)
+            logger.warning(
+                "LCM: the held turn writes are stored (%d in this batch); the volume takes "
+                "writes again",
+                len(jobs),
+            )
+
+    def _hold(self, jobs: list[Job], exc: BaseException) -> None:
+        """Put a batch that failed for want of storage back at the head of the queue."""
+        with self._cond:
+            self._queue = jobs + self._queue
+            self._queued_messages = sum(len(job.rows) for job in self._queue)
+            self._first_queued_at = time.monotonic()
+            self.failures += 1
+            self._mark_held(exc)
+
+    def _mark_held(self, exc: BaseException) -> None:
+        """Note the storage failure and when to try again (call with ``_cond`` held)."""
+        first = self.held is None
+        changed = first or str(self.held) != str(exc)
+        self.held = exc
+        self._retry_wait = (
+            RETRY_FIRST_SECONDS if first else min(self._retry_wait * 2, RETRY_MAX_SECONDS)
+        )
+        self._retry_at = time.monotonic() + self._retry_wait
+        metrics.STORAGE_FAILURES.inc()
+        metrics.TURN_WRITES_HELD.set(len(self._queue))
+        if changed:  # once per episode (and per new error), not once per try
+            sessions = sorted({job.session_id for job in self._queue})
+            logger.warning(
+                "LCM: a turn write failed for want of storage (%s); %d turn writes of "
+                "session(s) %s are held in memory and tried again (every %.0f s at most) "
+                "until they commit",
+                exc,
+                len(self._queue),
+                ", ".join(sessions[:10]) + (" ..." if len(sessions) > 10 else ""),
+                RETRY_MAX_SECONDS,
+            )
+
+    def _drop(self, jobs: list[Job], exc: BaseException, record: bool) -> None:
+        """Drop a failed batch and everything queued behind it (see the module docstring)."""
+        with self._cond:
+            dropped = jobs + self._queue
+            self._queue, self._queued_messages = [], 0
+            self._unsettled -= len(dropped)
+            self._pending.clear()
+            self.failures += 1
+            self.generation += 1
+            if self.held is not None:
+                self.held = None
+                metrics.TURN_WRITES_HELD.set(0)
+            if record:
+                self._error = exc
+        logger.warning(
+            "LCM: a group commit of %d turn writes failed (%s); the next sync of each "
+            "session stores them again from the host's transcript",
+            len(dropped),
+            exc,
+        )

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from hermes_runtime.lcm import LcmConfig, retrieval
+from hermes_runtime.lcm import CompactionPolicy, LcmConfig, retrieval
 from hermes_runtime.lcm.assembly import summary_refs_of
 from hermes_runtime.lcm.hermes_plugin import LcmContextEngine
 from hermes_runtime.lcm.schema import fetch_one
@@ -23,6 +23,16 @@ OUTPUT_REF = re.compile(r"^\[LCM externalized \w+ output (out_[0-9a-f]+):")
 
 
 SYSTEM = {"role": "system", "content": "You are Hermes."}
+# A policy that compacts a few dozen short messages: summaries in tests of any size.
+SMALL_POLICY = CompactionPolicy(
+    fresh_tail_messages=4,
+    leaf_chunk_tokens=400,
+    leaf_target_tokens=80,
+    condense_fanout=3,
+    condense_target_tokens=120,
+    call_timeout_seconds=0.5,
+    deadline_seconds=5.0,
+)
 
 
 def make_hermes_engine(tmp_path: Path, **section: Any) -> LcmContextEngine:

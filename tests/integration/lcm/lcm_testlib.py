@@ -40,6 +40,7 @@ class Gateway:
     root: Path
     config_yaml: str
     port: int = field(default_factory=free_port)
+    metrics_port: int = field(default_factory=free_port)  # /ready and /metrics
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
 
@@ -69,7 +70,7 @@ class Gateway:
             "HERMES_RUNTIME_SEED_CONFIG": str(etc / "config.yaml"),
             "HERMES_RUNTIME_SEED_SOUL": str(etc / "SOUL.md"),
             "HERMES_RUNTIME_SECRETS_ENV": str(secrets),
-            "HERMES_RUNTIME_METRICS_PORT": str(free_port()),
+            "HERMES_RUNTIME_METRICS_PORT": str(self.metrics_port),
             "API_SERVER_HOST": "127.0.0.1",
             "API_SERVER_PORT": str(self.port),
             "HERMES_RUNTIME_GATEWAY_PORT": str(free_port()),

@@ -47,6 +47,8 @@ def wait_for(go: Path) -> None:
 def engine_role(db: Path, session: str, count: int, embeddings: str = "off") -> dict[str, Any]:
     config = LcmConfig.for_home(db.parent, {"embeddings": embeddings})
     engine = LcmEngine(config, start_worker=embeddings != "off")
+    if embeddings != "off":
+        engine.start_background()
     try:
         for index in range(count):
             text = f"{session} message {index} about topic{index % 7} " + "words " * 30
@@ -141,6 +143,7 @@ def audit_role(db: Path) -> dict[str, Any]:
 
     sys.addaudithook(hook)
     engine = LcmEngine(LcmConfig.for_home(db.parent, {"embeddings": "static"}), start_worker=True)
+    engine.start_background()
     for index in range(60):
         engine.ingest("audit", [{"role": "user", "content": f"audit {index} " + "x " * 3000}])
     engine.compact("audit", 500)

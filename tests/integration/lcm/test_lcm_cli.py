@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import apsw
 from fakes.fixtures import FakeLLM
 from support.lcm_conversations import simple_conversation, tool_turn
 
@@ -82,6 +83,45 @@ def test_bad_jsonl_line_is_named_and_nothing_is_stored(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert f"{jsonl}:2" in done.stderr and "role" in done.stderr
     assert not db.exists()
+
+
+def nested(depth: int) -> str:
+    """A message whose content nests ``depth - 1`` arrays (the message itself is level 1)."""
+    return '{"role": "user", "content": ' + "[" * (depth - 1) + "]" * (depth - 1) + "}"
+
+
+def test_deeply_nested_line_is_named_and_nothing_is_stored(tmp_path: Path) -> None:
+    """Python's parser dies with RecursionError on such a line; the import must refuse it."""
+    db = tmp_path / "lcm.db"
+    jsonl = tmp_path / "deep.jsonl"
+    for depth in (100_000, 65):
+        jsonl.write_text('{"role": "user", "content": "fine"}\n' + nested(depth) + "\n")
+        done = cli("import", "--db", db, "--session", "s", jsonl)
+        assert done.returncode == 1, done.stderr
+        assert f"{jsonl}:2: JSON nested deeper than 64 levels" in done.stderr, done.stderr
+        assert "unexpected" not in done.stderr and "Traceback" not in done.stderr
+        assert not db.exists()
+    jsonl.write_text(nested(64) + "\n")
+    assert ok("import", "--db", db, "--session", "s", jsonl)["messages"] == 1
+
+
+def test_deeply_nested_tool_calls_in_hermes_state_stay_text(tmp_path: Path) -> None:
+    from hermes_state import SessionDB
+
+    state = SessionDB(tmp_path / "state.db")
+    state.create_session("deep", source="cli")
+    state.append_message("deep", "user", "before the deep one")
+    state.append_message("deep", "assistant", "calling", tool_calls=[{"id": "c1"}])
+    state.close()
+    raw = "[" * 100_000 + "]" * 100_000
+    with apsw.Connection(str(tmp_path / "state.db")) as conn:
+        conn.execute("UPDATE messages SET tool_calls = ? WHERE role = 'assistant'", (raw,))
+    db = tmp_path / "lcm.db"
+    imported = ok("import", "--db", db, "--hermes-state", tmp_path / "state.db")
+    assert imported["sessions"] == ["deep"] and imported["messages"] == 2
+    context = ok("context", "--db", db, "--session", "deep", "--budget", "500000")["messages"]
+    assert "tool_calls" not in context[1]
+    assert context[1]["content"].startswith("calling\n[tool calls: [[[")
 
 
 def test_usage_errors_and_missing_database(tmp_path: Path) -> None:
@@ -171,3 +211,21 @@ def test_search_embeds_a_bounded_batch_and_reports_what_waits(tmp_path: Path) ->
 
     bad = cli("search", "--db", db, "--embed-pending", "-1", "topic3")
     assert bad.returncode == 2 and "--embed-pending" in bad.stderr and "0 or more" in bad.stderr
+
+
+def test_a_state_db_of_another_shape_is_refused_naming_the_missing_columns(
+    tmp_path: Path,
+) -> None:
+    """Another Hermes wrote it (compat.state_db): nothing is imported from a table read wrongly."""
+    state = tmp_path / "state.db"
+    with apsw.Connection(str(state)) as conn:
+        conn.execute(
+            "CREATE TABLE messages (id INTEGER PRIMARY KEY, session_id TEXT, role TEXT, "
+            "body TEXT, timestamp REAL)"
+        )
+        conn.execute("INSERT INTO messages VALUES (1, 's', 'user', 'hello', 1.0)")
+    db = tmp_path / "lcm.db"
+    done = cli("import", "--db", db, "--hermes-state", state)
+    assert done.returncode == 1, done.stderr
+    assert f"Hermes state database {state}: messages lacks content" in done.stderr
+    assert "tool_call_id" in done.stderr and "Traceback" not in done.stderr

@@ -24,7 +24,7 @@ import apsw
 from fakes.fixtures import FakeLLM
 from lcm_testlib import Gateway, gateway_config, rows_when
 
-from hermes_runtime.lcm import LcmConfig, LcmEngine, LcmStore
+from hermes_runtime.lcm import LcmConfig, LcmEngine, LcmStore, sessions
 from hermes_runtime.lcm.embeddings import embed_all, offline_embedder
 from hermes_runtime.lcm.schema import MIGRATIONS, fetch_all, schema_version
 
@@ -169,9 +169,9 @@ def test_migration_while_another_process_reads_and_writes(tmp_path: Path) -> Non
     assert schema_version(store.conn) == len(MIGRATIONS)
     counts = dict(fetch_all(store.conn, "SELECT session_id, count(*) FROM messages GROUP BY 1"))
     assert counts == {"old": 200, "new": 40}
-    assert sorted(store.session_ids()) == ["new", "old"]  # the empty session was dropped
+    assert sorted(sessions.session_ids(store)) == ["new", "old"]  # the empty session was dropped
     assert fetch_all(store.conn, "PRAGMA foreign_key_check") == []
-    assert store.host_session("rotated") == "old"
+    assert sessions.host_session(store, "rotated") == "old"
     store.close()
     assert integrity(db) == "ok"
 

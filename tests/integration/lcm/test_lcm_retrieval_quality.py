@@ -11,12 +11,16 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 from hermes_runtime.lcm.embeddings import StaticModelEmbedder
 
 EVAL = Path(__file__).parents[3] / "bench" / "lcm_retrieval_eval.py"
 
 
-def load_eval() -> ModuleType:
+def load_eval(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """The benchmark as its command runs it: its own folder importable (``runinfo``)."""
+    monkeypatch.syspath_prepend(str(EVAL.parent))
     spec = importlib.util.spec_from_file_location("lcm_retrieval_eval", EVAL)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -24,8 +28,10 @@ def load_eval() -> ModuleType:
     return module
 
 
-def test_hybrid_recall_beats_each_ranking_alone(tmp_path: Path) -> None:
-    figures = load_eval().evaluate(tmp_path, StaticModelEmbedder())
+def test_hybrid_recall_beats_each_ranking_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    figures = load_eval(monkeypatch).evaluate(tmp_path, StaticModelEmbedder())
     assert figures["hybrid"] >= figures["fts"]
     assert figures["hybrid"] >= figures["vector"]
     assert figures["hybrid"] >= 0.3, figures

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -18,6 +19,7 @@ def sample(name: str, **labels: str) -> float:
 
 def test_worker_embeds_without_blocking_ingest(tmp_path: Path) -> None:
     engine = LcmEngine(LcmConfig.for_home(tmp_path), start_worker=True)
+    engine.start_background()
     try:
         engine.ingest("s", simple_conversation(10))
         deadline = time.monotonic() + 60
@@ -63,3 +65,19 @@ def test_plugin_serves_metrics_when_asked(tmp_path: Path, monkeypatch: pytest.Mo
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         body = response.read().decode()
     assert "lcm_messages_ingested_total" in body and "lcm_compaction_seconds" in body
+
+
+def test_the_engine_starts_its_threads_in_start_background_not_in_its_constructor(
+    tmp_path: Path,
+) -> None:
+    """A long-lived engine (``start_worker``) builds its worker; ``start_background`` runs it."""
+    before = set(threading.enumerate())
+    engine = LcmEngine(LcmConfig.for_home(tmp_path), start_worker=True)
+    try:
+        assert set(threading.enumerate()) - before == set()
+        assert engine.worker is not None
+        engine.start_background()
+        started = {t.name for t in set(threading.enumerate()) - before}
+        assert {"lcm-checkpoint", "lcm-fulltext", "lcm-embeddings"} <= started
+    finally:
+        engine.close()

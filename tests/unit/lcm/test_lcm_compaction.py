@@ -9,9 +9,10 @@ import pytest
 from fakes.fixtures import FakeLLM
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from support.lcm_conversations import SMALL_POLICY as SMALL
 from support.lcm_conversations import blob, reconstruct, simple_conversation, tool_turn
 
-from hermes_runtime.lcm import CompactionPolicy, LcmConfig, LcmEngine, validation_errors
+from hermes_runtime.lcm import CompactionPolicy, LcmConfig, LcmEngine, dag, validation_errors
 from hermes_runtime.lcm.assembly import count_tokens
 from hermes_runtime.lcm.records import SUMMARY_HEADER_TOKENS
 from hermes_runtime.lcm.summarize import (
@@ -19,16 +20,6 @@ from hermes_runtime.lcm.summarize import (
     LEVEL_DETERMINISTIC,
     OpenAISummarizer,
     deterministic_summary,
-)
-
-SMALL = CompactionPolicy(
-    fresh_tail_messages=4,
-    leaf_chunk_tokens=400,
-    leaf_target_tokens=80,
-    condense_fanout=3,
-    condense_target_tokens=120,
-    call_timeout_seconds=0.5,
-    deadline_seconds=5.0,
 )
 
 
@@ -59,8 +50,8 @@ def test_a_compress_reads_the_live_context_once(
     messages = simple_conversation(40)
     engine.ingest("s", messages)
     reads: list[str] = []
-    real = engine.store.context_items
-    monkeypatch.setattr(engine.store, "context_items", lambda s: reads.append(s) or real(s))
+    real = dag.context_items
+    monkeypatch.setattr(dag, "context_items", lambda store, s: reads.append(s) or real(store, s))
     context, report = engine.fitted_context("s", 1_500)
     assert report.summaries_created
     assert reads == ["s"]

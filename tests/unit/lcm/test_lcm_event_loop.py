@@ -74,6 +74,7 @@ def test_the_loop_ticks_through_a_long_compaction_and_embedding(
         embedder=embedder,
         start_worker=True,  # drains the queue beside the compaction
     )
+    engine.start_background()
     engine.ingest("s", _long_messages(20))
 
     async def host() -> tuple[int, object]:

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hermes_runtime.lcm.assembly import summary_refs_in
-from hermes_runtime.lcm.engine import FingerprintMemo, _call_identity, _digest, fingerprint
+from hermes_runtime.lcm.syncstate import FingerprintMemo, _call_identity, _digest, fingerprint
 
 MESSAGES: list[dict[str, Any]] = [
     {"role": "user", "content": "hello"},

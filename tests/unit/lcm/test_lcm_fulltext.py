@@ -15,7 +15,7 @@ import pytest
 
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.common.sqlite import connect
-from hermes_runtime.lcm import LcmConfig, LcmEngine, LcmStore
+from hermes_runtime.lcm import LcmConfig, LcmEngine, LcmStore, messagereads
 from hermes_runtime.lcm import retrieval as r
 from hermes_runtime.lcm.doctor import doctor
 from hermes_runtime.lcm.fulltext import index_path
@@ -27,7 +27,7 @@ def words(store: LcmStore, query: str) -> list[str]:
     found = []
     for hit in r.grep(store, query, limit=50):
         if hit.kind == "message":
-            message = store.message(int(hit.id.split("_", 1)[1]))
+            message = messagereads.message(store, int(hit.id.split("_", 1)[1]))
             assert message is not None
             found.append(str(message.content))
     return sorted(found)
@@ -91,6 +91,7 @@ def test_a_version_3_database_moves_its_postings_into_the_index_file(tmp_path: P
 def test_the_gateway_indexes_on_its_own_thread_and_a_reader_sees_it(tmp_path: Path) -> None:
     config = LcmConfig.for_home(tmp_path, {"embeddings": "off"})
     engine = LcmEngine(config, start_worker=True)
+    engine.start_background()
     try:
         assert engine.store.fulltext is not None and engine.store.fulltext.running
         engine.store.ingest("s", {"role": "user", "content": "an okapi in the forest"})

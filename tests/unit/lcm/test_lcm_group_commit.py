@@ -21,7 +21,7 @@ import pytest
 from support.lcm_conversations import SYSTEM, make_hermes_engine
 
 from hermes_runtime.common.sqlite import connect
-from hermes_runtime.lcm import hermes_plugin
+from hermes_runtime.lcm import hermes_plugin, sessions
 from hermes_runtime.lcm.hermes_plugin import LcmContextEngine
 from hermes_runtime.lcm.writebehind import StalePlan
 
@@ -210,7 +210,7 @@ def test_a_write_planned_on_a_state_a_failure_dropped_is_refused(tmp_path: Path)
     store = engine.engine.store
     history = [SYSTEM, *turns(0)]
     hook(engine, history)  # queued, with the host state that lists turn 0
-    planned_on = store.host_state_text("session-1")  # what a sync plans the next turn on
+    planned_on = sessions.host_state_text(store, "session-1")  # what a sync plans the next turn on
     assert planned_on is not None
     other = connect(tmp_path / "lcm.db")
     other.execute(REFUSE)

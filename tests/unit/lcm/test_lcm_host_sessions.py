@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_runtime.common.sqlite import connect
-from hermes_runtime.lcm import LcmConfig, LcmEngine, LcmStore
+from hermes_runtime.lcm import LcmConfig, LcmEngine, LcmStore, sessions
 from hermes_runtime.lcm.hermes_plugin import LcmContextEngine
 from hermes_runtime.lcm.schema import MIGRATIONS, fetch_all, schema_version
 
@@ -65,32 +65,32 @@ def test_a_version_1_database_migrates_with_its_data_and_sheds_empty_sessions(
     store = LcmStore(db, tmp_path / "outputs")
     assert schema_version(store.conn) == len(MIGRATIONS) == 4
     assert stored(store, "old") == [("user", "kept across the upgrade")]
-    assert store.session_ids() == ["old"]  # the empty one (release <= 2 made them) is gone
-    assert store.host_session("hermes-1") is None
-    store.bind_host_session("hermes-1", "old")
-    store.bind_host_session("hermes-2", "new-session")
-    assert store.host_session("hermes-1") == "old"
-    assert store.host_session("hermes-2") == "new-session"
-    assert not store.has_session("new-session")  # a binding creates no session
+    assert sessions.session_ids(store) == ["old"]  # the empty one (release <= 2 made them) is gone
+    assert sessions.host_session(store, "hermes-1") is None
+    sessions.bind_host_session(store, "hermes-1", "old")
+    sessions.bind_host_session(store, "hermes-2", "new-session")
+    assert sessions.host_session(store, "hermes-1") == "old"
+    assert sessions.host_session(store, "hermes-2") == "new-session"
+    assert not sessions.has_session(store, "new-session")  # a binding creates no session
     store.ingest("new-session", {"role": "user", "content": "first message"})
-    assert store.has_session("new-session")
+    assert sessions.has_session(store, "new-session")
     store.close()
 
     reopened = LcmStore(db, tmp_path / "outputs")
     assert schema_version(reopened.conn) == 4
-    assert reopened.host_session("hermes-1") == "old"
+    assert sessions.host_session(reopened, "hermes-1") == "old"
     assert stored(reopened, "old") == [("user", "kept across the upgrade")]
     reopened.close()
 
 
 def test_binding_and_host_state_create_no_session(store: LcmStore) -> None:
-    store.bind_host_session("fork-1", "fork-1")  # Hermes' review fork: its own fresh id
-    store.bind_host_session("rotated-2", "fork-1")
-    store.set_host_state("fork-1", {"raw": [], "fp": 2})
-    assert store.session_ids() == [] and store.host_state("fork-1") == {}
-    assert store.host_session("rotated-2") == "fork-1"
-    store.bind_host_session("rotated-2", "rotated-2")  # back to the default: no row
-    assert store.host_session("rotated-2") is None
+    sessions.bind_host_session(store, "fork-1", "fork-1")  # Hermes' review fork: its own fresh id
+    sessions.bind_host_session(store, "rotated-2", "fork-1")
+    sessions.set_host_state(store, "fork-1", {"raw": [], "fp": 2})
+    assert sessions.session_ids(store) == [] and sessions.host_state(store, "fork-1") == {}
+    assert sessions.host_session(store, "rotated-2") == "fork-1"
+    sessions.bind_host_session(store, "rotated-2", "rotated-2")  # back to the default: no row
+    assert sessions.host_session(store, "rotated-2") is None
 
 
 def make_hermes_engine(home: Path) -> LcmContextEngine:
@@ -207,3 +207,26 @@ def test_a_tool_loop_over_budget_folds_its_groups_but_keeps_the_question(
     # The earlier turn's summary was not squeezed to nothing to make room for the loop.
     earlier = fitted[fitted.index(question) - 1]
     assert "[LCM summary" in earlier["content"] and len(earlier["content"]) > 800
+
+
+def test_a_tail_message_merged_into_the_block_then_reloaded_apart_is_stored_once(
+    engine: LcmEngine,
+) -> None:
+    """Hermes merges our summary block's user message with the user message after it; its
+    API server, continuing the session from state.db, hands the two back apart. Seen with a
+    compaction in every turn: the turn before was stored a second time."""
+    history = [SYSTEM]
+    for index in range(1, 7):
+        history += turn(index, size=400)
+    question = {"role": "user", "content": "question 7: what was said in turn 2?"}
+    engine.sync("s", [*history, question])
+    fitted, report = engine.fitted_context("s", 600, [SYSTEM])
+    assert report.summaries_created and fitted[2]["role"] == "user"
+    block, tail = fitted[1], fitted[2:]
+    merged = {"role": "user", "content": f"{block['content']}\n\n{tail[0]['content']}"}
+    reply = {"role": "assistant", "content": "answer 7"}
+    engine.sync("s", [SYSTEM, merged, *tail[1:], reply])  # the turn hook, after the reply
+    reloaded = [as_reloaded(m) for m in [block, *tail, reply]]
+    engine.sync("s", [SYSTEM, *reloaded, *turn(8)])  # the next request, from state.db
+    contents = [c for _, c in stored(engine.store, "s")]
+    assert len(contents) == len(set(contents)) == 12 + 1 + 1 + 2

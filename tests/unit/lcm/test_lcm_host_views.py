@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.lcm_conversations import SYSTEM, make_hermes_engine, tool_turn
 
-from hermes_runtime.lcm import hostview
+from hermes_runtime.lcm import hostview, sessions
 from hermes_runtime.lcm.assembly import count_tokens
 from hermes_runtime.lcm.hermes_plugin import LcmContextEngine
 from hermes_runtime.lcm.records import message_tokens
@@ -34,7 +34,7 @@ def snapshot(engine: LcmContextEngine) -> tuple[list[tuple[Any, ...]], str | Non
     rows = store.conn.execute(
         "SELECT seq, role, content, tool_calls, tool_call_id FROM messages ORDER BY seq"
     )
-    return [tuple(row) for row in rows], store.host_state_text(SESSION)
+    return [tuple(row) for row in rows], sessions.host_state_text(store, SESSION)
 
 
 class Pair:

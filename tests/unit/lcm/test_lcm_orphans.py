@@ -6,10 +6,10 @@ import os
 import time
 from pathlib import Path
 
-from hermes_runtime.lcm import LcmEngine, LcmStore
+from hermes_runtime.lcm import LcmEngine, LcmStore, messagereads
+from hermes_runtime.lcm.batchrows import Placed
 from hermes_runtime.lcm.doctor import doctor, remove_orphan_outputs
 from hermes_runtime.lcm.outputs import relpath_for
-from hermes_runtime.lcm.store import _Placed
 
 HOUR = 3600.0
 
@@ -29,7 +29,7 @@ def test_old_orphans_and_temp_files_go_young_ones_and_referenced_files_stay(
 ) -> None:
     store = engine.store
     kept = store.ingest("s", {"role": "tool", "tool_call_id": "c", "content": "k" * 9_000})
-    record = store.output(str(kept.output_id))
+    record = messagereads.output(store, str(kept.output_id))
     assert record is not None
     referenced = store.outputs_dir / record.relpath
     os.utime(referenced, (time.time() - 10 * HOUR,) * 2)  # old, but a row points at it
@@ -46,7 +46,7 @@ def test_old_orphans_and_temp_files_go_young_ones_and_referenced_files_stay(
     assert not old.exists() and not temp.exists()
     report = doctor(store)
     assert report.ok and report.checks["orphan_outputs"] == [f"cd/{young.name}"]
-    assert store.full_message(kept)["content"] == "k" * 9_000
+    assert messagereads.full_message(store, kept)["content"] == "k" * 9_000
 
 
 def test_a_file_swept_between_write_and_commit_is_written_again(engine: LcmEngine) -> None:
@@ -68,10 +68,10 @@ def test_a_file_swept_between_write_and_commit_is_written_again(engine: LcmEngin
     assert not path.exists()
     with store.writing():  # the rest of ingest_many: its transaction
         seq, position = store._ensure_session("s")
-        placed = _Placed("s", seq, position, prepared, time.time())
+        placed = Placed("s", seq, position, prepared, time.time())
         [stored] = store._insert_messages([placed])
     assert path.exists()
-    assert store.full_message(stored)["content"] == content
+    assert messagereads.full_message(store, stored)["content"] == content
     assert doctor(store).checks["missing_outputs"] == []
 
 

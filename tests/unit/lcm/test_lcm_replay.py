@@ -15,7 +15,7 @@ import pytest
 
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.lcm import LcmConfig, LcmEngine
-from hermes_runtime.lcm.replay import repeated_unit
+from hermes_runtime.lcm.replay import answered_head, repeated_unit
 
 SESSION = "retries"
 OPENING = [
@@ -122,3 +122,31 @@ def test_a_negative_window_is_refused_naming_the_setting(tmp_path: Path) -> None
 )
 def test_repeated_unit(text: str, unit: str | None) -> None:
     assert repeated_unit(text) == unit
+
+
+ANSWERED = ("assistant", "Echo: X", 100.0)
+
+
+@pytest.mark.parametrize(
+    ("content", "last", "asked", "now", "rest"),
+    [
+        ("X\n\nY", ANSWERED, ("X", 99.0), 110.0, "Y"),  # the answered turn merged in: Y
+        ("X\n\nY", ANSWERED, ("X", 99.0), 500.0, None),  # older than the window: as sent
+        ("X\n\nY", ("user", "X", 99.0), ("X", 99.0), 110.0, None),  # no reply: a retry
+        ("X\n\n", ANSWERED, ("X", 99.0), 110.0, None),  # nothing after it
+        ("XZ\n\nY", ANSWERED, ("X", 99.0), 110.0, None),  # another text
+        ("Y", ANSWERED, ("X", 99.0), 110.0, None),
+        ("X\n\nY", None, None, 110.0, None),  # a new session
+    ],
+)
+def test_an_answered_turn_merged_into_the_next_is_found_only_in_its_shape(
+    content: str,
+    last: tuple[str, str, float] | None,
+    asked: tuple[str, float] | None,
+    now: float,
+    rest: str | None,
+) -> None:
+    """A full volume lost Hermes' reply but not LCM's (issue 30): the next user message
+    carries the answered turn ahead of the new one; only that shape, within the window."""
+    assert answered_head("user", content, last, asked, now, 120.0) == rest
+    assert answered_head("user", content, last, asked, now, 0.0) is None  # the window off

@@ -13,8 +13,8 @@ from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.lcm import LcmEngine
 from hermes_runtime.lcm import retrieval as r
 from hermes_runtime.lcm.embeddings import embed_all
-from hermes_runtime.lcm.engine import TOOL_NAMES
 from hermes_runtime.lcm.schema import fetch_value
+from hermes_runtime.lcm.tools import TOOL_NAMES
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -13,10 +14,11 @@ from support.lcm_conversations import blob
 
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.common.sqlite import connect
-from hermes_runtime.lcm import LcmStore
+from hermes_runtime.lcm import LcmStore, dag, messagereads
+from hermes_runtime.lcm.batchrows import ROWS_PER_STATEMENT
 from hermes_runtime.lcm.checkpoints import Checkpointer
+from hermes_runtime.lcm.dag import NewSummary
 from hermes_runtime.lcm.schema import MIGRATIONS, fetch_all, fetch_value, schema_version
-from hermes_runtime.lcm.store import ROWS_PER_STATEMENT, NewSummary
 
 
 def test_roundtrip_keeps_every_key_and_byte(store: LcmStore) -> None:
@@ -34,7 +36,7 @@ def test_roundtrip_keeps_every_key_and_byte(store: LcmStore) -> None:
         {"role": "user", "content": [{"type": "text", "text": "parts"}]},
     ]
     stored = store.ingest_many("s", originals)
-    assert [store.full_message(m) for m in stored] == originals
+    assert [messagereads.full_message(store, m) for m in stored] == originals
     assert [m.seq for m in stored] == [1, 2, 3, 4]
 
 
@@ -47,7 +49,7 @@ def test_large_output_is_externalized_atomically(store: LcmStore, tmp_path: Path
     files = [p for p in (tmp_path / "outputs").rglob("*") if p.is_file()]
     assert len(files) == 1 and files[0].read_text() == big
     assert not [p for p in files if p.name.endswith(".tmp")]
-    assert store.full_message(message)["content"] == big
+    assert messagereads.full_message(store, message)["content"] == big
 
 
 def test_base64_blob_never_enters_the_database(store: LcmStore, tmp_path: Path) -> None:
@@ -58,8 +60,8 @@ def test_base64_blob_never_enters_the_database(store: LcmStore, tmp_path: Path) 
     raw = b"".join(p.read_bytes() for p in tmp_path.glob("lcm.db*"))
     assert image[:200].encode() not in raw
     reopened = LcmStore(tmp_path / "lcm.db", tmp_path / "outputs")
-    again = reopened.message(message.id)
-    assert again is not None and reopened.full_message(again)["content"] == content
+    again = messagereads.message(reopened, message.id)
+    assert again is not None and messagereads.full_message(reopened, again)["content"] == content
     reopened.close()
 
 
@@ -149,9 +151,11 @@ def test_a_batch_is_stored_with_the_same_statements_whatever_its_size(store: Lcm
         stored = store.ingest_many("s", batch, created_at=1764878400.123456789)
         store.conn.exec_trace = None
         inserts_by_size[size] = sorted(s for s in statements if s.startswith("INSERT"))
-        assert [store.message(m.id) for m in stored] == stored
+        assert [messagereads.message(store, m.id) for m in stored] == stored
         assert [m.id for m in stored] == list(range(stored[0].id, stored[0].id + size))
-        assert [store.full_message(m)["content"] for m in stored] == [m["content"] for m in batch]
+        assert [messagereads.full_message(store, m)["content"] for m in stored] == [
+            m["content"] for m in batch
+        ]
     assert inserts_by_size[1] == inserts_by_size[40]
     assert len(inserts_by_size[40]) == 3
     items = fetch_all(store.conn, "SELECT message_id FROM context_items ORDER BY position")
@@ -166,7 +170,9 @@ def test_a_batch_longer_than_a_statement_carries_is_stored_whole_and_in_order(
     batch = [{"role": "user", "content": f"message {n}"} for n in range(size)]
     stored = store.ingest_many("s", batch)
     assert [m.seq for m in stored] == list(range(1, size + 1))
-    assert [store.full_message(m)["content"] for m in stored] == [m["content"] for m in batch]
+    assert [messagereads.full_message(store, m)["content"] for m in stored] == [
+        m["content"] for m in batch
+    ]
     items = fetch_all(store.conn, "SELECT position, message_id FROM context_items ORDER BY 1")
     assert items == [(m.seq, m.id) for m in stored]
 
@@ -174,20 +180,22 @@ def test_a_batch_longer_than_a_statement_carries_is_stored_whole_and_in_order(
 def test_a_run_replaced_by_a_summary_is_returned_as_stored(store: LcmStore) -> None:
     """``replace_run`` builds the summary it wrote instead of reading it back: same record."""
     stored = store.ingest_many("s", [{"role": "user", "content": f"m{n}"} for n in range(6)])
-    leaf = store.replace_run(
+    leaf = dag.replace_run(
+        store,
         "s",
         [1, 2, 3],
         NewSummary(0, "first three", 3, 9, 1, [("message", m.id) for m in stored[:3]]),
     )
-    assert leaf is not None and leaf == store.summary(leaf.id)
+    assert leaf is not None and leaf == dag.summary(store, leaf.id)
     assert (leaf.first_seq, leaf.last_seq, leaf.message_count) == (1, 3, 3)
     assert (leaf.start_at, leaf.end_at) == (stored[0].created_at, stored[2].created_at)
-    condensed = store.replace_run(
+    condensed = dag.replace_run(
+        store,
         "s",
         [1, 4],
         NewSummary(1, "all four", 2, 5, 2, [("summary", leaf.id), ("message", stored[3].id)]),
     )
-    assert condensed is not None and condensed == store.summary(condensed.id)
+    assert condensed is not None and condensed == dag.summary(store, condensed.id)
     assert (condensed.first_seq, condensed.last_seq, condensed.message_count) == (1, 4, 4)
 
 
@@ -196,11 +204,13 @@ def test_summary_sessions_names_the_session_of_each_summary_that_exists(store: L
     for session in ("a", "b"):
         stored = store.ingest_many(session, [{"role": "user", "content": "x"}] * 2)
         sources = [("message", m.id) for m in stored]
-        made[session] = store.replace_run(session, [1, 2], NewSummary(0, "s", 1, 2, 1, sources))
+        made[session] = dag.replace_run(
+            store, session, [1, 2], NewSummary(0, "s", 1, 2, 1, sources)
+        )
     a, b = made["a"], made["b"]
     assert a is not None and b is not None
-    assert store.summary_sessions([b.id, a.id, 999]) == {a.id: "a", b.id: "b"}
-    assert store.summary_sessions([]) == {}
+    assert dag.summary_sessions(store, [b.id, a.id, 999]) == {a.id: "a", b.id: "b"}
+    assert dag.summary_sessions(store, []) == {}
 
 
 def commit_rows(conn: apsw.Connection, count: int) -> None:
@@ -221,6 +231,7 @@ def test_background_checkpoints_take_over_from_the_committing_writer(tmp_path: P
     writer, checkpointing = connect(db, wal=False), connect(db, wal=False)
     checkpointer = Checkpointer(lambda: checkpointing, checkpointing.close, pages=20)
     writer.execute("PRAGMA wal_autocheckpoint = 5")  # SQLite's own: replaced by the hook
+    checkpointer.start()
     checkpointer.install(writer)
     try:
         commit_rows(writer, 200)
@@ -242,6 +253,7 @@ def test_without_the_thread_commits_leave_the_wal_to_it(tmp_path: Path) -> None:
     LcmStore(db).close()
     writer = connect(db, wal=False)
     checkpointer = Checkpointer(lambda: writer, lambda: None, pages=1_000_000)
+    checkpointer.start()
     checkpointer.install(writer)
     try:
         commit_rows(writer, 500)
@@ -251,3 +263,43 @@ def test_without_the_thread_commits_leave_the_wal_to_it(tmp_path: Path) -> None:
     finally:
         checkpointer.stop()
         writer.close()
+
+
+def test_a_checkpointer_never_started_leaves_sqlite_its_own_checkpoints(tmp_path: Path) -> None:
+    """Built but not started (``start_background`` not called), it takes nothing over.
+
+    Its constructor starts no thread (issue 31), so ``install`` before ``start``
+    must not replace SQLite's autocheckpoint with a hook no thread answers: the
+    WAL would only grow.
+    """
+    db = tmp_path / "lcm.db"
+    LcmStore(db).close()
+    writer = connect(db, wal=False)
+    writer.execute("PRAGMA wal_autocheckpoint = 50")
+    checkpointer = Checkpointer(lambda: writer, lambda: None, pages=1_000_000)
+    checkpointer.install(writer)
+    try:
+        commit_rows(writer, 500)
+        wal_frames, _ = writer.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
+        assert wal_frames < 200  # SQLite checkpointed every ~50 pages and restarted the WAL
+    finally:
+        checkpointer.stop()  # never started: nothing to join
+        writer.close()
+
+
+def test_opening_a_store_starts_no_thread_until_start_background(tmp_path: Path) -> None:
+    """The gateway's store options build the checkpointer and the queue; threads wait."""
+    before = set(threading.enumerate())
+    store = LcmStore(tmp_path / "lcm.db", background_checkpoints=True, commit_interval=0.05)
+    try:
+        assert set(threading.enumerate()) - before == set()
+        store.ingest("s", {"role": "user", "content": "committed without any thread"})
+        assert set(threading.enumerate()) - before == set()
+        store.start_background()
+        started = {t.name for t in set(threading.enumerate()) - before}
+        assert started == {"lcm-checkpoint", "lcm-fulltext"}
+    finally:
+        store.stop_group_commit()
+        store.stop_fulltext()
+        store.stop_checkpoints()
+        store.close()
