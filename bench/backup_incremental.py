@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import runinfo
+
 from hermes_runtime.backup import BackupSummary, create_backup, open_repository
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,6 +52,7 @@ def main() -> int:
     parser.add_argument("--target", help="target URL (default: a fresh file:// folder)")
     parser.add_argument("--dir", type=Path, default=ROOT / ".cache" / "bench")
     args = parser.parse_args()
+    runinfo.announce()
     args.dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="backup-incr-", dir=args.dir))
     try:

@@ -32,6 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import runinfo
 from backup_restic_append import add_messages, build
 
 from hermes_runtime.backup import open_repository, replica_location, restore_snapshot
@@ -218,6 +219,7 @@ def main() -> int:
     parser.add_argument("--target", help="replicate here (default: a fresh file:// folder)")
     parser.add_argument("--dir", type=Path, default=ROOT / ".cache" / "bench")
     args = parser.parse_args()
+    runinfo.announce()
     args.dir.mkdir(parents=True, exist_ok=True)
     print(f"| run | commits | lost | seconds lost (commit every {args.interval:g} s) |")
     print("|---|---|---|---|")

@@ -27,7 +27,8 @@ DIR (e.g. ``git archive <commit> hermes_runtime | tar -x -C DIR``, put
 first on PYTHONPATH) and this checkout, so a load that drifts over minutes
 affects both alike.
 
-Run: .venv/bin/python bench/backup_sqlite.py [--size-mb 500] [--sqlite3-timeout 60] [--seaweedfs]
+Run: .venv/bin/python bench/backup_sqlite.py [--size-mb 500] [--sqlite3-timeout 60]
+     PYTHONPATH=tests .venv/bin/python bench/backup_sqlite.py --seaweedfs  (tests/support's server)
      .venv/bin/python bench/backup_sqlite.py --interleave-with /tmp/before [--pairs 5]
 """
 
@@ -45,6 +46,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import runinfo
 
 from hermes_runtime.backup import create_backup, open_repository
 from hermes_runtime.backup.dbsnap import snapshot_database
@@ -181,6 +185,8 @@ def main() -> int:
         "--only", action="append", default=[], help="run only phases whose name contains this"
     )
     args = parser.parse_args()
+    s3_starter = seaweedfs_starter() if args.seaweedfs else None
+    runinfo.announce()
     args.dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="backup-bench-", dir=args.dir))
     other = Path(tempfile.mkdtemp(prefix="backup-bench-", dir=args.other_target_dir))
@@ -194,7 +200,7 @@ def main() -> int:
             shutil.rmtree(other, ignore_errors=True)
         return 0
     with contextlib.ExitStack() as stack:
-        s3_url = start_seaweedfs(stack) if args.seaweedfs else None
+        s3_url = start_seaweedfs(stack, s3_starter) if s3_starter else None
         run_phases(args, work, other, db, s3_url)
     return 0
 
@@ -238,12 +244,20 @@ def interleave(old_code: Path, db: Path, work: Path, size_mb: int, pairs: int) -
         print(f"{label}: {shown}; median {statistics.median(values):.2f} s")
 
 
-def start_seaweedfs(stack: contextlib.ExitStack) -> str:
-    """A real S3 endpoint on loopback for one bench run; the AWS_* variables point at it."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from support.seaweedfs import seaweedfs_server
+def seaweedfs_starter() -> Callable[[], contextlib.AbstractContextManager[Any]]:
+    """The integration tier's SeaweedFS starter (tests/support), found before any work."""
+    try:
+        from support.seaweedfs import seaweedfs_server
+    except ModuleNotFoundError as exc:
+        raise runinfo.missing_test_helpers(exc) from exc
+    return seaweedfs_server
 
-    server = stack.enter_context(seaweedfs_server())
+
+def start_seaweedfs(
+    stack: contextlib.ExitStack, starter: Callable[[], contextlib.AbstractContextManager[Any]]
+) -> str:
+    """A real S3 endpoint on loopback for one bench run; the AWS_* variables point at it."""
+    server = stack.enter_context(starter())
     server.create_bucket("bench")
     os.environ.update(server.env())
     return "s3://bench/agent"

@@ -4,18 +4,28 @@ Our part: find SQLite databases by header, snapshot them online in one step, che
 count rows, apply excludes, stage the tree with a manifest. restic's part: the
 repository (deduplicated, encrypted, verifiable) on a folder or S3.
 
+One module per verb: ``create``, ``snapshots`` (list), ``verify``, ``restore`` (with
+``swap``, the all-or-nothing rename), ``prune``, ``continuous`` (replicate); ``staging``
+builds the tree ``create`` stores, ``manifest`` is our file inside it, ``snapshot_tree``
+restores a tree and checks its databases for ``restore`` and ``verify``.
+
 Public surface: ``open_repository``, ``create_backup``, ``list_snapshots``,
 ``verify_snapshot``, ``restore_snapshot``, ``prune_snapshots`` (with ``PrunePolicy``),
 ``write_backup_metrics`` and the status record the agent's ``/metrics`` exports
 (``record_backup_outcome``, ``read_backup_status``). Continuous replication with Litestream:
 ``replica_location`` and ``replicate`` (with ``ReplicationSettings``); ``restore_snapshot``
-takes the replica location to restore each database from whichever copy is newer.
+takes the replicas' location (``replicas_location``, from the URL ``<target>/litestream``) to
+restore each database from whichever copy is newer, and reads no replica without it. Every
+name a restore reads from the target is checked before it is joined onto a folder
+(``untrusted``): whoever can write the target chooses them.
 Design and runbook: docs/backup.md.
 """
 
 from hermes_runtime.backup.continuous import ReplicationSettings, find_replicable, replicate
-from hermes_runtime.backup.litestream import ReplicaLocation, replica_location
+from hermes_runtime.backup.create import create_backup
+from hermes_runtime.backup.litestream import ReplicaLocation, replica_location, replicas_location
 from hermes_runtime.backup.metrics import write_backup_metrics
+from hermes_runtime.backup.prune import prune_snapshots
 from hermes_runtime.backup.reports import (
     BackupSummary,
     PrunePolicy,
@@ -25,19 +35,17 @@ from hermes_runtime.backup.reports import (
     VerifyReport,
 )
 from hermes_runtime.backup.restic import PASSWORD_VARIABLES, ResticRepository, open_repository
-from hermes_runtime.backup.restic_engine import create_restic_backup as create_backup
-from hermes_runtime.backup.restic_engine import list_restic_snapshots as list_snapshots
-from hermes_runtime.backup.restic_engine import prune_restic_snapshots as prune_snapshots
-from hermes_runtime.backup.restic_engine import restore_restic_snapshot as restore_snapshot
-from hermes_runtime.backup.restic_engine import verify_restic_snapshot as verify_snapshot
-from hermes_runtime.backup.restore import data_dir_has_data
+from hermes_runtime.backup.restore import restore_snapshot
 from hermes_runtime.backup.selection import DEFAULT_EXCLUDES
+from hermes_runtime.backup.snapshots import list_snapshots
 from hermes_runtime.backup.status import (
     BackupStatus,
     backup_status_path,
     read_backup_status,
     record_backup_outcome,
 )
+from hermes_runtime.backup.swap import data_dir_has_data
+from hermes_runtime.backup.verify import verify_snapshot
 
 __all__ = [
     "DEFAULT_EXCLUDES",
@@ -62,6 +70,7 @@ __all__ = [
     "read_backup_status",
     "record_backup_outcome",
     "replica_location",
+    "replicas_location",
     "replicate",
     "restore_snapshot",
     "verify_snapshot",

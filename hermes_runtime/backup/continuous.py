@@ -37,6 +37,7 @@ import apsw
 from hermes_runtime.backup.litestream import ReplicaLocation, litestream_binary, litestream_env
 from hermes_runtime.backup.selection import SQLITE_HEADER, make_excluder, scan_data_dir
 from hermes_runtime.common.atomic import atomic_write_text
+from hermes_runtime.common.backoff import Backoff
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.common.flock import wait_for_flock
 from hermes_runtime.common.logs import log_event
@@ -171,8 +172,8 @@ class Replicator:
 
     def _wait_seconds(self) -> float:
         if self._failures:
-            backoff = self.settings.rescan_seconds * 2 ** (self._failures - 1)
-            return min(MAX_BACKOFF_SECONDS, backoff)
+            first = min(self.settings.rescan_seconds, MAX_BACKOFF_SECONDS)
+            return Backoff(first=first, cap=MAX_BACKOFF_SECONDS).delay(self._failures - 1)
         return self.settings.rescan_seconds
 
     def _tick(self, binary: str) -> None:

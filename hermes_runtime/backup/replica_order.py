@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -43,6 +43,7 @@ from hermes_runtime.backup.litestream import (
     restore_plan,
     restore_replica,
 )
+from hermes_runtime.backup.untrusted import checked_name, inside
 from hermes_runtime.common.errors import RuntimeFailure
 
 CLOCK_MARGIN = timedelta(seconds=1)
@@ -114,7 +115,7 @@ def parse_ltx_key(key: str) -> LtxFile | None:
 
 
 def replica_files(location: ReplicaLocation) -> dict[str, list[LtxFile]]:
-    """Every LTX file under the target's replicas, per database."""
+    """Every LTX file under the replicas' root, per database (``ltx_files``: keys checked)."""
     if location.kind == "file":
         root = Path(location.replicas_root())
         keys = (
@@ -124,8 +125,23 @@ def replica_files(location: ReplicaLocation) -> dict[str, list[LtxFile]]:
         )
     else:
         keys = _list_s3_keys(location)
+    return ltx_files(keys, location.replicas_url())
+
+
+def ltx_files(keys: Iterable[str], root_url: str) -> dict[str, list[LtxFile]]:
+    """The LTX files among ``keys`` (below the replicas' root ``root_url``), per database.
+
+    Each LTX key is checked (``untrusted``): whoever can write the bucket or the volume names
+    them, and a database's key becomes a path under the staging folder. An S3 key is any
+    string: AWS keeps ``..``, ``.`` and empty parts as written (SeaweedFS and MinIO refuse
+    or fold them). Other keys (a console's folder marker ``db/``) are never read: skipped.
+    """
     files: dict[str, list[LtxFile]] = {}
-    for parsed in filter(None, map(parse_ltx_key, keys)):
+    for key in keys:
+        parsed = parse_ltx_key(key)
+        if parsed is None:
+            continue
+        checked_name(key, f"Litestream replica key {root_url}/{key}")
         files.setdefault(parsed.relpath, []).append(parsed)
     return dict(sorted(files.items()))
 
@@ -177,7 +193,7 @@ def newer_replicas(
 def restore_replicas(location: ReplicaLocation, plans: list[ReplicaPlan], stage: Path) -> None:
     """Put each chosen replica into the staged tree, checked, in place of the snapshot's copy."""
     for plan in plans:
-        dest = stage / plan.relpath
+        dest = inside(stage, plan.relpath, f"Litestream replica {plan.url}")
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_name(f"{dest.name}.litestream-restore")
         for path in (tmp, *(tmp.with_name(tmp.name + s) for s in ("-wal", "-shm"))):
@@ -217,21 +233,26 @@ def _read_header(location: ReplicaLocation, key: str) -> bytes:
             header = bytes(body.read())
         except (BotoCoreError, ClientError) as exc:
             raise RuntimeFailure(
-                f"--target {location.url}: cannot read Litestream file {name}: {exc}"
+                f"Litestream replicas {location.url}: cannot read file {name}: {exc}"
             ) from exc
     if len(header) < size:
-        raise RuntimeFailure(f"--target {location.url}: Litestream file {key} is truncated")
+        raise RuntimeFailure(f"Litestream replicas {location.url}: file {key} is truncated")
     return header
 
 
 def _s3_client(location: ReplicaLocation) -> Any:
+    """A client with the keys of the location's environment (the one Litestream gets), if any."""
     import boto3
     from botocore.config import Config
 
+    env = location.env
     return boto3.client(
         "s3",
         endpoint_url=location.endpoint,
         region_name=location.region,
+        aws_access_key_id=env.get("AWS_ACCESS_KEY_ID") or None,
+        aws_secret_access_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
+        aws_session_token=env.get("AWS_SESSION_TOKEN") or None,
         config=Config(
             s3={"addressing_style": "path" if location.endpoint else "auto"},
             retries={"max_attempts": 3},
@@ -254,6 +275,6 @@ def _list_s3_keys(location: ReplicaLocation) -> list[str]:
             keys += [str(item["Key"])[len(prefix) :] for item in page.get("Contents", [])]
     except (BotoCoreError, ClientError) as exc:
         raise RuntimeFailure(
-            f"--target {location.url}: cannot list Litestream replicas under {prefix}: {exc}"
+            f"Litestream replicas {location.url}: cannot list the keys under {prefix}: {exc}"
         ) from exc
     return keys

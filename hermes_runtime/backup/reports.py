@@ -30,24 +30,27 @@ class SnapshotInfo:
     files: int
     databases: int
     bytes: int
-    verified: bool
-    status: str
+    status: str  # "ok": restic lists only snapshots it finished writing
+    # What `create --label KEY=VALUE` attached, e.g. {"pre-upgrade": "to 0.2.0, revision 5"}.
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
 class VerifyReport:
-    """What ``verify`` checked (``marked`` is kept for the JSON shape: restic keeps no marks)."""
+    """What ``verify`` checked: every pack read back by restic, then the snapshot restored to
+    scratch with each database matched to its recorded SHA-256 and ``integrity_check``.
+
+    ``locked``: whether restic held its repository lock (``--no-lock`` reads without it).
+    A report is a success: a failed check raises, naming what failed, so ``problems`` is
+    always empty (it stays in ``verify --json`` for the readers of that document).
+    """
 
     snapshot: str
     files: int
     databases: int
     bytes: int
     problems: list[str] = field(default_factory=list)
-    marked: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
+    locked: bool = True
 
 
 @dataclass
@@ -87,8 +90,8 @@ class PrunePolicy:
 
 @dataclass
 class PruneReport:
+    """The snapshots ``restic forget`` kept and removed (what its JSON says, nothing more)."""
+
     kept: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
-    blobs_deleted: int = 0
-    bytes_freed: int = 0
     dry_run: bool = False

@@ -3,7 +3,7 @@
 Why restic: its repositories are deduplicated, encrypted and verifiable, and the
 people who restore at 3 a.m. already know it. Our part stays what restic cannot
 do (online SQLite snapshots, integrity checks, row counts, excludes: see
-``restic_engine``); everything after the staged tree is restic's.
+``staging``); everything after the staged tree is restic's.
 
 restic reads its own variables: ``RESTIC_PASSWORD`` / ``RESTIC_PASSWORD_FILE`` /
 ``RESTIC_PASSWORD_COMMAND``, ``RESTIC_CACHE_DIR``, ``AWS_ACCESS_KEY_ID``,
@@ -13,37 +13,37 @@ and never put a secret in an argument.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import io
 import json
 import os
+import signal
 import socket
 import subprocess
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit
 
 from hermes_runtime.backup.binaries import find_binary
+from hermes_runtime.backup.restic_errors import (
+    NO_REPOSITORY,
+    NO_REPOSITORY_HINT,
+    STDERR_TAIL,
+    raise_failed,
+    repository_missing,
+)
 from hermes_runtime.common.errors import RuntimeFailure
+from hermes_runtime.common.logs import log_event
 
 BINARY_ENV = "HERMES_RUNTIME_RESTIC"
 PASSWORD_VARIABLES = ("RESTIC_PASSWORD", "RESTIC_PASSWORD_FILE", "RESTIC_PASSWORD_COMMAND")
-# restic >= 0.17 exit codes (restic help: "Exit status")
-EXIT_NO_REPOSITORY = 10
-EXIT_WRONG_PASSWORD = 12
-STDERR_TAIL = 1500
 STDERR_LINES_KEPT = 400  # restic may retry for minutes: the failure message needs only the tail
 CONNECT_TIMEOUT_SECONDS = 10.0
-# restic writes a dump blob by blob (a piece each): a pipe of 1 MiB (Linux's default ceiling for
-# unprivileged processes) instead of 64 KiB took a 1 GiB dump from 4.5 to 3.0 s here.
-PIPE_BYTES = 1 << 20
-EXIT_GRACE_SECONDS = 2.0  # for restic to exit after the stream it wrote ended early
-T = TypeVar("T")
+STOP_GRACE_SECONDS = 30.0  # after SIGINT at the time limit, before SIGKILL
+NO_LOCK = "--no-lock"  # restic's flag for commands that only read the repository
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,8 @@ class ResticRepository:
     env: Mapping[str, str] = field(repr=False)
     options: tuple[str, ...] = ()
     on_stderr: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
+    # time.monotonic() by which every restic run must have ended (``with_time_limit``).
+    deadline: float | None = field(default=None, compare=False)
 
     @property
     def folder(self) -> Path | None:
@@ -69,10 +71,21 @@ class ResticRepository:
     def with_messages_to(self, on_stderr: Callable[[str], None] | None) -> ResticRepository:
         return replace(self, on_stderr=on_stderr)
 
+    def with_time_limit(self, seconds: float | None) -> ResticRepository:
+        """Every later restic run ends within ``seconds`` from now, or is stopped.
+
+        restic retries a store that stops answering for up to 15 minutes, reporting nothing
+        but on stderr: a backup Job's pod is then killed by its deadline and no failure is
+        ever recorded (the backup-failed alert stays silent). With a limit, restic gets
+        SIGINT (it releases its lock and exits 130), then SIGKILL after ``STOP_GRACE_SECONDS``,
+        and the run fails with a message that says so.
+        """
+        return replace(self, deadline=None if seconds is None else time.monotonic() + seconds)
+
 
 def restic_binary() -> str:
     """``$HERMES_RUNTIME_RESTIC``, else ``restic`` on PATH (the image and ci/install-tools.sh)."""
-    hint = "ci/install-tools.sh builds v0.18.1; Debian's restic 0.14 works too"
+    hint = "the agent image carries v0.19.1; tests/support/restic.py builds the same"
     return find_binary("restic", BINARY_ENV, hint)
 
 
@@ -115,7 +128,20 @@ def _command(repo: ResticRepository, args: Sequence[str]) -> list[str]:
     """
     if repo.folder is None:
         _check_reachable(repo)
-    return [restic_binary(), "--repo", repo.repository, *repo.options, *args]
+    return [restic_binary(), "--repo", repo.repository, *repo.options, *_cache(repo), *args]
+
+
+CACHE_VARIABLES = ("RESTIC_CACHE_DIR", "XDG_CACHE_HOME", "HOME")
+
+
+def _cache(repo: ResticRepository) -> list[str]:
+    """``--no-cache`` when the environment names no folder for restic's cache.
+
+    restic up to 0.18 then warned and ran without a cache; 0.19 fails ("unable to locate
+    cache directory"). A shell without ``HOME`` (``env -i``, a bare exec) keeps working, as
+    before; the chart sets ``RESTIC_CACHE_DIR`` on the scratch volume.
+    """
+    return [] if any(repo.env.get(name) for name in CACHE_VARIABLES) else ["--no-cache"]
 
 
 def _check_reachable(repo: ResticRepository) -> None:
@@ -142,8 +168,8 @@ def run_restic(
     stdout: list[str] = []
     done = _run_relaying(repo, args, stdout.append, cwd)
     done.stdout = "".join(stdout)
-    if check and done.returncode != 0:
-        raise RuntimeFailure(failure_message(repo, args, done))
+    if check:
+        raise_failed(repo.url, args, done)
     return done
 
 
@@ -156,6 +182,8 @@ def stream_restic(
     create_missing: bool = False,
 ) -> list[dict[str, Any]]:
     """Run a ``--json`` restic command, handing each line's record to ``on_record`` as it comes.
+
+    A failure raises ``ResticFailed`` holding the records printed before it.
 
     A long backup then moves a progress bar (or logs progress lines) while restic works.
     ``create_missing``: where restic finds no repository, ``restic init`` and run again. Why
@@ -175,15 +203,10 @@ def stream_restic(
     if create_missing and done.returncode != 0 and repository_missing(done):
         run_restic(repo, ["init"])
         done = _run_relaying(repo, args, take, cwd)
-    if done.returncode != 0:
-        raise RuntimeFailure(failure_message(repo, args, done))
+    raise_failed(repo.url, args, done, records)
     return records
 
 
-# What restic prints when no repository is at the location (0.14 to 0.18; 0.18 with --json
-# prints one JSON line holding the same words), then the location.
-NO_REPOSITORY = "repository does not exist"
-NO_REPOSITORY_HINT = "Is there a repository at the"
 MISSING_REPOSITORY_WORDS = (NO_REPOSITORY, NO_REPOSITORY_HINT)
 
 
@@ -199,61 +222,6 @@ def _without_missing(repo: ResticRepository) -> Callable[[str], None] | None:
     return relay_others
 
 
-def read_restic_stream(
-    repo: ResticRepository, args: Sequence[str], consume: Callable[[IO[bytes]], T]
-) -> T:
-    """Run a restic command whose stdout is data (``dump``); ``consume`` reads it as it comes.
-
-    If ``consume`` fails, restic is killed; if restic fails, the failure names the
-    repository and restic's words, whatever ``consume`` returned.
-    """
-    command = _command(repo, args)
-    kept: deque[str] = deque(maxlen=STDERR_LINES_KEPT)
-    with subprocess.Popen(
-        command,
-        env=dict(repo.env),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    ) as process:
-        assert process.stdout is not None and process.stderr is not None
-        with contextlib.suppress(OSError):  # a smaller pipe is only slower
-            fcntl.fcntl(process.stdout.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-        errors = io.TextIOWrapper(process.stderr, encoding="utf-8", errors="replace")
-        relay = threading.Thread(
-            target=_relay_lines, args=(errors, kept, repo.on_stderr), daemon=True
-        )
-        relay.start()
-        try:
-            result = consume(process.stdout)
-            while process.stdout.read(PIPE_BYTES):  # what ``consume`` left: restic must finish
-                pass
-        except BaseException as exc:
-            # A stream cut short is usually restic failing: then its words are the error.
-            failed_alone = _exited_within(process, EXIT_GRACE_SECONDS) and process.returncode
-            process.kill()
-            relay.join()
-            if failed_alone:
-                raise RuntimeFailure(failure_message(repo, args, _done(process, kept))) from exc
-            raise
-        relay.join()
-    if process.returncode != 0:
-        raise RuntimeFailure(failure_message(repo, args, _done(process, kept)))
-    return result
-
-
-def _exited_within(process: subprocess.Popen[bytes], seconds: float) -> bool:
-    try:
-        process.wait(timeout=seconds)
-    except subprocess.TimeoutExpired:
-        return False
-    return True
-
-
-def _done(process: subprocess.Popen[bytes], kept: deque[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.CompletedProcess(process.args, process.returncode, "", "".join(kept))
-
-
 def _run_relaying(
     repo: ResticRepository,
     args: Sequence[str],
@@ -265,7 +233,11 @@ def _run_relaying(
     The returned process holds the tail of stderr (for the failure message) and no stdout.
     """
     command = _command(repo, args)
+    remaining = None if repo.deadline is None else repo.deadline - time.monotonic()
+    if remaining is not None and remaining <= 0:
+        raise _over_time(repo, args, "")
     kept: deque[str] = deque(maxlen=STDERR_LINES_KEPT)
+    stopped = threading.Event()
     with subprocess.Popen(
         command,
         cwd=cwd,
@@ -281,10 +253,42 @@ def _run_relaying(
             target=_relay_lines, args=(process.stderr, kept, repo.on_stderr), daemon=True
         )
         relay.start()
-        for line in process.stdout:
-            on_stdout_line(line)
-        relay.join()
+        timer = None
+        if remaining is not None:
+            timer = threading.Timer(remaining, _stop, args=(process, stopped))
+            timer.daemon = True
+            timer.start()
+        try:
+            for line in process.stdout:
+                on_stdout_line(line)
+            relay.join()
+        finally:
+            if timer is not None:
+                timer.cancel()
+    if stopped.is_set():
+        raise _over_time(repo, args, "".join(kept))
     return subprocess.CompletedProcess(command, process.returncode, "", "".join(kept))
+
+
+def _stop(process: subprocess.Popen[str], stopped: threading.Event) -> None:
+    """The time limit: SIGINT (restic unlocks and exits), SIGKILL if it does not."""
+    if process.poll() is not None:
+        return
+    stopped.set()
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(STOP_GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+def _over_time(repo: ResticRepository, args: Sequence[str], stderr: str) -> RuntimeFailure:
+    last = next((line.strip() for line in reversed(stderr.splitlines()) if line.strip()), "")
+    said = f"; restic's last words: {last}" if last else ""
+    return RuntimeFailure(
+        f"restic {args[0] if args else ''} on {repo.url} did not finish within the time limit "
+        f"(--timeout) and was stopped: the store did not answer in time{said}"
+    )
 
 
 def _relay_lines(
@@ -295,20 +299,6 @@ def _relay_lines(
         text = line.strip()
         if text and on_line is not None:
             on_line(text)
-
-
-def failure_message(
-    repo: ResticRepository, args: Sequence[str], done: subprocess.CompletedProcess[str]
-) -> str:
-    tail = done.stderr.strip()[-STDERR_TAIL:] or done.stdout.strip()[-STDERR_TAIL:]
-    if done.returncode == EXIT_WRONG_PASSWORD or "wrong password" in tail:
-        return f"backup repository {repo.url}: wrong password (RESTIC_PASSWORD*): {tail}"
-    return f"restic {args[0] if args else ''} on {repo.url} failed (exit {done.returncode}): {tail}"
-
-
-def repository_missing(done: subprocess.CompletedProcess[str]) -> bool:
-    """restic's answer when no repository is at the location (exit 10 since 0.17)."""
-    return done.returncode == EXIT_NO_REPOSITORY or NO_REPOSITORY_HINT in done.stderr
 
 
 def require_folder(repo: ResticRepository) -> None:
@@ -339,3 +329,8 @@ def json_document(text: str) -> Any:
         if line.strip().startswith(("[", "{")):
             return json.loads(line)
     raise RuntimeFailure(f"restic printed no JSON: {text.strip()[-STDERR_TAIL:]}")
+
+
+def logged(event: str) -> Callable[[str], None]:
+    """Relays restic's stderr as structured lines: why a command waits on a failing store."""
+    return lambda line: log_event(event, message=line)

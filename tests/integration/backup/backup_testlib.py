@@ -2,20 +2,30 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import secrets
+import signal
 import stat
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from support.restic import TEST_PASSWORD
 from support.seaweedfs import SeaweedServer
 
+from hermes_runtime.backup import open_repository
+from hermes_runtime.backup.manifest import MANIFEST_RELPATH
+from hermes_runtime.backup.restic import restic_binary
+from hermes_runtime.backup.snapshots import HOST
 from hermes_runtime.common.sqlite import connect
+
+Manifest = dict[str, Any]
 
 
 @dataclass
@@ -164,3 +174,66 @@ def assert_left_as_it_was(existing: Path) -> None:
     """The dir of ``forced_restore_over_data`` after a failed restore: exactly as before."""
     assert sorted(p.name for p in existing.iterdir()) == ["state.txt"]
     assert (existing / "state.txt").read_text() == "before"
+
+
+def restic(target: BackupTarget, *args: str, cwd: Path | None = None) -> str:
+    """restic itself on the target's repository (a folder or a bucket); must succeed."""
+    env = {**os.environ, **target.env}
+    repo = open_repository(target.url, environ=env)
+    done = subprocess.run(
+        [restic_binary(), "-r", repo.repository, *repo.options, *args],
+        env=repo.env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, f"restic {args[0]}: {done.stderr}"
+    return done.stdout
+
+
+def restage(target: BackupTarget, work: Path, change: Callable[[Path, Manifest], None]) -> str:
+    """A new latest snapshot: the latest one's tree with `change` applied, by restic alone.
+
+    What anyone holding the repository password can write. Returns the new snapshot's id.
+    """
+    tree = work / "tree"
+    restic(target, "restore", "latest", "--target", str(tree))
+    manifest: Manifest = json.loads((tree / MANIFEST_RELPATH).read_text())
+    change(tree, manifest)
+    (tree / MANIFEST_RELPATH).write_text(json.dumps(manifest))
+    (latest,) = json.loads(restic(target, "snapshots", "--json", "latest"))
+    tags = [arg for tag in latest["tags"] for arg in ("--tag", tag)]
+    restic(target, "backup", "--host", HOST, *tags, ".", cwd=tree)
+    (crafted,) = json.loads(restic(target, "snapshots", "--json", "latest"))
+    return str(crafted["id"])
+
+
+@contextlib.contextmanager
+def replicating(
+    target: BackupTarget, data_dir: Path, log: Path
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``backup replicate`` in its own process group: SIGKILL of the group is a pod kill."""
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "hermes_runtime", "backup", "replicate"),
+                *("--data-dir", str(data_dir), "--target", target.url),
+                *("--rescan-seconds", "0.5", "--work-dir", str(log.parent / "replicate-work")),
+            ],
+            env={**os.environ, **target.env},
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+        )
+    try:
+        yield process
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def replica_keys(target: BackupTarget, relpath: str) -> list[str]:
+    """The LTX files of one replica (file: ``<db>/ltx/<level>/``, S3: ``<db>/<level>/``)."""
+    return [k for k in target.object_keys(f"litestream/{relpath}/") if k.endswith(".ltx")]

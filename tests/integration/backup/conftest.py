@@ -20,7 +20,7 @@ from support.seaweedfs import SeaweedServer, seaweedfs_server
 
 @pytest.fixture(scope="session", autouse=True)
 def restic_binary() -> str:
-    """The pinned restic (v0.18.1 from ci/install-tools.sh, built on demand), for every run here."""
+    """The pinned restic (v0.19.1, tests/support/restic.py builds it on demand), for every run."""
     binary = str(pinned_restic())
     os.environ["HERMES_RUNTIME_RESTIC"] = binary  # CLI subprocesses inherit it
     return binary

@@ -25,7 +25,16 @@ from pathlib import Path
 
 import apsw
 import pytest
-from backup_testlib import BackupTarget, create_json, make_database, rows, run_cli, s3_target
+from backup_testlib import (
+    BackupTarget,
+    create_json,
+    make_database,
+    replica_keys,
+    replicating,
+    rows,
+    run_cli,
+    s3_target,
+)
 from support.seaweedfs import SeaweedServer
 from support.wait import wait_until
 
@@ -78,31 +87,6 @@ def writer(db: Path, checkpoints: str = "none") -> Iterator[subprocess.Popen[byt
         process.wait()
 
 
-@contextlib.contextmanager
-def replicating(
-    target: BackupTarget, data_dir: Path, log: Path
-) -> Iterator[subprocess.Popen[bytes]]:
-    """``backup replicate`` in its own process group: SIGKILL of the group is a pod kill."""
-    with log.open("ab") as out:
-        process = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "hermes_runtime", "backup", "replicate"),
-                *("--data-dir", str(data_dir), "--target", target.url),
-                *("--rescan-seconds", "0.5", "--work-dir", str(log.parent / "replicate-work")),
-            ],
-            env={**os.environ, **target.env},
-            stdout=out,
-            stderr=out,
-            start_new_session=True,
-        )
-    try:
-        yield process
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-
-
 def replicated_now(log: Path) -> list[str]:
     """The databases the replicator's last (re)start of Litestream covers, from its log."""
     started: list[list[str]] = []
@@ -112,11 +96,6 @@ def replicated_now(log: Path) -> list[str]:
             if event.get("event") == "backup.replicate.databases":
                 started.append(event["databases"])
     return started[-1] if started else []
-
-
-def replica_keys(target: BackupTarget, relpath: str) -> list[str]:
-    """The LTX files of one replica (file: ``<db>/ltx/<level>/``, S3: ``<db>/<level>/``)."""
-    return [k for k in target.object_keys(f"litestream/{relpath}/") if k.endswith(".ltx")]
 
 
 def replicated_commits(target: BackupTarget, relpath: str, scratch: Path) -> int:
@@ -135,9 +114,11 @@ def replicated_commits(target: BackupTarget, relpath: str, scratch: Path) -> int
 
 
 def restore_json(target: BackupTarget, data_dir: Path) -> dict:
+    """``restore --json`` reading the replicas too, in the form the chart passes them."""
     result = run_cli(
-        "restore", "--target", target.url, "--data-dir", str(data_dir), "--json", env=target.env
-    )
+        "restore", "--target", target.url, "--data-dir", str(data_dir), "--json",
+        "--replicas", f"{target.url}/litestream", env=target.env,
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     report: dict = json.loads(result.stdout)
     return report
@@ -154,12 +135,13 @@ def test_kill_writer_and_replicator_then_restore_loses_only_the_last_commits(
         writer(data / "lcm.db", checkpoints) as process,
         replicating(target, data, tmp_path / "replicate.log") as replicator,
     ):
-        wait_until(
-            lambda: replicated_commits(target, "lcm.db", scratch) >= 30,
-            90,
-            "30 commits in the replica",
-            interval=1.0,
-        )
+        seen: list[int] = []
+
+        def thirty_replicated() -> bool:
+            seen.append(replicated_commits(target, "lcm.db", scratch))
+            return seen[-1] >= 30
+
+        wait_until(thirty_replicated, 90, "30 commits in the replica", interval=1.0)
         # the pod dies: writer and replicator (with its Litestream child) at once
         os.killpg(replicator.pid, signal.SIGKILL)
         process.kill()
@@ -174,7 +156,9 @@ def test_kill_writer_and_replicator_then_restore_loses_only_the_last_commits(
     restored = assert_consistent(data / "lcm.db")
     lost = committed - restored
     print(f"lost {lost} of {committed} commits ({lost * COMMIT_INTERVAL:.1f} s at 100 ms)")
-    assert 0 <= lost < committed - 30  # it kept replicating after the first 30
+    # Everything the replica held when the pod died comes back (on a busy machine no more
+    # than that: the kill may follow the last probe before Litestream's next sync).
+    assert lost >= 0 and restored >= seen[-1], (restored, seen[-1], committed)
 
 
 def test_restore_latest_takes_each_database_from_the_newer_copy(

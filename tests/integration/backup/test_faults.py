@@ -370,3 +370,49 @@ def test_database_that_stays_locked_fails_after_bounded_retries(tmp_path: Path) 
         holder.kill()
         holder.wait()
     assert not list((tmp_path / "vol").glob("snapshots/*"))
+
+
+def test_a_store_that_stops_answering_fails_the_backup_within_its_time_limit(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """A bucket that freezes mid-upload (SIGSTOP: connections hang, nothing is refused): restic
+    retries for up to 15 minutes and a backup Job was killed by its deadline with nothing
+    recorded, so the backup-failed alert stayed silent (issue 30). With --timeout the run is
+    stopped in time, the failure is recorded in the status file, and no snapshot appears."""
+    add_many_files(data_dir, count=1500)
+    status = tmp_path / "backup-status.json"
+    with seaweedfs_server() as server:
+        target = s3_target(server)
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "hermes_runtime",
+                "backup",
+                "create",
+                "--data-dir",
+                str(data_dir),
+                "--target",
+                target.url,
+                "--timeout",
+                "20",
+                "--status-file",
+                str(status),
+            ],
+            env={**os.environ, **target.env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        wait_for_blobs(target, 1, process)
+        server.container.get_wrapped_container().pause()
+        try:
+            _, stderr = process.communicate(timeout=180)  # 20 s + SIGINT's grace, not 15 min
+        finally:
+            server.container.get_wrapped_container().unpause()
+        assert process.returncode == 1, stderr
+        assert "did not finish within the time limit (--timeout)" in stderr, stderr
+        assert target.url in stderr
+        recorded = json.loads(status.read_text())
+        assert recorded["last_attempt_ok"] is False and "--timeout" in recorded["error"], recorded
+        assert listed(target) == []

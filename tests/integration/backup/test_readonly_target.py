@@ -1,5 +1,5 @@
-"""``verify`` on a read-only repository (a PVC mounted ``readOnly``): ``--no-mark`` reads without
-a lock, so the verdict comes from the content alone.
+"""``verify`` on a read-only repository (a PVC mounted ``readOnly``): ``--no-lock`` reads without
+restic's lock, so the verdict comes from the content alone.
 
 As root (CI) the CLI runs in a private mount namespace where the backup folder is
 bind-mounted read-only; as another user its folders are chmod 0555.
@@ -49,14 +49,15 @@ def snapshot_target(tmp_path: Path, data_dir: Path) -> Iterator[tuple[BackupTarg
         folder.chmod(0o755)
 
 
-def test_verify_no_mark_passes_on_a_read_only_repository(
+def test_verify_no_lock_passes_on_a_read_only_repository(
     snapshot_target: tuple[BackupTarget, str],
 ) -> None:
     target, snapshot = snapshot_target
     before = target.object_keys()
-    result = verify_read_only(target, "--no-mark")
+    result = verify_read_only(target, "--no-lock")
     assert result.returncode == 0, result.stderr
-    assert f"snapshot {snapshot}: ok (" in result.stdout
+    assert f"snapshot {snapshot}: ok: " in result.stdout
+    assert "without restic's repository lock" in result.stdout
     assert target.object_keys() == before  # no lock file, nothing written
 
 
@@ -71,6 +72,6 @@ def test_a_flipped_byte_on_a_read_only_repository_still_fails_verification(
         body = bytearray(path.read_bytes())
         body[len(body) // 2] ^= 0x01
         path.write_bytes(bytes(body))
-    result = verify_read_only(target, "--no-mark")
+    result = verify_read_only(target, "--no-lock")
     assert result.returncode == 1
     assert target.url in result.stderr

@@ -1,7 +1,9 @@
 """How restore and verify show each restored database is the one `create` checked.
 
-`create` records the SHA-256 of each database copy it ran `integrity_check` on. `restore`
-compares the joined file against it instead of checking again; `verify` does both. The
+`create` records the SHA-256 of each database copy it ran `quick_check` on. `restore`
+compares the restored file against it instead of checking again; `verify` does both, with the
+full `integrity_check`. A manifest
+without those hashes, or of another format, is refused. The
 snapshots that break the rule here are made with restic alone, as anyone holding the
 repository password could: the latest snapshot's tree, changed, backed up again.
 """
@@ -10,66 +12,27 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from backup_testlib import (
     BackupTarget,
+    Manifest,
     assert_left_as_it_was,
     file_target,
     forced_restore_over_data,
+    restage,
+    restic,
     rows,
     run_cli,
 )
 
-from hermes_runtime.backup.restic import restic_binary
-from hermes_runtime.backup.restic_engine import HOST, MANIFEST_DIR, MANIFEST_RELPATH
-
-Manifest = dict[str, Any]
-
-
-def restic(target: BackupTarget, *args: str, cwd: Path | None = None) -> str:
-    assert target.root is not None
-    done = subprocess.run(
-        [restic_binary(), "-r", str(target.root), *args],
-        env={**os.environ, **target.env},
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0, f"restic {args[0]}: {done.stderr}"
-    return done.stdout
+from hermes_runtime.backup.manifest import MANIFEST_DIR, MANIFEST_RELPATH
 
 
 def latest_manifest(target: BackupTarget) -> Manifest:
     manifest: Manifest = json.loads(restic(target, "dump", "latest", f"/{MANIFEST_RELPATH}"))
     return manifest
-
-
-def restage(target: BackupTarget, work: Path, change: Callable[[Path, Manifest], None]) -> None:
-    """A new latest snapshot: the latest one's tree with `change` applied, by restic alone."""
-    tree = work / "tree"
-    restic(target, "restore", "latest", "--target", str(tree))
-    manifest: Manifest = json.loads((tree / MANIFEST_RELPATH).read_text())
-    change(tree, manifest)
-    (tree / MANIFEST_RELPATH).write_text(json.dumps(manifest))
-    (latest,) = json.loads(restic(target, "snapshots", "--json", "latest"))
-    tags = [arg for tag in latest["tags"] for arg in ("--tag", tag)]
-    restic(target, "backup", "--host", HOST, *tags, ".", cwd=tree)
-
-
-def pieces_of(tree: Path, manifest: Manifest, database: str) -> list[Path]:
-    folder = tree / manifest["databases"][database]["pieces"]["dir"]
-    return sorted(folder.iterdir())
-
-
-def joined(pieces: list[Path], dest: Path) -> Path:
-    dest.write_bytes(b"".join(piece.read_bytes() for piece in pieces))
-    return dest
 
 
 def sha256(path: Path) -> str:
@@ -111,20 +74,20 @@ def test_restore_shows_each_database_is_the_copy_create_checked(
 def test_a_changed_byte_that_integrity_check_cannot_see_stops_restore_and_verify(
     data_dir: Path, tmp_path: Path
 ) -> None:
-    """One letter of a message changed in a piece: SQLite finds nothing wrong, the hash does."""
+    """One letter of a message changed in the database: SQLite finds nothing wrong, the hash
+    does."""
     target = file_target(tmp_path)
     assert run_cli("create", "--data-dir", str(data_dir), "--target", target.url).returncode == 0
     proof = tmp_path / "changed.db"
 
     def change_one_letter(tree: Path, manifest: Manifest) -> None:
-        pieces = pieces_of(tree, manifest, "lcm.db")
-        piece = next(p for p in pieces if b"xxxxxxxx" in p.read_bytes())
-        body = piece.read_bytes()
+        database = tree / "lcm.db"
+        body = database.read_bytes()
         at = body.index(b"xxxxxxxx")
-        piece.chmod(0o600)
-        piece.write_bytes(body[:at] + b"y" + body[at + 1 :])
+        database.chmod(0o600)
+        database.write_bytes(body[:at] + b"y" + body[at + 1 :])
         # What restore would put back: sound to SQLite, same rows, different content.
-        joined(pieces, proof)
+        proof.write_bytes(database.read_bytes())
         assert rows(proof, "PRAGMA integrity_check") == [("ok",)]
         counted = rows(proof, "SELECT count(*) FROM messages")
         assert counted == [(manifest["databases"]["lcm.db"]["tables"]["messages"],)]
@@ -142,25 +105,30 @@ def test_a_changed_byte_that_integrity_check_cannot_see_stops_restore_and_verify
     assert "lcm.db" in verify.stderr and "SHA-256" in verify.stderr, verify.stderr
 
 
-def test_a_snapshot_without_recorded_hashes_gets_integrity_check_and_row_counts(
+def test_a_manifest_without_recorded_hashes_or_of_another_format_is_refused(
     data_dir: Path, tmp_path: Path
 ) -> None:
-    """Snapshots made before the manifest carried `sha256` are checked in full, as before."""
+    """No reader of unreleased manifest formats is left: a record without `sha256` (format 1
+    had none) or a manifest of any other format fails restore and verify, naming what it lacks,
+    and the data dir is unchanged."""
     target = file_target(tmp_path)
     assert run_cli("create", "--data-dir", str(data_dir), "--target", target.url).returncode == 0
 
     def forget_hashes(tree: Path, manifest: Manifest) -> None:
-        for record in manifest["databases"].values():
-            del record["sha256"]
+        del manifest["databases"]["state.db"]["sha256"]
 
-    restage(target, tmp_path / "old", forget_hashes)
-    report = restore_json(target, tmp_path / "restored")
-    assert {src["checked"] for src in report["sources"].values()} == {"integrity_check"}
+    restage(target, tmp_path / "unhashed", forget_hashes)
+    restore, existing = forced_restore_over_data(target, tmp_path)
+    assert restore.returncode == 1
+    assert "database 'state.db' lacks sha256" in restore.stderr, restore.stderr
+    assert_left_as_it_was(existing)
+    verify = run_cli("verify", "--target", target.url, env=target.env)
+    assert verify.returncode == 1 and "lacks sha256" in verify.stderr, verify.stderr
 
-    def miscount(tree: Path, manifest: Manifest) -> None:
-        manifest["databases"]["state.db"]["tables"]["messages"] += 1
+    def first_format(tree: Path, manifest: Manifest) -> None:
+        manifest["format"] = 1
 
-    restage(target, tmp_path / "miscounted", miscount)
+    restage(target, tmp_path / "format-1", first_format)
     restore = run_cli("restore", "--target", target.url, "--data-dir", str(tmp_path / "again"))
     assert restore.returncode == 1
-    assert "state.db" in restore.stderr and "tables" in restore.stderr, restore.stderr
+    assert "is format 1; this hermes-runtime reads format" in restore.stderr, restore.stderr

@@ -18,7 +18,7 @@ def test_restore_gives_back_the_data_dir_without_secrets_or_rebuildables(
     listed = run_cli("list", "--target", target.url, "--json", env=target.env)
     assert [
         (s["id"], s["databases"], s["files"], s["status"]) for s in json.loads(listed.stdout)
-    ] == [(summary["id"], 2, summary["files"] + 2, "ok")], "pieces are not counted as files"
+    ] == [(summary["id"], 2, summary["files"] + 2, "ok")], "our manifest is not counted as a file"
 
     verified = run_cli("verify", "--target", target.url, env=target.env)
     assert verified.returncode == 0, verified.stderr

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import json
 import os
 import re
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -17,15 +15,9 @@ from typing import Any
 import pytest
 from backup_testlib import BackupTarget, make_database, rows
 
-from hermes_runtime.backup import restic_engine
-from hermes_runtime.backup.pieces import PIECE_SIZE
+from hermes_runtime.backup import create_backup, list_snapshots, restore, restore_snapshot
+from hermes_runtime.backup.manifest import MANIFEST_DIR
 from hermes_runtime.backup.restic import open_repository, restic_binary
-from hermes_runtime.backup.restic_engine import (
-    MANIFEST_DIR,
-    create_restic_backup,
-    list_restic_snapshots,
-    restore_restic_snapshot,
-)
 from hermes_runtime.common.errors import RuntimeFailure
 
 PASSWORD = {"RESTIC_PASSWORD": "correct horse battery staple"}
@@ -37,7 +29,6 @@ SUBCOMMANDS = {
     "snapshots",
     "forget",
     "restore",
-    "dump",
 }  # the restic runs counted
 
 
@@ -66,12 +57,12 @@ def restic_alone_block() -> str:
 
 
 def test_plain_restic_restores_the_data_dir(data_dir: Path, tmp_path: Path) -> None:
-    """The runbook's way without our CLI: `restic restore`, then join the pieces with `cat`."""
+    """The runbook's way without our CLI: `restic restore`, then remove our manifest."""
     root = tmp_path / "repo"
     root.mkdir()
     repo = open_repository(f"file://{root}", environ={**os.environ, **PASSWORD})
-    make_database(data_dir / "sessions" / "big.db", 12_000, payload=300)  # many pieces, nested
-    created = create_restic_backup(data_dir, repo, work_dir=tmp_path)
+    make_database(data_dir / "sessions" / "big.db", 12_000, payload=300)  # nested
+    created = create_backup(data_dir, repo, work_dir=tmp_path)
     out = tmp_path / "plain"
     block = restic_alone_block().replace("/backup", str(root)).replace("/restore", str(out))
     block = block.replace("export RESTIC_PASSWORD=...", ":")
@@ -87,35 +78,12 @@ def test_plain_restic_restores_the_data_dir(data_dir: Path, tmp_path: Path) -> N
     dump = [restic_binary(), "-r", str(root), "dump", "latest", "/.hermes-backup/manifest.json"]
     manifest = json.loads(subprocess.run(dump, env=env, capture_output=True, check=True).stdout)
     for path, tables in created.databases.items():
-        # The docs' promise: `sha256sum` of a joined file prints the manifest's `sha256`.
+        # The docs' promise: `sha256sum` of a restored database prints the manifest's `sha256`.
         digest = hashlib.sha256((out / path).read_bytes()).hexdigest()
         assert digest == manifest["databases"][path]["sha256"], path
         assert rows(out / path, "PRAGMA integrity_check") == [("ok",)], path
         assert rows(out / path, "SELECT count(*) FROM messages") == [(tables["messages"],)]
-    assert (out / "sessions" / "big.db").stat().st_size > 4 * PIECE_SIZE
     assert not (out / MANIFEST_DIR).exists()
-
-
-def test_restic_reads_only_the_pieces_that_changed(data_dir: Path, tmp_path: Path) -> None:
-    """Each create cuts fresh pieces; those with the bytes of the last snapshot's keep its
-    mtime, so restic (``--ignore-inode --ignore-ctime``) neither reads nor stores them again."""
-    root = tmp_path / "repo"
-    root.mkdir()
-    repo = open_repository(f"file://{root}", environ={**os.environ, **PASSWORD})
-    big = data_dir / "sessions" / "big.db"
-    make_database(big, 40_000, payload=300)
-    create_restic_backup(data_dir, repo, work_dir=tmp_path)
-    with contextlib.closing(sqlite3.connect(big)) as conn, conn:
-        conn.execute("INSERT INTO messages(body) VALUES ('one more')")
-    second = create_restic_backup(data_dir, repo, work_dir=tmp_path)
-    pieces = -(-big.stat().st_size // PIECE_SIZE)
-    assert pieces > 20
-    assert second.files_uploaded <= 5, (
-        f"restic read {second.files_uploaded} files again, {pieces} pieces in big.db: only the "
-        "manifest and the pieces holding the new row's pages should be"
-    )
-    assert second.files_unchanged >= pieces - 4
-    assert second.bytes_uploaded < 8 * PIECE_SIZE
 
 
 def test_a_create_runs_restic_once_and_a_first_one_creates_the_repository_quietly(
@@ -135,7 +103,7 @@ def test_a_create_runs_restic_once_and_a_first_one_creates_the_repository_quietl
     def created() -> tuple[list[str], str]:
         calls.unlink(missing_ok=True)
         events = io.StringIO()
-        create_restic_backup(data_dir, repo, work_dir=tmp_path, stream=events)
+        create_backup(data_dir, repo, work_dir=tmp_path, stream=events)
         words = [line.split() for line in calls.read_text().splitlines()]
         return [next(w for w in argv if w in SUBCOMMANDS) for argv in words], events.getvalue()
 
@@ -145,7 +113,7 @@ def test_a_create_runs_restic_once_and_a_first_one_creates_the_repository_quietl
     assert '"event": "backup.create.finished"' in log
     again, _ = created()
     assert again == ["backup"]
-    assert [s.id for s in list_restic_snapshots(repo)] != []
+    assert [s.id for s in list_snapshots(repo)] != []
 
 
 def pinning_restic(tmp_path: Path, calls: Path, pin: Path) -> Path:
@@ -171,16 +139,16 @@ def test_a_restore_of_latest_lists_beside_it_and_never_mixes_in_a_backup_landing
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """``restore --snapshot latest`` starts restic's restore and dump of ``latest`` beside the
-    listing (each run derives the key first, ~0.7 s of CPU). The tree counts only if its
-    manifest carries the backup id tagged on the snapshot the listing calls latest. Here the
-    restore and dump are pinned to the older snapshot, as if they resolved ``latest`` just
-    before a backup landed: the restore must bring back the listed snapshot whole, by its id."""
+    """``restore --snapshot latest`` starts restic's restore of ``latest`` beside the listing
+    (each run derives the key first, ~0.7 s of CPU). The tree counts only if its manifest
+    carries the backup id tagged on the snapshot the listing calls latest. Here the restore is
+    pinned to the older snapshot, as if it resolved ``latest`` just before a backup landed: the
+    restore must bring back the listed snapshot whole, by its id."""
     repo = open_repository(target.url, environ={**os.environ, **target.env})
-    older = create_restic_backup(data_dir, repo, work_dir=tmp_path)
+    older = create_backup(data_dir, repo, work_dir=tmp_path)
     make_database(data_dir / "lcm.db", 40)  # 40 more rows
     (data_dir / "SOUL.md").write_text("You are a newer agent.\n")
-    newer = create_restic_backup(data_dir, repo, work_dir=tmp_path)
+    newer = create_backup(data_dir, repo, work_dir=tmp_path)
     expected = rows(data_dir / "lcm.db", "SELECT count(*) FROM messages")
     calls, pin = tmp_path / "restic-calls", tmp_path / "pinned-latest"
     monkeypatch.setenv("HERMES_RUNTIME_RESTIC", str(pinning_restic(tmp_path, calls, pin)))
@@ -188,7 +156,7 @@ def test_a_restore_of_latest_lists_beside_it_and_never_mixes_in_a_backup_landing
     def restored(name: str) -> tuple[list[list[str]], str]:
         calls.unlink(missing_ok=True)
         capsys.readouterr()
-        report = restore_restic_snapshot(repo, tmp_path / name)
+        report = restore_snapshot(repo, tmp_path / name)
         assert report.snapshot == newer.id
         assert rows(tmp_path / name / "lcm.db", "SELECT count(*) FROM messages") == expected
         assert (tmp_path / name / "SOUL.md").read_text() == "You are a newer agent.\n"
@@ -200,12 +168,12 @@ def test_a_restore_of_latest_lists_beside_it_and_never_mixes_in_a_backup_landing
         return runs, capsys.readouterr().err
 
     runs, log = restored("unpinned")
-    assert sorted(runs) == [["dump", "latest"], ["restore", "latest"], ["snapshots"]]
+    assert sorted(runs) == [["restore", "latest"], ["snapshots"]]
     assert "backup.restore.by_id" not in log
     pin.write_text(older.id)
     runs, log = restored("pinned")
-    assert sorted(runs[:3]) == [["dump", "latest"], ["restore", "latest"], ["snapshots"]]
-    assert sorted(runs[3:]) == [["dump", newer.id], ["restore", newer.id]]
+    assert sorted(runs[:2]) == [["restore", "latest"], ["snapshots"]]
+    assert runs[2:] == [["restore", newer.id]]
     assert '"event": "backup.restore.by_id"' in log and "not the listed latest" in log
 
 
@@ -216,14 +184,14 @@ def test_a_restore_of_latest_that_cannot_empty_its_first_tree_fails_and_changes_
     before the listed one is restored into the same staging folder; if it cannot be removed
     (here ``rmtree`` fails), the restore stops: never a tree with files of both snapshots."""
     repo = open_repository(target.url, environ={**os.environ, **target.env})
-    older = create_restic_backup(data_dir, repo, work_dir=tmp_path)
+    older = create_backup(data_dir, repo, work_dir=tmp_path)
     (data_dir / "SOUL.md").write_text("You are a newer agent.\n")
-    create_restic_backup(data_dir, repo, work_dir=tmp_path)
+    create_backup(data_dir, repo, work_dir=tmp_path)
     pin = tmp_path / "pinned-latest"
     pin.write_text(older.id)
     wrapper = pinning_restic(tmp_path, tmp_path / "restic-calls", pin)
     monkeypatch.setenv("HERMES_RUNTIME_RESTIC", str(wrapper))
-    real_rmtree = restic_engine.shutil.rmtree
+    real_rmtree = restore.shutil.rmtree
 
     def stuck(path: Path, ignore_errors: bool = False, **kwargs: Any) -> None:
         """The staging folder itself cannot be removed; everything else can."""
@@ -231,11 +199,11 @@ def test_a_restore_of_latest_that_cannot_empty_its_first_tree_fails_and_changes_
             raise PermissionError(13, "Permission denied", str(path))
         real_rmtree(path, ignore_errors=ignore_errors, **kwargs)
 
-    monkeypatch.setattr(restic_engine.shutil, "rmtree", stuck)
+    monkeypatch.setattr(restore.shutil, "rmtree", stuck)
     restored = tmp_path / "restored"
     with pytest.raises(
         RuntimeFailure, match=r"cannot empty the staging folder .*Permission denied"
     ):
-        restore_restic_snapshot(repo, restored)
+        restore_snapshot(repo, restored)
     assert not restored.exists()
     assert not list(tmp_path.glob(".hermes-restore-*"))
