@@ -8,14 +8,20 @@ Public surface:
   does it itself).
 - ``run_agent(settings) -> int``: wait for the data volume's lock (the gateway process already
   importing meanwhile, ``zygote.py``), ``prepare``, then the Hermes gateway in the foreground
-  with its API server: signals forwarded, hand-over on stop (``/ready``, ``/pre-stop`` waiting
-  for a warm successor, drain), crashes restarted in place, graceful restarts on
-  plugin/secret changes, metrics; the front door (``frontdoor.py``) owns the API port and
-  holds clients while the gateway is replaced.
-- ``Supervisor``: the child-process supervisor (``request_restart(reason)``: the one restart
-  path, also used for plugin and secret changes).
-- ``GatewayRestarter``: the same restart for ``plugins watch`` outside the entrypoint.
+  with its API server, everything on one event loop: crashes restarted in place, graceful
+  restarts on plugin/secret changes, metrics; the front door (``frontdoor.py``) owns the API
+  port and holds clients while the gateway is replaced; the stop and hand-over to a warm
+  successor pod (the preStop hook, ``/ready``'s verdict, relaying, lingering) is one object in
+  one file, ``handover.py``.
+- ``Supervisor``: the child-process supervisor, a coroutine (``request_restart(reason)``: the
+  one restart path, also used for plugin and secret changes).
+- ``GatewayRestarter``: the same restart for ``plugins watch`` outside the entrypoint (both
+  signal and wait through ``restart.signal_and_wait``).
 - ``seed_config`` / ``seed_soul``: the three-way seeding on its own.
+- ``ask_entrypoint(socket, PRE_STOP, timeout)``: the preStop hook's call (``agent pre-stop``)
+  to a running entrypoint over its control socket (``control.py``, ``hook.py``); ``None``
+  when none listens. Standard library only: the hook is a fresh interpreter on the stop's
+  critical path.
 - ``gateway_main``: the gateway process's ``__main__``; it installs ``idempotency.py``'s
   durable ``Idempotency-Key`` cache into Hermes' API server, then runs Hermes.
 
@@ -30,6 +36,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from hermes_runtime.agent.hook import ANSWER_MARGIN_SECONDS, PRE_STOP, ask_entrypoint
     from hermes_runtime.agent.metrics import AgentMetrics
     from hermes_runtime.agent.restart import GATEWAY_RESTART_EXIT_CODE, GatewayRestarter
     from hermes_runtime.agent.runner import PrepareReport, prepare, run_agent
@@ -38,6 +45,9 @@ if TYPE_CHECKING:
     from hermes_runtime.agent.supervisor import Supervisor
 
 _EXPORTS = {
+    "ANSWER_MARGIN_SECONDS": "hermes_runtime.agent.hook",
+    "PRE_STOP": "hermes_runtime.agent.hook",
+    "ask_entrypoint": "hermes_runtime.agent.hook",
     "GATEWAY_RESTART_EXIT_CODE": "hermes_runtime.agent.restart",
     "AgentMetrics": "hermes_runtime.agent.metrics",
     "AgentSettings": "hermes_runtime.agent.settings",
@@ -52,13 +62,16 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "ANSWER_MARGIN_SECONDS",
     "GATEWAY_RESTART_EXIT_CODE",
+    "PRE_STOP",
     "AgentMetrics",
     "AgentSettings",
     "GatewayRestarter",
     "PrepareReport",
     "SeedResult",
     "Supervisor",
+    "ask_entrypoint",
     "prepare",
     "run_agent",
     "seed_config",

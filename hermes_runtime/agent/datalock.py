@@ -11,17 +11,13 @@ gateway child inherits it (``pass_fds``) and the lock stays held until the super
 the gateway are gone, even if the supervisor is killed first. Linux's NFS client maps
 ``flock`` onto NFS locks, so it also holds across nodes on a shared volume.
 
-The successor: a pod waiting for the lock holds a second ``flock``, on ``successor.lock``, once
-it is ready to take over (its gateway imported, ``zygote.py``), and writes into that file
-where it can be reached. The pod being replaced waits for that in its preStop hook while it
-still serves (``waiting_successor``), then forwards new clients to it (``frontdoor.py``).
-Before the data dir lock, the only writes to the volume are these two lock files.
+While a process waits for the lock, ``while_waiting`` runs between polls: the entrypoint
+announces itself there as the successor of the pod it replaces (``successor.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fcntl
 import json
 import os
@@ -32,25 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hermes_runtime.common.errors import RuntimeFailure
-from hermes_runtime.common.flock import try_flock, wait_for_flock
+from hermes_runtime.common.flock import wait_for_flock
 from hermes_runtime.common.logs import log_event
 
 LOCK_NAME = "gateway.lock"
 SUCCESSOR_LOCK_NAME = "successor.lock"
-
-
-@dataclass(frozen=True)
-class Successor:
-    """A pod waiting for the lock, ready to take over; where its API and metrics ports are
-    (``host`` empty: it did not say, so nobody forwards clients to it)."""
-
-    host: str = ""
-    api_port: int = 0
-    metrics_port: int = 0
-
-    @property
-    def reachable(self) -> bool:
-        return bool(self.host and self.api_port)
 
 
 @dataclass(frozen=True)
@@ -109,25 +91,21 @@ def hold_data_dir_lock(
     timeout: float,
     *,
     fd: int | None = None,
-    ready: Callable[[], bool] = lambda: True,
-    me: Successor | None = None,
+    while_waiting: Callable[[], None] = lambda: None,
     poll_interval: float = 0.05,
     log_interval: float = 5.0,
 ) -> Iterator[DataDirLock]:
     """Wait up to ``timeout`` seconds for the exclusive lock on ``path``, then hold it.
 
     ``fd``: an already open descriptor of ``path`` (``open_lock_file``); else one is opened
-    here. While waiting, a log line names the holder every ``log_interval`` seconds, and once
-    ``ready()`` this process announces itself as the successor, with where it can be reached
-    (``me``; ``waiting_successor`` reads it); after
-    ``timeout`` a ``RuntimeFailure`` says who holds it. A SIGTERM while waiting simply ends the
-    process: nothing has been touched yet.
+    here. While waiting, a log line names the holder every ``log_interval`` seconds and
+    ``while_waiting()`` runs between polls; after ``timeout`` a ``RuntimeFailure`` says who
+    holds it. A SIGTERM while waiting simply ends the process: nothing has been touched yet.
     """
     with contextlib.ExitStack() as stack:
         if fd is None:
             fd = stack.enter_context(open_lock_file(path))
-        with _Announcement(path.with_name(SUCCESSOR_LOCK_NAME), ready, me) as successor:
-            waited = _wait_for_lock(fd, path, timeout, poll_interval, log_interval, successor)
+        waited = _wait_for_lock(fd, path, timeout, poll_interval, log_interval, while_waiting)
         _write_holder(fd)
         log_event("agent.lock.acquired", lock=str(path), waited_seconds=round(waited, 3))
         yield DataDirLock(path, fd, waited)
@@ -140,82 +118,19 @@ def release_data_dir_lock(lock: DataDirLock) -> None:
     log_event("agent.lock.released", lock=str(lock.path))
 
 
-def waiting_successor(state_dir: Path) -> Successor | None:
-    """The process waiting for the data dir lock and ready to take over at once, if any."""
-    try:
-        fd = os.open(state_dir / SUCCESSOR_LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None  # never announced (no file yet)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return _read_successor(fd)
-        return None
-    finally:
-        os.close(fd)  # also drops the shared lock, if we got it
-
-
-def _read_successor(fd: int) -> Successor:
-    with contextlib.suppress(OSError, ValueError, TypeError):
-        info = json.loads(os.pread(fd, 4096, 0) or b"{}")
-        return Successor(str(info["host"]), int(info["api_port"]), int(info["metrics_port"]))
-    return Successor()
-
-
-class _Announcement:
-    """Holds ``successor.lock`` from the moment ``ready()`` until the data dir lock is ours,
-    with ``me`` (where this pod can be reached) written into it.
-
-    Two pods waiting at once (a delete during a rollout): the first to be ready holds it, the
-    other simply waits for the data dir lock."""
-
-    def __init__(self, path: Path, ready: Callable[[], bool], me: Successor | None) -> None:
-        self._path = path
-        self._ready = ready
-        self._me = me or Successor()
-        self._fd: int | None = None
-
-    def __enter__(self) -> _Announcement:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-    def announce(self) -> None:
-        """Take the successor lock once ready (non-blocking, retried on every poll)."""
-        if self._fd is not None or not self._ready():
-            return
-        try:
-            fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o640)
-        except OSError:
-            return  # best effort: without it the old pod just waits its preStop bound
-        if not try_flock(fd):
-            os.close(fd)
-            return
-        self._fd = fd
-        record = json.dumps(dataclasses.asdict(self._me)).encode() + b"\n"
-        with contextlib.suppress(OSError):  # without it, the old pod just does not forward
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, record, 0)
-        log_event("agent.lock.successor", lock=str(self._path), **dataclasses.asdict(self._me))
-
-
 def _wait_for_lock(
     fd: int,
     path: Path,
     timeout: float,
     poll_interval: float,
     log_interval: float,
-    successor: _Announcement,
+    while_waiting: Callable[[], None],
 ) -> float:
     next_log = 0.0
 
     def still_waiting(waited: float) -> bool:
         nonlocal next_log
-        successor.announce()
+        while_waiting()
         if waited >= timeout:
             raise RuntimeFailure(
                 f"timed out after {timeout:.0f} s waiting for the data dir lock {path}: "

@@ -1,38 +1,39 @@
-"""The entrypoint's HTTP endpoints for the kubelet and Prometheus: one port, three paths.
+"""The entrypoint's HTTP endpoints for the kubelet and Prometheus: one port, two read-only paths.
 
 - ``/metrics``: the ``AgentMetrics`` registry.
 - ``/ready``: 200 only while the gateway answers ``/health`` (or is being replaced behind the
-  front door, which holds requests meanwhile), the data volume takes a write and LCM's
-  database (when LCM is the context engine) answers a read; 503 with the failing checks
-  otherwise, and from the moment the pod starts stopping.
-- ``/pre-stop``: the container's preStop hook. With one replica there is no other pod to
-  send clients to, so the pod keeps serving while it waits (at most ``handover_seconds``) for
-  its successor: a new pod on the same volume, waiting for the data dir lock with its gateway
-  imported (``datalock.waiting_successor``). Then the hook returns and the kubelet sends
-  SIGTERM: the gateway drains and exits, the successor takes the lock and starts.
+  front door, which holds requests meanwhile), the data volume has its reserve of free space
+  (``datareserve.py``) and takes a new file, and LCM's database (when LCM is the context
+  engine) answers a read; 503 with the failing checks otherwise, and from the moment the pod
+  starts stopping.
 
-  With a successor that said where it is, this pod stays ready (Kubernetes keeps sending
-  clients to a terminating pod that is ready while no other one is) and its front door
-  forwards new clients to the successor's, which holds them until its gateway answers; once
-  the successor's ``/ready`` answers, this pod turns unready and leaves ``prestop_seconds``
-  later. Without one, ``/ready`` turns 503 at once and the pod stays reachable (closing new
-  connections at once, never letting them hang) until ``prestop_seconds`` after that, so the
-  endpoints drop it before its address vanishes (``runner.py``).
+Only ``GET`` of those two paths: any other path is 404, any other method 405, and nothing
+here changes the pod's state. The port listens on every address (Prometheus and the kubelet
+come from outside the pod), so whatever it serves, every pod of the cluster can call.
 
-Why the hook is ``httpGet`` and not ``exec sleep``: it runs on Kubernetes 1.27 (no ``sleep``
-action), needs no shell in the image, and flips readiness in the same step.
+The stop is not asked for here. The container's preStop hook is an ``exec`` of ``hermes-runtime
+agent pre-stop``, which reaches ``HandOver.pre_stop`` through the entrypoint's Unix socket
+(``control.py``, ``hook.py``): only the kubelet starts it. It used to be ``httpGet /pre-stop``
+on this port (no shell needed, Kubernetes 1.27 has no ``sleep`` action); one unauthenticated
+GET from any pod then turned the pod unready for good. Once the pod stops, ``/ready`` says
+what the hand-over says (``HandOver.stop_verdict``, ``handover.py``) instead of its checks.
+
+Served on the entrypoint's event loop (plain ``asyncio`` streams: two GET paths need no web
+framework); the checks that block on the filesystem (a write to the data volume, a read of
+``lcm.db``) and ``/metrics`` (its collectors read the volume) run on worker threads, so a
+hung volume never stalls the loop, which also carries every API client (``frontdoor.py``).
+One request per connection, as before (HTTP/1.0: the answer closes it).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import threading
-import time
-import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,126 +41,75 @@ import apsw
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from ruamel.yaml import YAML
 
-from hermes_runtime.agent.datalock import Successor
+from hermes_runtime.agent.datareserve import OK, DataReserve
+from hermes_runtime.agent.httpget import http_get
 from hermes_runtime.agent.metrics import AgentMetrics
 from hermes_runtime.common.logs import log_event
 from hermes_runtime.common.sqlite import connect
 from hermes_runtime.lcm import LcmConfig
 
 PROBE_TIMEOUT = 2.0  # seconds per check; the kubelet's own timeout is the outer bound
-RELAY_POLL_SECONDS = 0.2  # how often a stopping pod asks its successor whether it is ready
+MAX_DISCARDED_BODY = 64 * 1024  # a refused request's body read before closing
+REQUEST_SECONDS = 10.0  # to send the request line and headers
+MAX_HEADERS = 100
+REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
+REASONS[503] = "Service Unavailable"
 
 
 @dataclass
 class Readiness:
-    """What ``/ready`` checks, and the hand-over's state. ``stop_requested`` is the supervisor's
-    SIGTERM flag; the preStop hook (``hand_over``) sets ``pre_stop`` before that. From then on
-    the pod is unready, unless it forwards new clients to a successor that is not ready yet."""
+    """What ``/ready`` checks: the gateway's ``/health`` (on ``gateway``, host and port), the
+    data volume, LCM's database; or, once the pod stops, the hand-over's verdict."""
 
     data_dir: Path
     state_dir: Path
-    health_url: str
+    gateway: tuple[str, int]
     gateway_running: Callable[[], bool]
-    stop_requested: Callable[[], bool]
     # A replacement gateway is on its way and the front door holds requests until it answers.
     gateway_restarting: Callable[[], bool] = lambda: False
-    prestop_seconds: float = 0.0
-    # A warm successor pod waiting for the data dir lock (datalock.waiting_successor).
-    successor: Callable[[], Successor | None] = lambda: None
-    handover_seconds: float = 0.0
-    pre_stop: threading.Event = field(default_factory=threading.Event)
-    stop_began: float | None = None  # time.monotonic() when the hand-over ended its wait
-    relay: Successor | None = None  # the successor new clients are forwarded to
-    successor_ready_at: float | None = None  # when its /ready first answered 200
+    stop_verdict: Callable[[], dict[str, str] | None] = lambda: None
+    reserve: DataReserve | None = None  # the data volume's free space against its reserve
 
-    def checks(self) -> dict[str, str]:
+    async def checks(self) -> dict[str, str]:
         """Each check's verdict, ``"ok"`` or why not; the pod is ready when all are ``ok``."""
-        if self.pre_stop.is_set() or self.stop_requested():
-            if self.relay is not None and not self.successor_ready():
-                return {"handover": "ok"}  # still the way in: new clients go to the successor
-            return {"stopping": "the pod is stopping"}
-        return {
-            "gateway": self._gateway(),
-            "data": self._data_volume(),
-            "lcm": self._lcm(),
-        }
-
-    def begin_stop(self, **fields: Any) -> None:
-        if not self.pre_stop.is_set():
-            self.stop_began = time.monotonic()
-            self.pre_stop.set()
-            log_event("agent.pre_stop", reachable_seconds=self.prestop_seconds, **fields)
-
-    def hand_over(self, poll_seconds: float = 0.1) -> dict[str, Any]:
-        """The preStop hook: wait (still serving) for a warm successor, then stop."""
-        started = time.monotonic()
-        deadline = started + self.handover_seconds
-        successor = self.successor()
-        while successor is None and time.monotonic() < deadline and not self.stop_requested():
-            time.sleep(poll_seconds)
-            successor = self.successor()
-        if successor is not None and successor.reachable:
-            self.relay = successor
-        waited = round(time.monotonic() - started, 2)
-        self.begin_stop(
-            successor=successor is not None,
-            relay=f"{successor.host}:{successor.api_port}" if self.relay and successor else None,
-            waited_seconds=waited,
+        verdict = self.stop_verdict()
+        if verdict is not None:
+            return verdict
+        gateway, data, lcm = await asyncio.gather(
+            self._gateway(), asyncio.to_thread(self._data_volume), asyncio.to_thread(self._lcm)
         )
-        return {"stopping": True, "successor": successor is not None, "waited_seconds": waited}
+        return {"gateway": gateway, "data": data, "lcm": lcm}
 
-    def relay_address(self) -> tuple[str, int] | None:
-        """Where the front door sends new clients once the pod stops (None: nowhere)."""
-        relay = self.relay
-        return (relay.host, relay.api_port) if relay is not None else None
-
-    def successor_ready(self) -> bool:
-        """Whether the successor's ``/ready`` has answered 200 (asked until it has)."""
-        relay = self.relay
-        if self.successor_ready_at is None and relay is not None:
-            url = f"http://{_host(relay.host)}:{relay.metrics_port}/ready"
-            try:
-                with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT) as response:
-                    ok = response.status == 200
-            except (OSError, ValueError):
-                ok = False
-            if ok:
-                self.successor_ready_at = time.monotonic()
-                log_event("agent.handover.successor_ready", successor=relay.host)
-        return self.successor_ready_at is not None
-
-    def reachable_for(self) -> float:
-        """Seconds this pod must stay reachable yet: while it forwards to a successor that is
-        not ready, then ``prestop_seconds`` after turning unready (the kubelet's readiness
-        failures and kube-proxy's sync take that long to drop it)."""
-        if self.stop_began is None:
-            return 0.0
-        unready_since: float | None = self.stop_began
-        if self.relay is not None:
-            unready_since = self.successor_ready_at if self.successor_ready() else None
-        if unready_since is None:
-            return RELAY_POLL_SECONDS  # still the way in to a successor that is not ready
-        return max(0.0, unready_since + self.prestop_seconds - time.monotonic())
-
-    def _gateway(self) -> str:
-        verdict = self._gateway_health()
+    async def _gateway(self) -> str:
+        verdict = await self._gateway_health()
         if verdict != "ok" and self.gateway_restarting():
             return "ok"  # requests wait at the front door for the new gateway: still ready
         return verdict
 
-    def _gateway_health(self) -> str:
+    async def _gateway_health(self) -> str:
         if not self.gateway_running():
             return "the gateway process is not running"
+        host, port = self.gateway
+        url = f"http://{host}:{port}/health"
         try:
-            with urllib.request.urlopen(self.health_url, timeout=PROBE_TIMEOUT) as response:
-                status = json.loads(response.read()).get("status")
-        except (OSError, ValueError) as exc:
-            return f"{self.health_url}: {exc}"
-        return "ok" if status == "ok" else f"{self.health_url}: status {status!r}"
+            status, body = await http_get(host, port, "/health", PROBE_TIMEOUT)
+            health = json.loads(body).get("status") if status == 200 else f"HTTP {status}"
+        except TimeoutError:
+            return f"{url}: no answer within {PROBE_TIMEOUT:g} s"
+        except (OSError, ValueError, AttributeError) as exc:
+            return f"{url}: {exc}"
+        return "ok" if health == "ok" else f"{url}: status {health!r}"
 
     def _data_volume(self) -> str:
-        """A small write with fsync: catches a read-only, full or vanished volume."""
-        probe = self.state_dir / ".ready-probe"
+        """Free space above the reserve, and a new file written with fsync: catches a full,
+        read-only or vanished volume.
+
+        A new file each time (then removed): rewriting one probe file in place reuses its
+        block, which a full volume still allows, so the check answered ok on a volume that
+        refused every new file (issue 30)."""
+        if self.reserve is not None and (verdict := self.reserve.measure()) != OK:
+            return verdict
+        probe = self.state_dir / f".ready-probe-{os.getpid()}-{threading.get_ident()}"
         try:
             fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
@@ -169,7 +119,10 @@ class Readiness:
                 os.close(fd)
         except OSError as exc:
             return f"{probe}: {exc.strerror}"
-        return "ok"
+        finally:
+            with contextlib.suppress(OSError):
+                probe.unlink()
+        return OK
 
     def _lcm(self) -> str:
         """With LCM as the context engine, ``lcm.db`` (once the engine made it) must be
@@ -190,10 +143,6 @@ class Readiness:
         return "ok"
 
 
-def _host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host  # an IPv6 pod address in a URL
-
-
 def _lcm_enabled(config_yaml: Path) -> bool:
     try:
         config = YAML(typ="safe").load(config_yaml.read_text(encoding="utf-8")) or {}
@@ -203,39 +152,100 @@ def _lcm_enabled(config_yaml: Path) -> bool:
     return isinstance(context, dict) and context.get("engine") == "lcm"
 
 
-def serve_endpoints(
-    metrics: AgentMetrics, readiness: Readiness, port: int, host: str = "0.0.0.0"
-) -> ThreadingHTTPServer:
-    """Serve the three paths on a daemon thread; ``.shutdown()`` stops it."""
+class Endpoints:
+    """``/metrics`` and ``/ready`` on ``port``; ``start`` binds (an ``OSError`` when taken)."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._send(200, generate_latest(metrics.registry), CONTENT_TYPE_LATEST)
+    def __init__(
+        self, metrics: AgentMetrics, readiness: Readiness, port: int, host: str = "0.0.0.0"
+    ) -> None:
+        self._metrics = metrics
+        self._readiness = readiness
+        self._address = (host, port)
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, *self._address)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            try:
+                request = await asyncio.wait_for(_read_request(reader), REQUEST_SECONDS)
+            except (TimeoutError, ValueError, asyncio.IncompleteReadError):
+                request = None
+            if request is None:
+                await _send(writer, "GET", 400, {"error": "no HTTP request"})
+                return
+            method, path, headers = request
+            if method != "GET":
+                await _discard_body(reader, headers)
+                await _send(
+                    writer, method, 405, {"error": f"{method} not allowed: read-only, GET only"}
+                )
+            elif path == "/metrics":
+                body = await asyncio.to_thread(generate_latest, self._metrics.registry)
+                await _send_bytes(writer, method, 200, body, CONTENT_TYPE_LATEST)
             elif path == "/ready":
-                checks = readiness.checks()
+                checks = await self._readiness.checks()
                 ok = all(verdict == "ok" for verdict in checks.values())
-                self._json(200 if ok else 503, {"ready": ok, "checks": checks})
-            elif path == "/pre-stop":
-                self._json(200, readiness.hand_over())
+                await _send(writer, method, 200 if ok else 503, {"ready": ok, "checks": checks})
             else:
-                self._json(404, {"error": f"no such path {path}"})
+                await _send(writer, method, 404, {"error": f"no such path {path}"})
+        except OSError:
+            pass  # the client went away
+        except Exception as exc:  # a bug: log it, never end the entrypoint for it
+            log_event("agent.endpoints.failed", level="error", error=repr(exc))
+        finally:
+            writer.close()
 
-        def _json(self, status: int, payload: dict[str, Any]) -> None:
-            self._send(status, json.dumps(payload).encode(), "application/json")
 
-        def _send(self, status: int, body: bytes, content_type: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str]] | None:
+    """``(method, path without query, headers)`` of one request; None when malformed."""
+    words = (await reader.readline()).decode("latin-1").split()
+    if len(words) != 3 or not words[2].startswith("HTTP/"):
+        return None
+    headers: dict[str, str] = {}
+    for _ in range(MAX_HEADERS):
+        line = (await reader.readline()).decode("latin-1")
+        if line in ("\r\n", "\n", ""):
+            return words[0], words[1].split("?", 1)[0], headers
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return None
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # the kubelet probes every second: no access log
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="endpoints", daemon=True).start()
-    return server
+async def _discard_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> None:
+    """Read a small body, so closing does not reset the connection under the answer."""
+    try:
+        length = int(headers.get("content-length") or 0)
+    except ValueError:
+        return
+    if 0 < length <= MAX_DISCARDED_BODY:
+        with contextlib.suppress(asyncio.IncompleteReadError, TimeoutError):
+            await asyncio.wait_for(reader.readexactly(length), REQUEST_SECONDS)
+
+
+async def _send(
+    writer: asyncio.StreamWriter, method: str, status: int, payload: dict[str, Any]
+) -> None:
+    await _send_bytes(writer, method, status, json.dumps(payload).encode(), "application/json")
+
+
+async def _send_bytes(
+    writer: asyncio.StreamWriter, method: str, status: int, body: bytes, content_type: str
+) -> None:
+    head = [
+        f"HTTP/1.0 {status} {REASONS[status]}",
+        f"Content-Type: {content_type}",
+        f"Content-Length: {len(body)}",
+        "Connection: close",
+    ]
+    if status == 405:
+        head.append("Allow: GET")
+    writer.write(("\r\n".join(head) + "\r\n\r\n").encode())
+    if method != "HEAD":
+        writer.write(body)
+    await writer.drain()

@@ -7,7 +7,9 @@ Found in Hermes 0.19.0's source: ``hermes gateway run`` runs the gateway in the 
 gateway exit 75 for us to restart it instead of spawning a detached copy of itself;
 ``hermes_cli/gateway.py`` (``run_gateway``) sleeps before it binds once more than
 ``gateway.respawn_storm.max_starts`` starts landed in its window, unless
-``HERMES_GATEWAY_MAX_STARTS`` is 0.
+``HERMES_GATEWAY_MAX_STARTS`` is 0. Those names live in the adapter ``compat/launch.py``
+(the gateway process logs when the installed Hermes is not a release it knows); the
+planned-stop marker is written through ``compat/planned_stop.py``.
 """
 
 from __future__ import annotations
@@ -19,9 +21,27 @@ from pathlib import Path
 
 from hermes_runtime.agent.settings import AgentSettings
 from hermes_runtime.common.errors import RuntimeFailure
+from hermes_runtime.compat import (
+    DRAIN_TIMEOUT_ENV,
+    EXTERNAL_SUPERVISOR_ENV,
+    GATEWAY_ARGS,
+    HERMES_MAIN,
+    MIN_API_KEY_LENGTH,
+    RESPAWN_STORM_ENV,
+    write_planned_stop,
+)
 from hermes_runtime.vault import read_env_file
 
-HERMES_MAIN = "hermes_cli.main"
+__all__ = [
+    "HERMES_MAIN",
+    "MIN_API_KEY_LENGTH",
+    "RESPAWN_STORM_ENV",
+    "gateway_command",
+    "gateway_env",
+    "mark_planned_stop",
+    "read_api_key_file",
+    "read_secrets_env",
+]
 
 
 def gateway_command() -> list[str]:
@@ -34,9 +54,7 @@ def gateway_command() -> list[str]:
         "-m",
         "hermes_runtime.agent.gateway_main",
         HERMES_MAIN,
-        "gateway",
-        "run",
-        "--replace",
+        *GATEWAY_ARGS,
     ]
 
 
@@ -45,13 +63,29 @@ def read_secrets_env(path: Path) -> dict[str, str]:
     return dict(read_env_file(path))
 
 
+def read_api_key_file(path: Path) -> str:
+    """The API key from its file (``HERMES_RUNTIME_API_KEY_FILE``, a Secret's volume)."""
+    try:
+        key = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise RuntimeFailure(
+            f"API key file {path} (HERMES_RUNTIME_API_KEY_FILE): {exc.strerror}"
+        ) from None
+    if not key:
+        raise RuntimeFailure(f"API key file {path} (HERMES_RUNTIME_API_KEY_FILE) is empty")
+    return key
+
+
 def gateway_env(settings: AgentSettings, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The gateway's environment: ours, plus the secrets file, plus the API server settings.
 
-    Values from the secrets file override the container's env (they are the rotated ones). The
-    API server key must come from somewhere Hermes reads: env, secrets file or ``D/.env``.
+    Values from the secrets file override the container's env (they are the rotated ones); the
+    API key file overrides the env and is overridden by the secrets file. The API server key
+    must come from somewhere Hermes reads: env, key file, secrets file or ``D/.env``.
     """
     env = dict(os.environ if base is None else base)
+    if settings.api_key_file is not None:
+        env["API_SERVER_KEY"] = read_api_key_file(settings.api_key_file)
     if settings.secrets_env is not None:
         env.update(read_secrets_env(settings.secrets_env))
     env.update(
@@ -61,10 +95,10 @@ def gateway_env(settings: AgentSettings, base: Mapping[str, str] | None = None) 
             "API_SERVER_ENABLED": "true",
             "API_SERVER_HOST": settings.gateway_address[0],
             "API_SERVER_PORT": str(settings.gateway_address[1]),
-            "HERMES_GATEWAY_EXTERNAL_SUPERVISOR": "1",
+            EXTERNAL_SUPERVISOR_ENV: "1",
             # agent.restart_drain_timeout (an explicit value in config.yaml still wins):
             # Hermes' default 0 interrupted every in-flight turn on SIGTERM.
-            "HERMES_RESTART_DRAIN_TIMEOUT": f"{settings.drain_timeout:g}",
+            DRAIN_TIMEOUT_ENV: f"{settings.drain_timeout:g}",
             "PYTHONUNBUFFERED": "1",
         }
     )
@@ -89,7 +123,6 @@ def gateway_env(settings: AgentSettings, base: Mapping[str, str] | None = None) 
     return env
 
 
-MIN_API_KEY_LENGTH = 16  # gateway/platforms/api_server.py refuses shorter keys
 # Hermes' respawn-storm breaker counts every gateway start in ``$HERMES_HOME/gateway-starts.log``
 # (on the data volume) and, past 5 in 120 s, sleeps 10, 20, 40 ... s before it binds its port.
 # Here every pod replacement (rollout, delete, eviction) and every restart in place (plugins,
@@ -97,8 +130,7 @@ MIN_API_KEY_LENGTH = 16  # gateway/platforms/api_server.py refuses shorter keys
 # turned into 10 s, then 20 s outages (issue 17's fault runs: the 6th and 7th start). Crash
 # loops are bounded already, by the supervisor's ``CrashPolicy`` and then the kubelet's
 # back-off. The variable wins over config.yaml in Hermes: set it in the container's env to
-# turn the breaker back on.
-RESPAWN_STORM_ENV = "HERMES_GATEWAY_MAX_STARTS"
+# turn the breaker back on. (RESPAWN_STORM_ENV: compat/launch.py.)
 
 
 def _dotenv_defines(path: Path, name: str) -> bool:
@@ -119,16 +151,7 @@ def mark_planned_stop(data_dir: Path, pid: int) -> None:
 
     Without Hermes' planned-stop marker, a SIGTERM counts as "unexpected": the gateway exits 1
     (so systemd would revive it) and we would report a failure for a normal shutdown. Hermes'
-    own helper writes the marker; it locates the data dir through ``HERMES_HOME``.
+    own helper writes the marker, through the adapter that checks it first (on a Hermes it
+    does not know: no marker, logged).
     """
-    from gateway.status import write_planned_stop_marker
-
-    previous = os.environ.get("HERMES_HOME")
-    os.environ["HERMES_HOME"] = str(data_dir)
-    try:
-        write_planned_stop_marker(pid)
-    finally:
-        if previous is None:
-            del os.environ["HERMES_HOME"]
-        else:
-            os.environ["HERMES_HOME"] = previous
+    write_planned_stop(data_dir, pid)

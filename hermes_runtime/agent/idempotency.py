@@ -37,7 +37,11 @@ A result that does not survive JSON unchanged, or that the database refuses, is 
 for its key (as Hermes would) and logged: the request never fails because of this cache.
 
 The file holds answers, so it is the user's conversation, as ``state.db`` is: it lives on the
-data volume beside it and nothing here logs keys, requests or answers. Durability is
+data volume beside it and nothing here logs keys, requests or answers. It is ``0600`` from its
+creation (and so are its ``-wal`` and ``-shm``, which SQLite gives the database's mode; files
+left by an older version are narrowed when opened), so no other user of the volume reads it,
+and ``secure_delete`` is on: an expired or replaced answer is overwritten with zeros, not left
+in a free page for anyone who later copies the file (a backup, a restored volume). Durability is
 SQLite's WAL with ``synchronous = NORMAL``: a commit survives the process being killed; a
 power loss of the node may lose the last ones. Streaming requests are not cached (Hermes
 does not pass them through ``_idem_cache``).
@@ -50,8 +54,8 @@ import contextlib
 import functools
 import hashlib
 import importlib.abc
-import inspect
 import json
+import os
 import sys
 import threading
 import time
@@ -68,10 +72,8 @@ import apsw
 
 from hermes_runtime.common.logs import log_event
 from hermes_runtime.common.sqlite import connect
+from hermes_runtime.compat import API_SERVER_MODULE, CACHE_GLOBAL, cache_problem, check_cache
 
-API_SERVER_MODULE = "gateway.platforms.api_server"
-CACHE_GLOBAL = "_idem_cache"  # the module global Hermes' handlers read
-GET_OR_SET_PARAMETERS = ("key", "fingerprint", "compute_coro")
 DB_NAME = "idempotency.db"  # under the entrypoint's state dir, D/.hermes-runtime/
 MAX_ENTRIES = 1000  # Hermes' own cap
 # What the two handlers read from a result after ``get_or_set`` (Hermes 0.19.0): chat
@@ -158,10 +160,12 @@ class AnswerStore:
 
     def __init__(self, path: Path, ttl_seconds: float, max_entries: int) -> None:
         self.path = path
-        self._ttl = ttl_seconds
-        self._max = max_entries
+        self.ttl_seconds = ttl_seconds
+        self.max_entries = max_entries
         self._lock = threading.Lock()
+        _private(path)
         self._conn = connect(path)
+        self._conn.execute("PRAGMA secure_delete = ON")  # per connection: deleted = zeroed
         with self._lock, self._conn:
             self._conn.execute(SCHEMA)
 
@@ -170,7 +174,7 @@ class AnswerStore:
         with self._lock:
             rows = self._conn.execute(
                 "SELECT fingerprint, response FROM answers WHERE key_sha256 = ? AND created >= ?",
-                (digest, now - self._ttl),
+                (digest, now - self.ttl_seconds),
             ).fetchall()
         return (str(rows[0][0]), str(rows[0][1])) if rows else None
 
@@ -197,12 +201,22 @@ class AnswerStore:
             self._conn.close()
 
     def _purge(self, now: float) -> None:
-        self._conn.execute("DELETE FROM answers WHERE created < ?", (now - self._ttl,))
+        self._conn.execute("DELETE FROM answers WHERE created < ?", (now - self.ttl_seconds,))
         self._conn.execute(
             "DELETE FROM answers WHERE key_sha256 IN (SELECT key_sha256 FROM answers"
             " ORDER BY created DESC LIMIT -1 OFFSET ?)",
-            (self._max,),
+            (self.max_entries,),
         )
+
+
+def _private(path: Path) -> None:
+    """Create the database file ``0600`` before SQLite opens it (SQLite would create it with the
+    process umask's mode, and gives its -wal and -shm the database's), and narrow the files of
+    an older version that made them readable by the group."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+    for name in (path.name, f"{path.name}-wal", f"{path.name}-shm", f"{path.name}-journal"):
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(path.with_name(name), 0o600)
 
 
 class MemoryAnswers:
@@ -235,16 +249,11 @@ class MemoryAnswers:
 class DurableIdempotencyCache:
     """Hermes' ``_IdempotencyCache`` (``get_or_set``) with its answers on disk; see the module."""
 
-    def __init__(
-        self,
-        store: AnswerStore,
-        ttl_seconds: float,
-        max_entries: int = MAX_ENTRIES,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
+    def __init__(self, store: AnswerStore, clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self._clock = clock  # wall clock: rows outlive the process
-        self._memory = MemoryAnswers(ttl_seconds, max_entries)
+        # The store's retention: an answer kept in memory lives exactly as long as on disk.
+        self._memory = MemoryAnswers(store.ttl_seconds, store.max_entries)
         self._inflight: dict[tuple[str, str], asyncio.Task[Any]] = {}
         # Its own writer thread: Hermes runs every agent turn in the loop's default executor,
         # and a finished turn's commit must not queue behind turns still running there.
@@ -261,7 +270,7 @@ class DurableIdempotencyCache:
         """The cache on the database at ``path`` (created if new), expired rows purged."""
         store = AnswerStore(path, ttl_seconds, max_entries)
         store.purge(clock())
-        return cls(store, ttl_seconds, max_entries, clock)
+        return cls(store, clock)
 
     async def get_or_set(self, key: str, fingerprint: str, compute_coro: Compute) -> Any:
         """The answer stored for ``key`` and ``fingerprint``, else ``compute_coro()``'s, stored.
@@ -327,33 +336,35 @@ class DurableIdempotencyCache:
 
 
 def hermes_cache_problem(module: ModuleType) -> str | None:
-    """Why ``module`` has no cache this one can replace (None: it has Hermes 0.19.0's)."""
-    cache = getattr(module, CACHE_GLOBAL, None)
-    if cache is None:
-        return f"{module.__name__} has no {CACHE_GLOBAL}"
-    method = getattr(cache, "get_or_set", None)
-    if method is None or not inspect.iscoroutinefunction(method):
-        return f"{module.__name__}.{CACHE_GLOBAL}.get_or_set is not an async method"
-    parameters = tuple(inspect.signature(method).parameters)
-    if parameters != GET_OR_SET_PARAMETERS:
-        return (
-            f"{module.__name__}.{CACHE_GLOBAL}.get_or_set takes {parameters}, "
-            f"not {GET_OR_SET_PARAMETERS}"
-        )
-    return None
+    """Why ``module`` has no cache this one can replace (None: it has Hermes 0.19.0's).
+
+    The check lives in the Hermes adapter (``compat/idempotency.py``)."""
+    return cache_problem(module)
 
 
 def install(
-    module: ModuleType, path: Path, ttl_seconds: float, max_entries: int = MAX_ENTRIES
+    module: ModuleType,
+    path: Path,
+    ttl_seconds: float,
+    max_entries: int = MAX_ENTRIES,
+    hermes_version: str | None = None,
 ) -> DurableIdempotencyCache | None:
     """Replace ``module``'s ``_idem_cache`` by a durable one on ``path``; None: not done.
 
-    A Hermes whose cache is not the one this replaces (an upgrade changed it), or a database
-    that cannot be opened, keeps Hermes' own in-memory cache, with a warning in the log: the
-    gateway must run either way."""
-    problem = hermes_cache_problem(module)
-    if problem is not None:
-        log_event("agent.idempotency.not_installed", level="warning", reason=problem)
+    A Hermes release the adapter does not know, one whose cache is not the one this
+    replaces (an upgrade changed it), or a database that cannot be opened, keeps Hermes'
+    own in-memory cache, with a warning in the log: the gateway must run either way.
+    ``hermes_version``: the installed distribution's by default."""
+    found = check_cache(module, hermes_version)
+    if not found.ok:
+        log_event(
+            "agent.idempotency.not_installed",
+            level="warning",
+            reason=found.describe(),
+            internal=found.internal,
+            hermes_version=found.version,
+            fallback="Hermes keeps its in-memory cache: a retry after a restart runs again",
+        )
         return None
     try:
         cache = DurableIdempotencyCache.open(path, ttl_seconds, max_entries)

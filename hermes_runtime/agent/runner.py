@@ -1,43 +1,56 @@
-"""``agent prepare`` and ``agent run``: seed the data dir, link plugins, supervise the gateway."""
+"""``agent prepare`` and ``agent run``: seed the data dir, link plugins, supervise the gateway.
+
+``agent run``, in order: the data dir lock (``datalock.py``; meanwhile the warm gateway imports,
+``zygote.py``, and this pod announces itself as a successor, ``successor.py``), ``prepare``,
+then everything else on one ``asyncio`` event loop until the pod is gone: the supervisor
+(``supervisor.py``), the hand-over (``handover.py``, which owns the stop), the front door
+(``frontdoor.py``), ``/metrics`` and ``/ready`` (``endpoints.py``), the control socket
+(``control.py``) and the restart watchers (``watchers.py``). Signals are the loop's own
+handlers; the only threads are the plugin watcher's and the filesystem reads of ``/ready``.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import functools
-import hashlib
 import os
 import subprocess
-import threading
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from hermes_runtime.agent.control import ControlServer
 from hermes_runtime.agent.datalock import (
     DataDirLock,
-    Successor,
     hold_data_dir_lock,
     lock_path,
     open_lock_file,
     release_data_dir_lock,
-    waiting_successor,
 )
-from hermes_runtime.agent.endpoints import Readiness, serve_endpoints
-from hermes_runtime.agent.frontdoor import DoorPolicy, FrontDoor, GatewayState
+from hermes_runtime.agent.datareserve import DataReserve
+from hermes_runtime.agent.endpoints import Endpoints, Readiness
+from hermes_runtime.agent.frontdoor import DoorPolicy, FrontDoor
 from hermes_runtime.agent.gateway import gateway_command, gateway_env, mark_planned_stop
+from hermes_runtime.agent.handover import HandOver
+from hermes_runtime.agent.hook import PRE_STOP
 from hermes_runtime.agent.metrics import AgentMetrics
 from hermes_runtime.agent.seed import SeedResult, seed_config, seed_soul
 from hermes_runtime.agent.settings import AgentSettings
-from hermes_runtime.agent.supervisor import Supervisor
+from hermes_runtime.agent.successor import Announcement, Successor
+from hermes_runtime.agent.supervisor import (
+    FirstGateway,
+    GatewayLaunch,
+    Supervisor,
+    SupervisorPolicy,
+)
+from hermes_runtime.agent.watchers import watching
 from hermes_runtime.agent.zygote import Zygote, start_zygote
 from hermes_runtime.backup import backup_status_path
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.common.logs import log_event
-from hermes_runtime.plugins import LinkReport, link_plugins, watch
-
-DOOR_POLICY = DoorPolicy()
+from hermes_runtime.plugins import LinkReport, link_plugins
 
 
 @dataclass
@@ -108,11 +121,7 @@ def run_agent(settings: AgentSettings, metrics: AgentMetrics | None = None) -> i
 
     First the data dir lock (one gateway per volume); while waiting for it, the gateway process
     is already started and imports its libraries (``zygote.py``), and once warm this pod
-    announces itself as the successor, which ends the old pod's preStop wait. Side jobs run on
-    daemon threads while the gateway runs: ``/metrics``, ``/ready`` and ``/pre-stop``, the
-    plugin watcher (graceful gateway restart when a plugin's commit or the spec changes) and
-    the secrets file watcher (restart when Vault renders new values, so the gateway sees them
-    in its env).
+    announces itself as the successor, which ends the old pod's preStop wait. Then ``_serve``.
     """
     metrics = metrics or AgentMetrics(backup_status_file=backup_status_path(settings.data_dir))
     ensure_data_dir(settings)
@@ -122,7 +131,13 @@ def run_agent(settings: AgentSettings, metrics: AgentMetrics | None = None) -> i
     me = Successor(settings.pod_ip, settings.api_port, settings.metrics_port)
     with open_lock_file(path) as fd, _warm_gateway(settings, fd) as zygote:
         ready = zygote.warm if zygote is not None else (lambda: True)
-        with hold_data_dir_lock(path, settings.lock_timeout, fd=fd, ready=ready, me=me) as lock:
+        with (
+            Announcement(settings.state_dir, ready, me) as announcement,
+            hold_data_dir_lock(
+                path, settings.lock_timeout, fd=fd, while_waiting=announcement.announce
+            ) as lock,
+        ):
+            announcement.close()  # the lock is ours: we are nobody's successor any more
             return _run_locked(settings, metrics, lock, zygote)
 
 
@@ -168,197 +183,146 @@ def _run_locked(
     if report.plugins is not None:
         metrics.record_link_report(report.plugins)
     gateway_env(settings)  # fail now, with a clear message, rather than in a restart loop
-    supervisor = Supervisor(
-        gateway_command(),
-        lambda: gateway_env(settings),
-        stop_timeout=settings.stop_budget,
-        metrics=metrics,
-        cwd=settings.data_dir,
-        before_stop=lambda pid: mark_planned_stop(settings.data_dir, pid),
-        drain_dir=settings.data_dir,
-        pass_fds=(lock.fd,),
-        prestarted=functools.partial(_take_warm, zygote) if zygote is not None else None,
-    )
-    supervisor.install_signal_handlers()
-    readiness = _readiness(settings, supervisor)
-    stop = threading.Event()
-    with (
-        _front_door(settings, supervisor, metrics, readiness) as door,
-        _endpoints(metrics, settings, readiness),
-    ):
-        with _side_jobs(settings, supervisor, metrics, report, stop):
-            status = supervisor.run()
-        # Nothing of ours writes to the volume any more: let the successor in at once.
-        supervisor.end_leftovers()
-        release_data_dir_lock(lock)
-        if supervisor.stop_requested:
-            _stay_reachable(readiness, door, settings.stop_budget)
+    first = functools.partial(_take_warm, zygote) if zygote is not None else None
+    status = asyncio.run(_serve(settings, metrics, lock, report.plugins, first))
     log_event("agent.run.exit", status=status)
     return status
 
 
-def _stay_reachable(readiness: Readiness, door: FrontDoor | None, budget: float) -> None:
-    """After a stop, keep the API port open until the endpoints have dropped this pod: an
-    address that vanishes while kube-proxy still sends to it makes clients' connects hang
-    instead of fail. New connections meanwhile go to the successor (or are closed at once),
-    and connections already forwarded there finish. At most ``budget`` seconds."""
-    deadline = time.monotonic() + budget
-    logged = False
-    while time.monotonic() < deadline:
-        remaining = max(readiness.reachable_for(), 0.1 if door is not None and door.active else 0)
-        if remaining <= 0:
-            return
-        if not logged:
-            log_event("agent.stop.reachable", relay=readiness.relay_address() is not None)
-            logged = True
-        time.sleep(min(remaining, 0.2))
+async def _serve(
+    settings: AgentSettings,
+    metrics: AgentMetrics,
+    lock: DataDirLock,
+    plugins: LinkReport | None,
+    first: FirstGateway | None,
+) -> int:
+    """Run the gateway with everything around it until it exits, then hand the pod over.
+
+    SIGTERM/SIGINT go to the hand-over (``HandOver.terminate``), which stops the gateway
+    through the supervisor; SIGHUP restarts the gateway."""
+    supervisor = Supervisor(
+        GatewayLaunch(
+            tuple(gateway_command()),
+            lambda: gateway_env(settings),
+            cwd=settings.data_dir,
+            pass_fds=(lock.fd,),
+            before_stop=lambda pid: mark_planned_stop(settings.data_dir, pid),
+        ),
+        SupervisorPolicy(stop_timeout=settings.stop_budget, drain_dir=settings.data_dir),
+        metrics=metrics,
+    )
+    handover = HandOver(settings.stop_times, settings.state_dir, supervisor.request_stop)
+    supervisor.install_signal_handlers(on_stop=handover.terminate)
+    policy = DoorPolicy(max_held=settings.front_door_max_held)
+    reserve = DataReserve(settings.data_dir, settings.data_min_free_bytes)
+    async with contextlib.AsyncExitStack() as servers:
+        door = await _front_door(servers, settings, handover, supervisor, policy, metrics, reserve)
+        readiness = _readiness(settings, supervisor, handover, policy.hold_seconds, reserve)
+        await _endpoints(servers, settings, metrics, readiness)
+        await _control(servers, settings, handover)
+        async with watching(settings, supervisor, metrics, plugins):
+            status = await supervisor.run(first)
+        # Nothing of ours writes to the volume any more: let the successor in at once.
+        supervisor.end_leftovers()
+        release_data_dir_lock(lock)
+        if handover.terminating:
+            await handover.linger(settings.stop_budget, door)
+    return status
 
 
-@contextlib.contextmanager
-def _front_door(
-    settings: AgentSettings, supervisor: Supervisor, metrics: AgentMetrics, readiness: Readiness
-) -> Iterator[FrontDoor | None]:
+async def _front_door(
+    servers: contextlib.AsyncExitStack,
+    settings: AgentSettings,
+    handover: HandOver,
+    supervisor: Supervisor,
+    policy: DoorPolicy,
+    metrics: AgentMetrics,
+    reserve: DataReserve,
+) -> FrontDoor | None:
     """Own the API port for the container's life, so gateway restarts never close it."""
     if not settings.front_door:
-        yield None
-        return
+        return None
     door = FrontDoor(
         (settings.api_host, settings.api_port),
         settings.gateway_address,
-        GatewayState(
-            replacing=lambda: supervisor.replacing,
-            stopping=lambda: supervisor.stop_requested,
-            running=lambda: supervisor.running,
-            relay=readiness.relay_address,
-        ),
-        policy=DOOR_POLICY,
+        lambda: handover.route(supervisor),
+        policy=policy,
         metrics=metrics,
+        reserve=reserve,
     )
     try:
-        door.start()
+        await door.start()
     except OSError as exc:
         raise RuntimeFailure(
             f"cannot listen on the API port {settings.api_host}:{settings.api_port} "
             f"(API_SERVER_PORT): {exc.strerror}"
         ) from exc
-    try:
-        yield door
-    finally:
-        door.stop()
+    servers.push_async_callback(door.stop)
+    return door
 
 
-def _readiness(settings: AgentSettings, supervisor: Supervisor) -> Readiness:
+def _readiness(
+    settings: AgentSettings,
+    supervisor: Supervisor,
+    handover: HandOver,
+    hold: float,
+    reserve: DataReserve,
+) -> Readiness:
     host, port = settings.gateway_address
     local = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     return Readiness(
         data_dir=settings.data_dir,
         state_dir=settings.state_dir,
-        health_url=f"http://{local}:{port}/health",
+        gateway=(local, port),
         gateway_running=lambda: supervisor.running,
         # Behind the front door a restart only delays requests: stay ready meanwhile.
         gateway_restarting=(
-            (lambda: supervisor.restarting(DOOR_POLICY.hold_seconds))
-            if settings.front_door
-            else (lambda: False)
+            (lambda: supervisor.restarting(hold)) if settings.front_door else (lambda: False)
         ),
-        stop_requested=lambda: supervisor.stop_requested,
-        prestop_seconds=settings.prestop_seconds,
-        successor=lambda: waiting_successor(settings.state_dir),
-        handover_seconds=settings.handover_seconds,
+        stop_verdict=handover.stop_verdict,
+        reserve=reserve,
     )
 
 
-@contextlib.contextmanager
-def _endpoints(
-    metrics: AgentMetrics, settings: AgentSettings, readiness: Readiness
-) -> Iterator[None]:
-    """``/metrics``, ``/ready`` and ``/pre-stop`` on the metrics port (0 disables them)."""
+async def _endpoints(
+    servers: contextlib.AsyncExitStack,
+    settings: AgentSettings,
+    metrics: AgentMetrics,
+    readiness: Readiness,
+) -> None:
+    """``/metrics`` and ``/ready`` on the metrics port (0 disables them)."""
     if settings.metrics_port == 0:
-        yield
         return
+    endpoints = Endpoints(metrics, readiness, settings.metrics_port, settings.metrics_host)
     try:
-        server = serve_endpoints(metrics, readiness, settings.metrics_port, settings.metrics_host)
+        await endpoints.start()
     except OSError as exc:
         raise RuntimeFailure(
             f"cannot serve metrics on port {settings.metrics_port} "
             f"(HERMES_RUNTIME_METRICS_PORT): {exc.strerror}"
         ) from exc
-    try:
-        yield
-    finally:
-        server.shutdown()
+    servers.push_async_callback(endpoints.stop)
 
 
-@contextlib.contextmanager
-def _side_jobs(
-    settings: AgentSettings,
-    supervisor: Supervisor,
-    metrics: AgentMetrics,
-    report: PrepareReport,
-    stop: threading.Event,
-) -> Iterator[None]:
-    threads = []
-    spec = settings.plugin_spec
-    if spec is not None and spec.exists():  # no spec file: no plugins, nothing to watch
-        threads.append(_start(_watch_plugins, settings, spec, supervisor, metrics, report, stop))
-    if settings.secrets_env is not None:
-        threads.append(_start(_watch_secrets, settings.secrets_env, supervisor, stop, settings))
-    try:
-        yield
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=5)
-
-
-def _start(target: Any, *args: Any) -> threading.Thread:
-    thread = threading.Thread(target=target, args=args, name=target.__name__, daemon=True)
-    thread.start()
-    return thread
-
-
-def _watch_plugins(
-    settings: AgentSettings,
-    spec: Path,
-    supervisor: Supervisor,
-    metrics: AgentMetrics,
-    report: PrepareReport,
-    stop: threading.Event,
+async def _control(
+    servers: contextlib.AsyncExitStack, settings: AgentSettings, handover: HandOver
 ) -> None:
-    """Run the plugins package's watcher; a change restarts the gateway through the
-    supervisor's one restart path (quiesce, SIGUSR1, exit 75, new gateway), counted under
-    ``plugins-changed``."""
+    """The control socket the preStop hook (``agent pre-stop``) asks for the hand-over on.
 
-    def on_change(link_report: LinkReport) -> None:
-        metrics.record_link_report(link_report)
-        supervisor.request_restart("plugins-changed")
-
-    watch(
-        settings.data_dir,
-        spec,
-        on_change,
-        stop,
-        interval=min(settings.watch_interval, 1.0),
-        baseline=report.plugins,
-    )
-
-
-def _digest(path: Path) -> str | None:
+    Without it the pod still stops cleanly on SIGTERM, only without waiting for a successor:
+    a socket that cannot be made (no ``control`` volume, e.g. ``agent run`` outside the
+    chart) is logged, not fatal."""
+    server = ControlServer(settings.control_socket, {PRE_STOP: handover.pre_stop})
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return None
-
-
-def _watch_secrets(
-    path: Path, supervisor: Supervisor, stop: threading.Event, settings: AgentSettings
-) -> None:
-    """Restart the gateway when the rendered secrets file changes (its env is read at start)."""
-    last = _digest(path)
-    while not stop.wait(settings.watch_interval):
-        current = _digest(path)
-        if current is not None and current != last:
-            log_event("agent.secrets.changed", file=str(path))
-            supervisor.request_restart("secrets-changed")
-        if current is not None:
-            last = current
+        settings.control_socket.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        await server.start()
+    except OSError as exc:
+        log_event(
+            "agent.control.unavailable",
+            level="warning",
+            socket=str(settings.control_socket),
+            error=exc.strerror or str(exc),
+            effect="the preStop hook cannot ask for the hand-over: no wait for a successor",
+        )
+        return
+    servers.push_async_callback(server.stop)

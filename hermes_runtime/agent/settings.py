@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from hermes_runtime.agent.handover import StopTimes
 from hermes_runtime.common.errors import RuntimeFailure
 
 N = TypeVar("N", int, float)
@@ -19,11 +20,20 @@ DEFAULT_API_PORT = 8642
 # The gateway's own port, on loopback, behind the front door on the API port (frontdoor.py).
 DEFAULT_GATEWAY_PORT = 18642
 DEFAULT_GRACE_SECONDS = 30.0  # Kubernetes' default terminationGracePeriodSeconds
-EXIT_MARGIN_SECONDS = 2.0  # after killing the gateway: our own exit, before the kubelet's SIGKILL
-DRAIN_MARGIN_SECONDS = 3.0  # after Hermes' drain: its shutdown (adapters, state files)
 DEFAULT_LOCK_TIMEOUT = 300.0  # longer than any sane grace period of the pod before us
 # How long the gateway keeps an Idempotency-Key's answer (idempotency.py): Hermes' own default.
 DEFAULT_IDEMPOTENCY_TTL = 300.0
+# The entrypoint's control socket (control.py): in a directory only the agent container mounts.
+DEFAULT_CONTROL_SOCKET = Path("/run/hermes-runtime/agent.sock")
+# Connections the front door holds at once while no gateway accepts (frontdoor.py): each is a
+# socket and a task for up to its hold time, and anyone who reaches the API port can open them.
+DEFAULT_FRONT_DOOR_MAX_HELD = 256
+MAX_FRONT_DOOR_MAX_HELD = 100_000
+# Free space the data volume keeps for the turns in flight (datareserve.py): below it /ready
+# fails and the front door refuses new connections (503), so no turn is answered that cannot
+# be stored (issue 30). 64 MiB: a few hundred turns with their WAL growth; 0 turns it off.
+DEFAULT_DATA_MIN_FREE_MIB = 64
+MAX_DATA_MIN_FREE_MIB = 1 << 20  # 1 TiB: beyond that a typo, not a reserve
 # What the warm gateway imports while the pod waits for the data dir lock (zygote.py): every
 # third-party module Hermes 0.19.0 imports from `gateway run` to its first answered turn
 # (found with `python -X importtime`; openai's types alone take seconds, and a new gateway
@@ -91,6 +101,8 @@ class AgentSettings:
     seed_config: Path | None = None
     seed_soul: Path | None = None
     secrets_env: Path | None = None
+    # The API key as a file (a Secret volume): a new key reaches the gateway without a new pod.
+    api_key_file: Path | None = None
     metrics_port: int = DEFAULT_METRICS_PORT
     metrics_host: str = "0.0.0.0"
     api_host: str = "0.0.0.0"
@@ -106,6 +118,13 @@ class AgentSettings:
     watch_interval: float = 5.0
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT
     idempotency_ttl: float = DEFAULT_IDEMPOTENCY_TTL  # 0: Hermes' in-memory cache only
+    control_socket: Path = DEFAULT_CONTROL_SOCKET  # where the preStop hook reaches us
+    front_door_max_held: int = DEFAULT_FRONT_DOOR_MAX_HELD
+    data_min_free_mib: int = DEFAULT_DATA_MIN_FREE_MIB  # 0: no reserve
+
+    @property
+    def data_min_free_bytes(self) -> int:
+        return self.data_min_free_mib << 20
 
     @property
     def state_dir(self) -> Path:
@@ -113,20 +132,26 @@ class AgentSettings:
         return self.data_dir / ".hermes-runtime"
 
     @property
+    def stop_times(self) -> StopTimes:
+        """How the grace period is spent on a stop (the arithmetic: ``handover.StopTimes``)."""
+        return StopTimes(
+            self.grace_seconds, self.handover_seconds, self.prestop_seconds, self.stop_timeout
+        )
+
+    @property
     def stop_budget(self) -> float:
-        """Seconds from SIGTERM until we kill the gateway: what is left of the pod's grace
-        period after the preStop hook (at most ``handover_seconds`` waiting for a successor)
-        and the ``prestop_seconds`` the pod stays reachable, minus the time we need to exit."""
-        if self.stop_timeout is not None:
-            return self.stop_timeout
-        spent = self.handover_seconds + self.prestop_seconds + EXIT_MARGIN_SECONDS
-        return max(1.0, self.grace_seconds - spent)
+        """Seconds from SIGTERM until we kill the gateway (``StopTimes.stop_budget``)."""
+        return self.stop_times.stop_budget
+
+    @property
+    def abandon_seconds(self) -> float:
+        """After the preStop hook, how long without SIGTERM before the stop is undone."""
+        return self.stop_times.abandon_seconds
 
     @property
     def drain_timeout(self) -> float:
-        """Hermes' ``agent.restart_drain_timeout``: in-flight turns get this long to finish
-        after SIGTERM. Never 0 (Hermes' default, which interrupts every running turn at once)."""
-        return max(1.0, self.stop_budget - DRAIN_MARGIN_SECONDS)
+        """Hermes' ``agent.restart_drain_timeout`` (``StopTimes.drain_timeout``)."""
+        return self.stop_times.drain_timeout
 
     @property
     def front_door(self) -> bool:
@@ -164,7 +189,13 @@ class AgentSettings:
         front door off and lets the gateway listen on the API port itself), and
         ``HERMES_RUNTIME_IDEMPOTENCY_TTL_SECONDS`` (how long the gateway keeps the answer to a
         request with an ``Idempotency-Key`` on the data volume, ``idempotency.py``; 0 leaves
-        Hermes' in-memory cache, which a gateway crash empties).
+        Hermes' in-memory cache, which a gateway crash empties),
+        ``HERMES_RUNTIME_CONTROL_SOCKET`` (the Unix socket the preStop hook, ``agent
+        pre-stop``, reaches the entrypoint on; ``control.py``) and
+        ``HERMES_RUNTIME_FRONT_DOOR_MAX_HELD`` (how many connections the front door holds at
+        once while no gateway accepts; more get an immediate 503), and
+        ``HERMES_RUNTIME_DATA_MIN_FREE_MIB`` (the data volume's reserve of free space: below
+        it ``/ready`` fails and new API connections get a 503; 0: off; ``datareserve.py``).
         """
         env = os.environ if env is None else env
 
@@ -178,6 +209,7 @@ class AgentSettings:
             seed_config=path("HERMES_RUNTIME_SEED_CONFIG"),
             seed_soul=path("HERMES_RUNTIME_SEED_SOUL"),
             secrets_env=path("HERMES_RUNTIME_SECRETS_ENV"),
+            api_key_file=path("HERMES_RUNTIME_API_KEY_FILE"),
             metrics_port=_port(env, "HERMES_RUNTIME_METRICS_PORT", DEFAULT_METRICS_PORT),
             api_host=env.get("API_SERVER_HOST", "").strip() or "0.0.0.0",
             api_port=_port(env, "API_SERVER_PORT", DEFAULT_API_PORT),
@@ -192,6 +224,25 @@ class AgentSettings:
             preload=_modules(env.get("HERMES_RUNTIME_GATEWAY_PRELOAD", "")),
             idempotency_ttl=_seconds(
                 env, "HERMES_RUNTIME_IDEMPOTENCY_TTL_SECONDS", DEFAULT_IDEMPOTENCY_TTL
+            ),
+            control_socket=path("HERMES_RUNTIME_CONTROL_SOCKET") or DEFAULT_CONTROL_SOCKET,
+            front_door_max_held=_number(
+                env,
+                "HERMES_RUNTIME_FRONT_DOOR_MAX_HELD",
+                DEFAULT_FRONT_DOOR_MAX_HELD,
+                int,
+                "a number of connections",
+                lambda v: 1 <= v <= MAX_FRONT_DOOR_MAX_HELD,
+                f"1-{MAX_FRONT_DOOR_MAX_HELD}",
+            ),
+            data_min_free_mib=_number(
+                env,
+                "HERMES_RUNTIME_DATA_MIN_FREE_MIB",
+                DEFAULT_DATA_MIN_FREE_MIB,
+                int,
+                "a number of MiB",
+                lambda v: 0 <= v <= MAX_DATA_MIN_FREE_MIB,
+                f"0-{MAX_DATA_MIN_FREE_MIB}",
             ),
         )
 

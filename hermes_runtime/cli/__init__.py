@@ -13,7 +13,7 @@ convention, an unknown command included). This is the CLI's one error path:
 
 No traceback reaches the terminal unless ``--debug`` or ``HERMES_RUNTIME_DEBUG=1``
 asks for it. Each group lives in its own module with its ``NAME``, ``HELP`` and a
-``register(subparsers)`` function; handlers take the parsed namespace and return
+``register(verbs)`` function that adds its verbs; handlers take the parsed namespace and return
 an exit code.
 
 Every start is a fresh interpreter (a CronJob, an init container, an operator's
@@ -33,7 +33,7 @@ import traceback
 from collections.abc import Collection, Sequence
 
 from hermes_runtime import __version__
-from hermes_runtime.cli import agent, backup, lcm, plugins, vault
+from hermes_runtime.cli import agent, backup, lcm, plugins, secrets, vault
 from hermes_runtime.cli._shared import UsageError
 from hermes_runtime.common.errors import RuntimeFailure
 
@@ -43,7 +43,7 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 DEBUG_ENV = "HERMES_RUNTIME_DEBUG"
 
-GROUPS = (plugins, backup, lcm, vault, agent)
+GROUPS = (plugins, backup, lcm, vault, secrets, agent)
 
 
 def build_parser(groups: Collection[str] | None = None) -> argparse.ArgumentParser:
@@ -61,10 +61,9 @@ def build_parser(groups: Collection[str] | None = None) -> argparse.ArgumentPars
     )
     subparsers = parser.add_subparsers(dest="group", metavar="<group>", required=True)
     for module in GROUPS:
+        group = subparsers.add_parser(module.NAME, help=module.HELP, description=module.HELP)
         if groups is None or module.NAME in groups:
-            module.register(subparsers)
-        else:
-            subparsers.add_parser(module.NAME, help=module.HELP, description=module.HELP)
+            module.register(group.add_subparsers(dest="verb", metavar="<verb>", required=True))
     return parser
 
 

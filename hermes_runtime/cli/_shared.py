@@ -4,17 +4,23 @@ Usage errors belong to argparse (exit 2), so value checks live here as
 argument *types*: a bad ``--keep-last 0`` is refused before any work starts,
 with argparse's ``usage:`` line and the option's name. Defaults that come
 from the environment are resolved here too, so ``--data-dir`` means the same
-thing (``$HERMES_HOME``) in every group.
+thing (``$HERMES_HOME``) in every group. The kinds of option several groups
+have (``SECONDS``, a count ``N``, ``--label KEY=VALUE``) are added here, so
+each kind is checked and shown one way; so is a result's output (``emit``).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -27,12 +33,6 @@ Handler = Callable[[argparse.Namespace], int]
 
 class UsageError(Exception):
     """A combination of arguments argparse cannot check by itself; the CLI exits 2."""
-
-
-def add_group(subparsers: Any, name: str, help_text: str) -> Any:
-    """Add ``name`` as a group and return its verb sub-parsers (a verb is required)."""
-    group = subparsers.add_parser(name, help=help_text, description=help_text)
-    return group.add_subparsers(dest="verb", metavar="<verb>", required=True)
 
 
 def add_verb(
@@ -85,6 +85,65 @@ def print_json(payload: Any) -> None:
     sys.stdout.write("\n")
 
 
+def emit(args: argparse.Namespace, payload: Any, text: str) -> None:
+    """A verb's result: ``payload`` as JSON with ``--json``, else ``text`` for people
+    (nothing at all when ``text`` is empty, as an empty listing prints no line)."""
+    if args.json:
+        print_json(payload)
+    elif text:
+        print(text)
+
+
+def label_arg(text: str) -> tuple[str, str]:
+    key, equals, value = text.partition("=")
+    if not equals or not key:
+        raise argparse.ArgumentTypeError(f"--label {text!r} is not KEY=VALUE")
+    return key, value
+
+
+def add_labels(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """``--label KEY=VALUE``, repeatable; ``dict(args.label)`` is what was given."""
+    parser.add_argument(
+        "--label", type=label_arg, action="append", default=[], metavar="KEY=VALUE", help=help_text
+    )
+
+
+def capability_type(module: str, parse: str) -> Callable[[str], Any]:
+    """The parser ``module.parse`` of a capability as an argument type.
+
+    The capability is imported when a value is checked, not when the parser is
+    built (``--help`` loads none). It says what is wrong with a value as a
+    ``RuntimeFailure``; on the command line that is a usage error (exit 2).
+    """
+
+    def check(text: str) -> Any:
+        try:
+            return getattr(importlib.import_module(module), parse)(text)
+        except RuntimeFailure as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    check.__name__ = parse
+    return check
+
+
+def require_file(path: Path, named: str) -> None:
+    """A file the operator named must be one: ``RuntimeFailure`` (exit 1) naming it if not."""
+    if not path.is_file():
+        raise RuntimeFailure(f"{named}: {'not a file' if path.exists() else 'no such file'}")
+
+
+def stop_on_signals() -> threading.Event:
+    """SIGTERM/SIGINT end a long-running verb's loop cleanly (exit 0) instead of a traceback."""
+    stop = threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    return stop
+
+
 def _number(text: str, kind: Callable[[str], float]) -> float:
     try:
         value = kind(text)
@@ -131,6 +190,48 @@ def port(text: str) -> int:
     return value
 
 
+SECONDS = "SECONDS"  # a duration: a finite number
+COUNT = "N"  # a count: a whole number
+_NUMBER_TYPES: dict[str, tuple[Callable[[str], Any], Callable[[str], Any]]] = {
+    # kind: (its type for "more than 0", its type for "0 or more")
+    SECONDS: (positive_float, non_negative_float),
+    COUNT: (positive_int, non_negative_int),
+}
+
+
+def add_number(
+    parser: argparse.ArgumentParser,
+    flag: str,
+    kind: str,
+    help_text: str,
+    *,
+    default: float | None = None,
+    zero_ok: bool = False,
+    required: bool = False,
+) -> None:
+    """A ``SECONDS`` or a count ``N`` option: more than 0, or 0 too when ``zero_ok``.
+
+    Every duration and count of every group is added here, so each is shown as
+    the same metavar and refused (exit 2) by the same check.
+    """
+    parser.add_argument(
+        flag,
+        type=_NUMBER_TYPES[kind][zero_ok],
+        default=default,
+        required=required,
+        metavar=kind,
+        help=help_text,
+    )
+
+
+PLUGIN_WAIT_HELP = "wait this long for git-sync's first sync of each plugin"
+
+
+def add_plugin_wait(parser: argparse.ArgumentParser, help_text: str = PLUGIN_WAIT_HELP) -> None:
+    """``--wait SECONDS`` (default 0) of the verbs that link plugins (``agent``, ``plugins``)."""
+    add_number(parser, "--wait", SECONDS, help_text, default=0.0, zero_ok=True)
+
+
 def http_url_problem(text: str) -> str | None:
     """Why ``text`` is not an absolute http(s) URL with a host, or None when it is one."""
     try:
@@ -149,6 +250,11 @@ def http_url(text: str) -> str:
     if problem is not None:
         raise argparse.ArgumentTypeError(f"{text!r}: {problem}")
     return text.rstrip("/")
+
+
+def add_server_url(parser: argparse.ArgumentParser, flag: str, help_text: str) -> None:
+    """A server's ``URL`` option (Vault, S3, an LLM), checked by ``http_url``."""
+    parser.add_argument(flag, type=http_url, metavar="URL", help=help_text)
 
 
 def env_url(*names: str) -> str | None:

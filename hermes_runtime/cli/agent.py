@@ -1,4 +1,4 @@
-"""`hermes-runtime agent prepare|run`: the agent image's entrypoint.
+"""`hermes-runtime agent prepare|run|pre-stop`: the agent image's entrypoint and its preStop hook.
 
 Every option defaults to the environment variable the chart sets (see
 ``AgentSettings.from_env``), so the image's ``CMD`` is just ``hermes-runtime agent run``.
@@ -15,11 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from hermes_runtime.cli._shared import (
     DATA_DIR_HELP,
-    add_group,
+    SECONDS,
+    add_number,
+    add_plugin_wait,
     add_verb,
-    non_negative_float,
+    emit,
     port,
     print_json,
+    require_file,
 )
 from hermes_runtime.common.errors import RuntimeFailure
 
@@ -39,13 +42,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         "--seed-config", type=Path, help="config seed ($HERMES_RUNTIME_SEED_CONFIG)"
     )
     parser.add_argument("--seed-soul", type=Path, help="SOUL.md seed ($HERMES_RUNTIME_SEED_SOUL)")
-    parser.add_argument(
-        "--wait",
-        type=non_negative_float,
-        default=0.0,
-        metavar="SECONDS",
-        help="wait this long for git-sync's first sync of each plugin",
-    )
+    add_plugin_wait(parser)
 
 
 def _settings(args: argparse.Namespace) -> AgentSettings:
@@ -76,9 +73,8 @@ def _check_given_files(args: argparse.Namespace) -> None:
     """
     for option in ("--spec", "--seed-config", "--seed-soul"):
         path = getattr(args, option[2:].replace("-", "_"), None)
-        if path is not None and not path.is_file():
-            problem = "no such file" if not path.exists() else "not a file"
-            raise RuntimeFailure(f"{option} {path}: {problem}")
+        if path is not None:
+            require_file(path, f"{option} {path}")
 
 
 def handle_prepare(args: argparse.Namespace) -> int:
@@ -86,7 +82,7 @@ def handle_prepare(args: argparse.Namespace) -> int:
     from hermes_runtime.agent import prepare  # after the check: a typo costs no import
 
     report = prepare(_settings(args))
-    if args.json:
+    if args.json:  # else the report is in the log lines prepare writes
         print_json(report.as_dict())
     return 0 if report.ok or not args.strict else 1
 
@@ -98,8 +94,35 @@ def handle_run(args: argparse.Namespace) -> int:
     return run_agent(_settings(args))
 
 
-def register(subparsers: Any) -> None:
-    verbs = add_group(subparsers, NAME, HELP)
+def handle_pre_stop(args: argparse.Namespace) -> int:
+    """The container's preStop hook: ask the running entrypoint for the hand-over and wait.
+
+    Exit 0 also when no entrypoint listens: there is nothing to hand over, and the kubelet's
+    SIGTERM, which follows the hook whatever it returns, stops the pod."""
+    from hermes_runtime.agent import ANSWER_MARGIN_SECONDS, PRE_STOP, AgentSettings, ask_entrypoint
+
+    settings = AgentSettings.from_env()
+    socket = args.socket or settings.control_socket
+    timeout = args.timeout
+    if timeout is None:
+        timeout = settings.handover_seconds + ANSWER_MARGIN_SECONDS
+    answer = ask_entrypoint(socket, PRE_STOP, timeout)
+    if answer is None:
+        answer = {"stopping": False, "reached": False, "socket": str(socket)}
+        text = (
+            f"pre-stop: no entrypoint listens on {socket} (not running, or still waiting for "
+            "the data volume): nothing to hand over; SIGTERM stops the pod"
+        )
+    elif "error" in answer:
+        raise RuntimeFailure(f"pre-stop: the entrypoint on {socket} answered: {answer['error']}")
+    else:
+        successor = "a warm successor waits" if answer.get("successor") else "no successor"
+        text = f"pre-stop: stopping, {successor} (waited {answer.get('waited_seconds')} s)"
+    emit(args, answer, text)
+    return 0
+
+
+def register(verbs: Any) -> None:
     prep = add_verb(
         verbs,
         "prepare",
@@ -129,11 +152,36 @@ def register(subparsers: Any) -> None:
     run.add_argument(
         "--api-port", type=port, help="Hermes API server port ($API_SERVER_PORT, 8642)"
     )
-    run.add_argument(
+    add_number(
+        run,
         "--stop-timeout",
-        type=non_negative_float,
-        metavar="SECONDS",
-        help="seconds from SIGTERM until the gateway is killed (default: "
+        SECONDS,
+        "seconds from SIGTERM until the gateway is killed (default: "
         "$HERMES_RUNTIME_TERMINATION_GRACE_SECONDS - $HERMES_RUNTIME_HANDOVER_SECONDS - "
         "$HERMES_RUNTIME_PRESTOP_SECONDS - 2)",
+        zero_ok=True,
+    )
+
+    hook = add_verb(
+        verbs,
+        "pre-stop",
+        "the agent container's preStop hook: hand over, then let SIGTERM come",
+        handle_pre_stop,
+        description="Ask the running entrypoint (over its control socket, reachable only from "
+        "inside the agent container) to stop: it waits, still serving, for a warm successor "
+        "pod (at most $HERMES_RUNTIME_HANDOVER_SECONDS), then turns unready. Exits 0 when it "
+        "answered, and also when no entrypoint listens (nothing to hand over).",
+    )
+    hook.add_argument(
+        "--socket",
+        type=Path,
+        help="the entrypoint's control socket ($HERMES_RUNTIME_CONTROL_SOCKET, "
+        "/run/hermes-runtime/agent.sock)",
+    )
+    add_number(
+        hook,
+        "--timeout",
+        SECONDS,
+        "how long to wait for the answer (default: $HERMES_RUNTIME_HANDOVER_SECONDS + 30)",
+        zero_ok=True,
     )

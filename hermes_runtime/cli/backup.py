@@ -10,21 +10,24 @@ import argparse
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hermes_runtime.cli._shared import (
+    COUNT,
+    SECONDS,
+    UsageError,
     add_data_dir,
-    add_group,
+    add_labels,
+    add_number,
+    add_server_url,
     add_verb,
+    emit,
     env_url,
-    http_url,
-    non_negative_float,
-    non_negative_int,
-    positive_float,
-    positive_int,
-    print_json,
 )
 from hermes_runtime.common.errors import RuntimeFailure
+
+if TYPE_CHECKING:
+    from hermes_runtime.backup import SnapshotInfo
 
 
 def _target_args(parser: argparse.ArgumentParser) -> None:
@@ -34,11 +37,10 @@ def _target_args(parser: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="where snapshots live: file:///backup or s3://bucket/prefix",
     )
-    parser.add_argument(
+    add_server_url(
+        parser,
         "--s3-endpoint",
-        type=http_url,
-        metavar="URL",
-        help="S3 endpoint, e.g. http://minio:9000 "
+        "S3 endpoint, e.g. http://minio:9000 "
         "(default: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, else AWS itself)",
     )
 
@@ -50,6 +52,17 @@ def _snapshot_arg(parser: argparse.ArgumentParser) -> None:
         metavar="ID|latest",
         help="which snapshot (default: the latest complete one)",
     )
+
+
+def _scratch_arg(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--work-dir``: where the verb writes ``what``, else the system's temp dir."""
+    parser.add_argument(
+        "--work-dir", type=Path, help=f"scratch space for {what} (default: a temp dir)"
+    )
+
+
+def _exclude_arg(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument("--exclude", action="append", default=[], metavar="GLOB", help=help_text)
 
 
 def _endpoint(args: argparse.Namespace) -> str | None:
@@ -70,24 +83,15 @@ HELP = (
 )
 
 
-def register(subparsers: Any) -> None:
-    verbs = add_group(subparsers, NAME, HELP)
+def register(verbs: Any) -> None:
     create = add_verb(verbs, "create", "take a snapshot of the data dir", _create)
     add_data_dir(create, "the data dir to back up (default: $HERMES_HOME, else /opt/data)")
     _target_args(create)
-    create.add_argument(
-        "--exclude",
-        action="append",
-        default=[],
-        metavar="GLOB",
-        help="leave out paths matching GLOB (relative to the data dir); repeatable",
-    )
+    _exclude_arg(create, "leave out paths matching GLOB (relative to the data dir); repeatable")
     create.add_argument(
         "--no-default-excludes", action="store_true", help="back up caches and secrets too"
     )
-    create.add_argument(
-        "--work-dir", type=Path, help="scratch space for database snapshots (default: a temp dir)"
-    )
+    _scratch_arg(create, "database snapshots")
     create.add_argument(
         "--metrics-file", type=Path, help="write Prometheus text-format figures to this file"
     )
@@ -98,29 +102,50 @@ def register(subparsers: Any) -> None:
         "DATA_DIR/.hermes-runtime/backup-status.json",
     )
 
+    add_number(
+        create,
+        "--timeout",
+        SECONDS,
+        "stop restic and fail (recorded in --status-file) when the backup is not done "
+        "within SECONDS: restic retries a store that stops answering for up to 15 minutes "
+        "(the chart sets it below the Job's deadline, so the failure is always recorded)",
+    )
+    add_labels(
+        create,
+        "attach a label to the snapshot (repeatable), shown by `list`: e.g. the chart's "
+        "pre-upgrade backup sets pre-upgrade=<release revision> (docs/backup.md)",
+    )
+
     listing = add_verb(verbs, "list", "list complete snapshots", _list)
     _target_args(listing)
 
     verify = add_verb(verbs, "verify", "download a snapshot and check every byte", _verify)
     _target_args(verify)
     _snapshot_arg(verify)
+    _scratch_arg(verify, "the trial restore")
     verify.add_argument(
-        "--work-dir", type=Path, help="scratch space for the trial restore (default: a temp dir)"
+        "--no-lock",
+        action="store_true",
+        help="read without restic's repository lock: for a read-only repository (a backup "
+        "volume mounted readOnly); a prune running meanwhile is then not kept out",
     )
     verify.add_argument(
         "--no-mark",
         action="store_true",
-        help="read without a repository lock (a read-only repository); restic keeps no marks",
+        help="removed (restic keeps no verified marks): a usage error that names --no-lock",
     )
 
     restore = add_verb(verbs, "restore", "rebuild the data dir from a snapshot", _restore)
     _target_args(restore)
+    _snapshot_arg(restore)
     restore.add_argument(
-        "--snapshot",
-        default="latest",
-        metavar="ID|latest",
-        help="which snapshot (default: latest; with latest, each database comes from its "
-        "Litestream replica instead when that is newer)",
+        "--replicas",
+        metavar="URL",
+        help="also read the Litestream replicas at URL, where backup replicate writes them: "
+        "<target>/litestream (file:///backup/litestream, s3://bucket/prefix/litestream); each "
+        "database then comes from its replica when that holds later transactions. Only with "
+        "--snapshot latest. Without it no replica is read: replicas are plain files whoever "
+        "can write the target may have put there",
     )
     add_data_dir(restore, "the data dir to rebuild (default: $HERMES_HOME, else /opt/data)")
     when = restore.add_mutually_exclusive_group()
@@ -138,33 +163,25 @@ def register(subparsers: Any) -> None:
         _prune,
     )
     _target_args(prune)
-    prune.add_argument(
-        "--keep-last",
-        type=positive_int,
-        required=True,
-        metavar="N",
-        help="keep the N newest snapshots (1 or more)",
+    add_number(
+        prune, "--keep-last", COUNT, "keep the N newest snapshots (1 or more)", required=True
     )
-    prune.add_argument(
-        "--keep-daily",
-        type=non_negative_int,
-        default=0,
-        metavar="N",
-        help="also keep the newest snapshot of each of the last N days",
-    )
-    prune.add_argument(
-        "--keep-weekly",
-        type=non_negative_int,
-        default=0,
-        metavar="N",
-        help="also keep the newest snapshot of each of the last N weeks",
-    )
-    prune.add_argument(
+    for flag, periods in (("--keep-daily", "days"), ("--keep-weekly", "weeks")):
+        add_number(
+            prune,
+            flag,
+            COUNT,
+            f"also keep the newest snapshot of each of the last N {periods}",
+            default=0,
+            zero_ok=True,
+        )
+    add_number(
+        prune,
         "--grace-seconds",
-        type=non_negative_float,
+        SECONDS,
+        "kept for compatibility: restic's repository locks protect a running backup",
         default=6 * 3600,
-        metavar="SECONDS",
-        help="kept for compatibility: restic's repository locks protect a running backup",
+        zero_ok=True,
     )
     prune.add_argument(
         "--dry-run", action="store_true", help="report what would be deleted, delete nothing"
@@ -180,26 +197,22 @@ def _register_replicate(verbs: Any) -> None:
     )
     add_data_dir(replicate_verb, "the data dir to replicate (default: $HERMES_HOME)")
     _target_args(replicate_verb)
-    replicate_verb.add_argument(
+    add_number(
+        replicate_verb,
         "--sync-interval",
-        type=positive_float,
+        SECONDS,
+        "how often Litestream reads the WAL and uploads it (the RPO is about twice this)",
         default=1.0,
-        metavar="SECONDS",
-        help="how often Litestream reads the WAL and uploads it (the RPO is about twice this)",
     )
-    replicate_verb.add_argument(
+    add_number(
+        replicate_verb,
         "--rescan-seconds",
-        type=positive_float,
+        SECONDS,
+        "how often to look for new databases (Litestream restarts when the set changes)",
         default=10.0,
-        metavar="SECONDS",
-        help="how often to look for new databases (Litestream restarts when the set changes)",
     )
-    replicate_verb.add_argument(
-        "--exclude",
-        action="append",
-        default=[],
-        metavar="GLOB",
-        help="leave out databases matching GLOB, as backup create does; repeatable",
+    _exclude_arg(
+        replicate_verb, "leave out databases matching GLOB, as backup create does; repeatable"
     )
     replicate_verb.add_argument(
         "--work-dir", type=Path, help="where Litestream's config file goes (default: $TMPDIR)"
@@ -222,10 +235,11 @@ def _create(args: argparse.Namespace) -> int:
     try:
         summary = create_backup(
             args.data_dir,
-            _target(args),
+            _target(args).with_time_limit(args.timeout),
             excludes=tuple(args.exclude),
             default_excludes=not args.no_default_excludes,
             work_dir=args.work_dir,
+            labels=dict(args.label),
         )
     except Exception as exc:
         if args.metrics_file:
@@ -243,10 +257,7 @@ def _create(args: argparse.Namespace) -> int:
         write_backup_metrics(args.metrics_file, summary)
     if args.status_file:
         record_backup_outcome(args.status_file, started_at=started_at, summary=summary)
-    if args.json:
-        print_json(dataclasses.asdict(summary))
-    else:
-        print(summary.id)
+    emit(args, dataclasses.asdict(summary), summary.id)
     return 0
 
 
@@ -254,32 +265,36 @@ def _list(args: argparse.Namespace) -> int:
     from hermes_runtime.backup import list_snapshots
 
     infos = list_snapshots(_target(args))
-    if args.json:
-        print_json([dataclasses.asdict(i) for i in infos])
-        return 0
-    for info in infos:
-        mark = "verified" if info.verified else ""
-        print(
-            f"{info.id}  {info.files:>6} files  {info.databases:>3} db  "
-            f"{info.bytes:>14} B  {info.status} {mark}"
-        )
+    emit(args, [dataclasses.asdict(i) for i in infos], "\n".join(map(_snapshot_line, infos)))
     return 0
+
+
+def _snapshot_line(info: SnapshotInfo) -> str:
+    labels = "".join(f"  {key}={value}" for key, value in sorted(info.labels.items()))
+    return (
+        f"{info.id}  {info.created_at}  {info.files:>6} files  {info.databases:>3} db  "
+        f"{info.bytes:>14} B  {info.status}{labels}"
+    )
 
 
 def _verify(args: argparse.Namespace) -> int:
     from hermes_runtime.backup import verify_snapshot
 
-    report = verify_snapshot(
-        _target(args), args.snapshot, scratch=args.work_dir, lock=not args.no_mark
-    )
-    if args.json:
-        print_json(dataclasses.asdict(report))
-    else:
-        unmarked = "" if report.marked else "; verified mark not written"
-        print(
-            f"snapshot {report.snapshot}: ok ({report.files} files, "
-            f"{report.databases} databases{unmarked})"
+    if args.no_mark:
+        raise UsageError(
+            "--no-mark is gone: restic keeps no verified marks. To read without restic's "
+            "repository lock (a read-only repository), pass --no-lock"
         )
+    report = verify_snapshot(
+        _target(args), args.snapshot, scratch=args.work_dir, lock=not args.no_lock
+    )
+    lock = "" if report.locked else " (without restic's repository lock)"
+    text = (
+        f"snapshot {report.snapshot}: ok: restic read back every pack{lock}; "
+        f"{report.files} files and {report.databases} databases restored to scratch, "
+        "each database matched its recorded SHA-256 and passed integrity_check"
+    )
+    emit(args, dataclasses.asdict(report), text)
     return 0
 
 
@@ -287,33 +302,44 @@ def _restore(args: argparse.Namespace) -> int:
     from hermes_runtime.backup import (
         RestoreReport,
         data_dir_has_data,
-        replica_location,
+        replicas_location,
         restore_snapshot,
     )
 
+    if args.replicas is not None and args.snapshot != "latest":
+        raise UsageError(
+            "--replicas goes with --snapshot latest: a named snapshot is restored as is"
+        )
+    replicas = None
+    if args.replicas is not None:
+        endpoint = _endpoint(args)  # a bad variable is no usage error: it fails naming itself
+        try:
+            replicas = replicas_location(args.replicas, endpoint)
+        except RuntimeFailure as exc:
+            raise UsageError(str(exc)) from exc
     if args.data_dir.exists() and not args.data_dir.is_dir():
         raise RuntimeFailure(f"--data-dir {args.data_dir}: not a directory")
     if args.if_empty and data_dir_has_data(args.data_dir):
         # A restarted pod: do not even contact the target (it may be down).
         report = RestoreReport(None, str(args.data_dir), False, "data dir already holds data")
     else:
-        latest = args.snapshot == "latest"
         report = restore_snapshot(
             _target(args),
             args.data_dir,
             snapshot=args.snapshot,
             force=args.force,
             if_empty=args.if_empty,
-            replicas=replica_location(args.target, _endpoint(args)) if latest else None,
+            replicas=replicas,
         )
-    if args.json:
-        print_json(dataclasses.asdict(report))
-    elif report.restored:
-        print(f"restored snapshot {report.snapshot or '(none)'} into {report.data_dir}")
-        for path, source in report.sources.items():
-            print(f"  {path}: {source['source']} {source['ref']} ({source['at']})")
+    if report.restored:
+        lines = [f"restored snapshot {report.snapshot or '(none)'} into {report.data_dir}"]
+        lines += [
+            f"  {path}: {source['source']} {source['ref']} ({source['at']})"
+            for path, source in report.sources.items()
+        ]
     else:
-        print(f"nothing restored: {report.data_dir}: {report.reason}")
+        lines = [f"nothing restored: {report.data_dir}: {report.reason}"]
+    emit(args, dataclasses.asdict(report), "\n".join(lines))
     return 0
 
 
@@ -322,12 +348,7 @@ def _prune(args: argparse.Namespace) -> int:
 
     policy = PrunePolicy(args.keep_last, args.keep_daily, args.keep_weekly)
     report = prune_snapshots(_target(args), policy, dry_run=args.dry_run)
-    if args.json:
-        print_json(dataclasses.asdict(report))
-    else:
-        verb = "would delete" if report.dry_run else "deleted"
-        print(
-            f"kept {len(report.kept)} snapshot(s), {verb} {len(report.deleted)}, "
-            f"{report.blobs_deleted} blob(s), {report.bytes_freed} bytes"
-        )
+    verb = "would delete" if report.dry_run else "deleted"
+    text = f"kept {len(report.kept)} snapshot(s), {verb} {len(report.deleted)}"
+    emit(args, dataclasses.asdict(report), text)
     return 0

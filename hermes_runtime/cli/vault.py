@@ -12,47 +12,35 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import signal
-import threading
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from hermes_runtime.cli._shared import (
+    SECONDS,
     UsageError,
-    add_group,
+    add_number,
+    add_server_url,
     add_verb,
+    capability_type,
+    emit,
     env_url,
-    http_url,
-    positive_float,
-    print_json,
+    stop_on_signals,
 )
-from hermes_runtime.common.errors import RuntimeFailure
 
 if TYPE_CHECKING:
-    from hermes_runtime.vault import SecretSpec, VaultSettings
+    from hermes_runtime.vault import OutputFile, VaultSettings
 
 NAME = "vault"
 HELP = "Secrets from Vault/OpenBao into an env file or a child process."
 
 
-def secret_spec_arg(text: str) -> SecretSpec:
-    from hermes_runtime.vault import parse_secret_spec
-
-    try:
-        return parse_secret_spec(text)
-    except RuntimeFailure as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def add_connection_args(parser: argparse.ArgumentParser) -> None:
     from hermes_runtime.vault import AUTH_METHODS, DEFAULT_JWT_FILE, TOKEN_ENV
 
-    parser.add_argument(
+    add_server_url(
+        parser,
         "--addr",
-        type=http_url,
-        metavar="URL",
-        help="Vault/OpenBao URL, e.g. https://vault.example:8200 (default: $VAULT_ADDR)",
+        "Vault/OpenBao URL, e.g. https://vault.example:8200 (default: $VAULT_ADDR)",
     )
     token_given = bool(os.environ.get(TOKEN_ENV, "").strip())
     parser.add_argument(
@@ -80,19 +68,13 @@ def add_connection_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--role-id-file", type=Path, help="file holding the AppRole role id")
     parser.add_argument("--secret-id-file", type=Path, help="file holding the AppRole secret id")
-    parser.add_argument(
-        "--timeout",
-        type=positive_float,
-        default=10.0,
-        metavar="SECONDS",
-        help="seconds per Vault request (default 10)",
-    )
+    add_number(parser, "--timeout", SECONDS, "seconds per Vault request (default 10)", default=10.0)
     parser.add_argument(
         "--secret",
         dest="secrets",
         action="append",
         required=True,
-        type=secret_spec_arg,
+        type=capability_type("hermes_runtime.vault", "parse_secret_spec"),
         metavar="PATH#KEY=ENV",
         help="field KEY of secret PATH (secret/data/NAME for KV v2) as variable ENV; repeatable",
     )
@@ -123,31 +105,36 @@ def settings_from_args(args: argparse.Namespace) -> VaultSettings:
     )
 
 
-def stop_on_signals() -> threading.Event:
-    """SIGTERM/SIGINT end the refresh loop cleanly (exit 0) instead of a traceback."""
-    stop = threading.Event()
+def render_outputs(args: argparse.Namespace) -> list[OutputFile]:
+    """``--out FILE`` (every secret) then each ``--out-only FILE=ENV,...``; at least one."""
+    from hermes_runtime.vault import OutputFile
 
-    def request_stop(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
-    return stop
+    outputs = [OutputFile(args.out)] if args.out is not None else []
+    outputs += args.out_only or []
+    if not outputs:
+        raise UsageError("--out FILE or --out-only FILE=ENV[,ENV...] is required")
+    return outputs
 
 
 def handle_render(args: argparse.Namespace) -> int:
-    from hermes_runtime.vault import render_once, run_refresh
+    from hermes_runtime.vault import render_files, run_refresh
 
+    outputs = render_outputs(args)
     settings = settings_from_args(args)
     if args.refresh is not None:
-        run_refresh(settings, args.secrets, args.out, args.refresh, stop_on_signals())
+        run_refresh(settings, args.secrets, outputs, args.refresh, stop_on_signals())
         return 0
-    result = render_once(settings, args.secrets, args.out)
-    if args.json:
-        print_json(dataclasses.asdict(result))
-    else:
-        state = "written" if result.written else "unchanged"
-        print(f"{result.out}: {result.count} variable(s), {state}")
+    results = render_files(settings, args.secrets, outputs)
+    payload = [dataclasses.asdict(result) for result in results]
+    emit(
+        args,
+        # One object for a plain --out (as before --out-only existed), else a list.
+        payload[0] if args.out_only is None else payload,
+        "\n".join(
+            f"{r.out}: {r.count} variable(s), {'written' if r.written else 'unchanged'}"
+            for r in results
+        ),
+    )
     return 0
 
 
@@ -164,23 +151,34 @@ def handle_exec(args: argparse.Namespace) -> int:
     return 1  # unreachable: exec_with_secrets replaces the process or raises
 
 
-def register(subparsers: Any) -> None:
-    verbs = add_group(subparsers, NAME, HELP)
+def register(verbs: Any) -> None:
     render = add_verb(
         verbs,
         "render",
         "write secrets to an env file (0600, atomic)",
         handle_render,
-        description="Write secrets to an env file (mode 0600, temp file + rename). "
-        "With --refresh, keep running and re-render when a value changes.",
+        description="Write secrets to env files (mode 0600, temp file + rename): --out gets "
+        "every --secret, each --out-only FILE only the variables listed for it, so one login "
+        "serves several readers that must not see each other's secrets. "
+        "With --refresh, keep running and re-render each file when one of its values changes.",
     )
     add_connection_args(render)
-    render.add_argument("--out", type=Path, required=True, help="env file, on an in-memory volume")
     render.add_argument(
+        "--out", type=Path, help="env file with every --secret, on an in-memory volume"
+    )
+    render.add_argument(
+        "--out-only",
+        action="append",
+        type=capability_type("hermes_runtime.vault", "parse_output_spec"),
+        metavar="FILE=ENV[,ENV...]",
+        help="env file with only these variables (names of --secret; FILE= writes an empty "
+        "file); repeatable, one per reader",
+    )
+    add_number(
+        render,
         "--refresh",
-        type=positive_float,
-        metavar="SECONDS",
-        help="keep running, re-check every SECONDS (logs each render as a JSON line)",
+        SECONDS,
+        "keep running, re-check every SECONDS (logs each render as a JSON line)",
     )
 
     execute = add_verb(

@@ -4,8 +4,10 @@ git-sync for plugin ``<name>`` runs with ``--root D/.git-sync/<name> --link
 current``: the synced tree is ``D/.git-sync/<name>/current``, a symlink that
 git-sync swaps atomically to ``.worktrees/<sha>``. Hermes scans ``D/plugins``
 only, so the hidden clone (with its ``.git`` and ``.worktrees``) is never seen
-twice; ``D/plugins/<name>`` is a relative link through ``current`` so a new
-commit shows up without relinking.
+twice. ``D/plugins/<name>`` is a relative link to the worktree that passed the
+checks (``../.git-sync/<name>/.worktrees/<sha>``), never through ``current``:
+git-sync moves ``current`` before anything has checked the new commit, and a
+gateway starting in between would load it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ OWNED_PREFIX = f"../{SYNC_DIR_NAME}/"
 STATE_DIR_NAME = ".hermes-runtime"
 MANIFEST_NAMES = ("plugin.yaml", "plugin.yml")
 MAX_SWAP_RETRIES = 5
+MIB = 1024 * 1024
 
 
 class PluginProblem(Exception):
@@ -66,9 +69,12 @@ class Layout:
         return self.plugins_dir / name
 
     @staticmethod
-    def link_target(name: str, sub_path: str) -> str:
-        """The relative text of ``D/plugins/<name>``: through ``current``, never a sha."""
-        base = f"{OWNED_PREFIX}{name}/{CURRENT_LINK_NAME}"
+    def link_target(name: str, worktree: str, sub_path: str) -> str:
+        """The relative text of ``D/plugins/<name>``: the checked worktree itself.
+
+        ``worktree`` is its path inside ``D/.git-sync/<name>`` (``.worktrees/<sha>``).
+        """
+        base = f"{OWNED_PREFIX}{name}/{worktree}"
         return f"{base}/{sub_path}" if sub_path else base
 
 
@@ -88,24 +94,32 @@ def owned_link_target(entry: Path) -> str | None:
 
 @dataclass(frozen=True)
 class TargetCheck:
-    """What a successful check saw: the worktree behind ``current`` at that moment."""
+    """What a successful check saw: the worktree behind ``current`` at that moment.
+
+    ``relative`` is the worktree's path inside ``D/.git-sync/<name>``, what the link
+    names; ``size_bytes`` the bytes of files in it.
+    """
 
     commit: str
     worktree: Path
+    relative: str
+    size_bytes: int
 
 
-def check_target(layout: Layout, name: str, sub_path: str) -> TargetCheck:
-    """Validate the plugin tree behind ``current``, retrying if git-sync swaps it meanwhile.
+def check_target(layout: Layout, name: str, sub_path: str, max_bytes: int) -> TargetCheck:
+    """Validate the worktree ``current`` resolves to, retrying if git-sync swaps it meanwhile.
 
-    git-sync worktrees are immutable once published, so checking the resolved
-    worktree is stable; only the ``current`` pointer moves. If it moves while
-    we look (or the old worktree is garbage-collected under us), look again.
+    ``current`` is resolved once and that worktree is checked; the link then names
+    the worktree, not ``current``. git-sync worktrees are immutable once published,
+    so what was checked is what is linked. If ``current`` moves while we look (git-sync
+    deletes the previous worktree right after a swap, so one being checked may vanish
+    under us, leaving a misleading error), look again.
     """
     last_problem: PluginProblem | None = None
     for _ in range(MAX_SWAP_RETRIES):
         before = _read_current(layout, name)
         try:
-            check = _check_worktree(layout, name, sub_path)
+            check = _check_worktree(layout, name, sub_path, max_bytes)
         except FileNotFoundError as exc:
             last_problem = PluginProblem(f"{exc.filename or exc}: vanished while checking", True)
             continue
@@ -116,11 +130,13 @@ def check_target(layout: Layout, name: str, sub_path: str) -> TargetCheck:
     raise last_problem
 
 
-def wait_for_target(layout: Layout, name: str, sub_path: str, deadline: float) -> TargetCheck:
+def wait_for_target(
+    layout: Layout, name: str, sub_path: str, max_bytes: int, deadline: float
+) -> TargetCheck:
     """Check the target, polling until ``deadline`` while the problem is transient."""
     while True:
         try:
-            return check_target(layout, name, sub_path)
+            return check_target(layout, name, sub_path, max_bytes)
         except PluginProblem as problem:
             if not problem.transient or time.monotonic() >= deadline:
                 raise
@@ -134,19 +150,22 @@ def _read_current(layout: Layout, name: str) -> str | None:
         return None
 
 
-def _check_worktree(layout: Layout, name: str, sub_path: str) -> TargetCheck:
+def _check_worktree(layout: Layout, name: str, sub_path: str, max_bytes: int) -> TargetCheck:
     root = layout.sync_root(name)
     if root.is_symlink():
         raise PluginProblem(f"{root} is a symlink; git-sync's root must be a real directory")
     current = layout.current(name)
     if not os.path.lexists(current):
         raise PluginProblem(f"{current} does not exist (git-sync has not synced yet)", True)
+    if not current.is_symlink():
+        raise PluginProblem(f"{current} is not a symlink (git-sync publishes each commit as one)")
     real_root = Path(os.path.realpath(root))
     worktree = Path(os.path.realpath(current))
     if not _is_within(worktree, real_root) or worktree == real_root:
         raise PluginProblem(f"{current} resolves to {worktree}, outside {root}")
     if not worktree.is_dir():
         raise PluginProblem(f"{current} is dangling (points to a missing worktree)", True)
+    size = _check_size(worktree, current, max_bytes)
     plugin_dir = Path(os.path.realpath(worktree / sub_path)) if sub_path else worktree
     if not _is_within(plugin_dir, worktree):
         raise PluginProblem(
@@ -156,8 +175,43 @@ def _check_worktree(layout: Layout, name: str, sub_path: str) -> TargetCheck:
         raise PluginProblem(f"subPath {sub_path!r} is not a directory in {current}")
     _check_manifest(plugin_dir, current, sub_path)
     _check_no_escaping_links(plugin_dir, worktree)
-    commit = worktree.name if current.is_symlink() else ""
-    return TargetCheck(commit=commit, worktree=worktree)
+    relative = worktree.relative_to(real_root).as_posix()
+    return TargetCheck(worktree.name, worktree, relative, size)
+
+
+def _check_size(worktree: Path, current: Path, max_bytes: int) -> int:
+    """Refuse a worktree whose files hold more than ``max_bytes``; return the bytes held."""
+    try:
+        size = tree_bytes(worktree)
+    except FileNotFoundError:
+        raise  # deleted under us: check_target looks again
+    except OSError as exc:
+        raise PluginProblem(f"{current}: cannot measure the worktree: {exc}") from exc
+    if size > max_bytes:
+        raise PluginProblem(
+            f"{current} -> {worktree.name} holds {size / MIB:.1f} MiB of files "
+            f"({size} bytes), over the plugin's size cap of {max_bytes / MIB:g} MiB "
+            "(maxSizeMiB)"
+        )
+    return size
+
+
+def tree_bytes(root: Path) -> int:
+    """Bytes of the regular files under ``root``, symlinks never followed.
+
+    A link is not a file of the tree: following one would count a file twice, or
+    count what lies outside the repository (refused anyway, by the link check).
+    """
+    total = 0
+    pending = [root]
+    while pending:
+        with os.scandir(pending.pop()) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(Path(entry.path))
+                elif entry.is_file(follow_symlinks=False):
+                    total += entry.stat(follow_symlinks=False).st_size
+    return total
 
 
 def _check_manifest(plugin_dir: Path, current: Path, sub_path: str) -> None:

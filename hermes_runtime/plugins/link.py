@@ -1,10 +1,12 @@
 """Converge ``D/plugins`` and ``plugins.enabled`` onto the spec.
 
-Rules (issue 2): each plugin is a relative link through git-sync's
+Rules (issues 2 and 28): each plugin is a relative link to the git-sync worktree
+that passed the checks (``../.git-sync/<name>/.worktrees/<sha>``), never through
 ``current``, swapped in atomically; a bad plugin fails alone, and a refused commit
-loses its link (it sits behind ``current`` already); entries we did not make are
-never touched; our links whose plugin left the spec are removed; running twice
-changes nothing.
+loses its link (a gateway start then runs without the plugin); entries we did not
+make are never touched; our links whose plugin left the spec are removed; running
+twice changes nothing. Nothing is ever written inside ``D/.git-sync`` (the agent
+may mount it read-only).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ FAILED = "failed"
 
 @dataclass
 class PluginResult:
-    """The outcome for one plugin name; ``commit`` is the worktree seen behind ``current``."""
+    """The outcome for one plugin name; ``commit`` is the checked worktree the link names."""
 
     name: str
     status: str
@@ -134,7 +136,6 @@ def _link_one(layout: Layout, entry: SpecEntry, deadline: float) -> PluginResult
     if entry.error is not None:
         return PluginResult(entry.name, FAILED, error=entry.error)
     link = layout.link_path(entry.name)
-    target = Layout.link_target(entry.name, entry.sub_path)
     if os.path.lexists(link) and owned_link_target(link) is None:
         return PluginResult(
             entry.name,
@@ -142,9 +143,12 @@ def _link_one(layout: Layout, entry: SpecEntry, deadline: float) -> PluginResult
             error=f"{link} exists and is not a link into ../.git-sync/: it belongs to the user",
         )
     try:
-        check: TargetCheck = wait_for_target(layout, entry.name, entry.sub_path, deadline)
+        check: TargetCheck = wait_for_target(
+            layout, entry.name, entry.sub_path, entry.max_bytes, deadline
+        )
     except PluginProblem as problem:
-        return PluginResult(entry.name, FAILED, link=target, error=_refuse(layout, link, problem))
+        return PluginResult(entry.name, FAILED, error=_refuse(layout, link, problem))
+    target = Layout.link_target(entry.name, check.relative, entry.sub_path)
     status = UNCHANGED if owned_link_target(link) == target else LINKED
     if status == LINKED:
         _atomic_symlink(layout, target, link)
@@ -154,11 +158,13 @@ def _link_one(layout: Layout, entry: SpecEntry, deadline: float) -> PluginResult
 def _refuse(layout: Layout, link: Path, problem: PluginProblem) -> str:
     """Why the plugin failed; a refused tree also loses its link.
 
-    The link goes through ``current``, which git-sync has already swapped to the refused
-    commit: left in place, the next gateway start (any plugin's change, a rotated secret, a
-    crash) would load the refused code. The running gateway keeps the last good code in
-    memory until then; a later good commit links the plugin again. A transient problem (no
-    ``current`` yet) keeps the link.
+    The link names the last commit that passed, but git-sync deletes that worktree right
+    after it swaps ``current`` to the refused one: the link would dangle, and with a
+    longer ``--stale-worktree-timeout`` it would run old code until the worktree goes. So
+    the plugin is unlinked: the next gateway start (any plugin's change, a rotated secret,
+    a crash) runs without it. The running gateway keeps the last good code in memory until
+    then; a later good commit links the plugin again. A transient problem (no ``current``
+    yet) keeps the link.
     """
     if problem.transient or owned_link_target(link) is None:
         return str(problem)

@@ -1,8 +1,10 @@
-"""Secrets from Vault/OpenBao into an env file (optionally kept fresh) or a child process.
+"""Secrets from Vault/OpenBao into env files (optionally kept fresh) or a child process.
 
-Public surface: render once or as a refresher, exec a command with the
+Public surface: render once or as a refresher (one file, or one per reader with
+only its variables), exec a command with the
 secrets, and read the env file back (the agent entrypoint uses
-:func:`read_env_file` to load ``HERMES_RUNTIME_SECRETS_ENV``).
+:func:`read_env_file` to load ``HERMES_RUNTIME_SECRETS_ENV``). The refresher notes each
+outcome beside the files it keeps (:func:`read_refresh_status`: the agent's /metrics).
 """
 
 from hermes_runtime.vault.auth import AUTH_METHODS, DEFAULT_JWT_FILE, TOKEN_ENV, VaultSettings
@@ -13,21 +15,34 @@ from hermes_runtime.vault.envfile import (
     write_env_file,
 )
 from hermes_runtime.vault.execute import exec_with_secrets
-from hermes_runtime.vault.render import RenderResult, render_once, run_refresh
-from hermes_runtime.vault.spec import SecretSpec, parse_secret_spec
+from hermes_runtime.vault.refreshstatus import (
+    RefreshStatus,
+    read_refresh_status,
+    record_refresh,
+    refresh_status_path,
+)
+from hermes_runtime.vault.render import RenderResult, render_files, render_once, run_refresh
+from hermes_runtime.vault.spec import OutputFile, SecretSpec, parse_output_spec, parse_secret_spec
 
 __all__ = [
     "AUTH_METHODS",
     "DEFAULT_JWT_FILE",
     "TOKEN_ENV",
+    "OutputFile",
+    "RefreshStatus",
     "RenderResult",
     "SecretSpec",
     "VaultSettings",
     "exec_with_secrets",
     "format_env_file",
     "parse_env_text",
+    "parse_output_spec",
     "parse_secret_spec",
     "read_env_file",
+    "read_refresh_status",
+    "record_refresh",
+    "refresh_status_path",
+    "render_files",
     "render_once",
     "run_refresh",
     "write_env_file",

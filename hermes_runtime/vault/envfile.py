@@ -41,7 +41,7 @@ def quote_value(value: str) -> str:
 
 
 def check_env_name(name: str) -> None:
-    if not ENV_NAME.match(name):
+    if not ENV_NAME.fullmatch(name):
         raise RuntimeFailure(
             f"environment variable name {name!r} is invalid (must match {ENV_NAME.pattern})"
         )
@@ -108,7 +108,7 @@ def parse_env_text(text: str) -> dict[str, str]:
             start += len("export ")
         equals = text.find("=", start, end_of_line)
         name = text[start:equals] if equals >= 0 else ""
-        if not ENV_NAME.match(name):
+        if not ENV_NAME.fullmatch(name):
             raise EnvFileError(f"line {line_no}: expected NAME=value with a valid variable name")
         value, pos, line_no = _parse_value(text, equals + 1, line_no)
         values[name] = value

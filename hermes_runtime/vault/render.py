@@ -1,8 +1,11 @@
-"""Render secrets into an env file, once or as a refreshing sidecar.
+"""Render secrets into env files, once or as a refreshing sidecar.
 
-The file is written with mode 0600 through temp file + rename, and only when
+Each file is written with mode 0600 through temp file + rename, and only when
 its content changes, so a watcher (the agent entrypoint) sees a new mtime
-exactly when a value rotated. Logs carry counts and variable names, never
+exactly when one of ITS values rotated. Several files can be rendered from one
+login (``--out-only FILE=ENV,...``), each with only the variables its reader
+needs: every value is fetched before any file is written, so a Vault failure
+leaves every file as it was. Logs carry counts and variable names, never
 values.
 """
 
@@ -10,7 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -24,8 +27,14 @@ from hermes_runtime.vault.envfile import (
     parse_env_text,
     write_env_file,
 )
+from hermes_runtime.vault.refreshstatus import record_refresh
 from hermes_runtime.vault.secrets import SecretCache
-from hermes_runtime.vault.spec import SecretSpec, check_unique_env_names
+from hermes_runtime.vault.spec import (
+    OutputFile,
+    SecretSpec,
+    check_outputs,
+    check_unique_env_names,
+)
 
 IN_MEMORY_FILESYSTEMS = frozenset({"tmpfs", "ramfs"})
 
@@ -42,11 +51,11 @@ class RenderResult:
 
 @dataclass
 class Renderer:
-    """One login plus a secret cache, rendering ``specs`` into ``out`` on demand."""
+    """One login plus a secret cache, rendering ``specs`` into ``outputs`` on demand."""
 
     settings: VaultSettings
     specs: list[SecretSpec]
-    out: Path
+    outputs: list[OutputFile]
     environ: Mapping[str, str]
     interval: float = 0
     cache: SecretCache = field(default_factory=SecretCache)
@@ -64,10 +73,13 @@ class Renderer:
             self.session().client, self.specs, self.settings.addr, self.interval
         )
 
-    def render(self) -> RenderResult:
-        """Fetch every value, then write the file only if its text differs."""
+    def render(self) -> list[RenderResult]:
+        """Fetch every value, then write each file whose text differs (its own subset)."""
         values = self.fetch()
-        return write_if_changed(self.out, values)
+        return [
+            write_if_changed(output.path, {s.env: values[s.env] for s in output.select(self.specs)})
+            for output in self.outputs
+        ]
 
 
 def previous_values(out: Path) -> tuple[str | None, dict[str, str]]:
@@ -144,6 +156,43 @@ def log_render(result: RenderResult, log: TextIO | None) -> None:
     )
 
 
+def as_outputs(out: Path | Sequence[OutputFile]) -> list[OutputFile]:
+    """A bare path is one file holding every secret (``--out FILE``)."""
+    return [OutputFile(out)] if isinstance(out, Path) else list(out)
+
+
+def prepare(
+    specs: list[SecretSpec],
+    out: Path | Sequence[OutputFile],
+    environ: Mapping[str, str],
+    log: TextIO | None,
+) -> list[OutputFile]:
+    """Every check that needs no Vault: names, outputs, where the files go."""
+    outputs = as_outputs(out)
+    check_unique_env_names(specs)
+    check_outputs(specs, outputs)
+    for output in outputs:
+        check_output_path(output.path, environ, log)
+    return outputs
+
+
+def render_files(
+    settings: VaultSettings,
+    specs: list[SecretSpec],
+    out: Path | Sequence[OutputFile],
+    environ: Mapping[str, str] | None = None,
+    log: TextIO | None = None,
+) -> list[RenderResult]:
+    """Log in, fetch, write each output (0600, atomic). A failure to read leaves every file as
+    it was: all values are fetched before the first file is written."""
+    env = os.environ if environ is None else environ
+    outputs = prepare(specs, out, env, log)
+    results = Renderer(settings, specs, outputs, env).render()
+    for result in results:
+        log_render(result, log)
+    return results
+
+
 def render_once(
     settings: VaultSettings,
     specs: list[SecretSpec],
@@ -152,18 +201,13 @@ def render_once(
     log: TextIO | None = None,
 ) -> RenderResult:
     """Log in, fetch, write ``out`` (0600, atomic). On any failure ``out`` is left as it was."""
-    env = os.environ if environ is None else environ
-    check_unique_env_names(specs)
-    check_output_path(out, env, log)
-    result = Renderer(settings, specs, out, env).render()
-    log_render(result, log)
-    return result
+    return render_files(settings, specs, out, environ, log)[0]
 
 
 def run_refresh(
     settings: VaultSettings,
     specs: list[SecretSpec],
-    out: Path,
+    out: Path | Sequence[OutputFile],
     interval: float,
     stop: threading.Event,
     environ: Mapping[str, str] | None = None,
@@ -178,36 +222,43 @@ def run_refresh(
     env = os.environ if environ is None else environ
     if interval <= 0:
         raise RuntimeFailure(f"--refresh must be a positive number of seconds, not {interval}")
-    check_unique_env_names(specs)
-    check_output_path(out, env, log)
-    renderer = Renderer(settings, specs, out, env, interval, cache=SecretCache(log=log))
-    log_render(renderer.render(), log)
+    outputs = prepare(specs, out, env, log)
+    renderer = Renderer(settings, specs, outputs, env, interval, cache=SecretCache(log=log))
+    for result in renderer.render():
+        log_render(result, log)
+    record_refresh([o.path for o in outputs], ok=True)
     while not stop.wait(interval):
         refresh_tick(renderer, log)
 
 
 def refresh_tick(renderer: Renderer, log: TextIO | None) -> None:
-    """One refresh: keep the token alive, re-render, log; never raises RuntimeFailure."""
-    result: RenderResult | None
+    """One refresh: keep the token alive, re-render every file, log, and note the outcome
+    beside each file (refreshstatus: the agent's /metrics); never raises RuntimeFailure."""
+    results: list[RenderResult] | None
+    error = ""
     try:
         if renderer.keeper is not None:
             action = renderer.keeper.ensure_fresh()
             if action:
                 log_event(f"vault.token.{action}", log, addr=renderer.settings.addr)
-        result = renderer.render()
+        results = renderer.render()
     except RuntimeFailure as first:
-        result = _retry_after_login(renderer, first, log)
-    except Exception as exc:  # a sidecar keeps its last good file rather than crash-looping
-        log_event("vault.refresh.failed", log, error=f"unexpected {type(exc).__name__}")
-        result = None
-    if result is not None and result.written:
-        log_render(result, log)
+        results, error = _retry_after_login(renderer, first, log)
+    except Exception as exc:  # a sidecar keeps its last good files rather than crash-looping
+        error = f"unexpected {type(exc).__name__}"
+        log_event("vault.refresh.failed", log, error=error)
+        results = None
+    record_refresh([output.path for output in renderer.outputs], results is not None, error)
+    for result in results or []:
+        if result.written:
+            log_render(result, log)
 
 
 def _retry_after_login(
     renderer: Renderer, error: RuntimeFailure, log: TextIO | None
-) -> RenderResult | None:
-    """A revoked or expired token shows up as 'permission denied': log in once more and retry."""
+) -> tuple[list[RenderResult] | None, str]:
+    """A revoked or expired token shows up as 'permission denied': log in once more and retry.
+    The results, or None and the error that was logged."""
     if (
         renderer.keeper is not None
         and renderer.settings.can_login_again()
@@ -216,8 +267,9 @@ def _retry_after_login(
         try:
             renderer.keeper.relogin()
             log_event("vault.token.relogin", log, addr=renderer.settings.addr)
-            return renderer.render()
+            return renderer.render(), ""
         except RuntimeFailure as second:
             error = second
-    log_event("vault.refresh.failed", log, error=str(error), out=str(renderer.out))
-    return None
+    out = [str(output.path) for output in renderer.outputs]
+    log_event("vault.refresh.failed", log, error=str(error), out=out)
+    return None, str(error)

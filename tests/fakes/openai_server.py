@@ -15,9 +15,15 @@ Endpoints
 - ``POST /v1/embeddings``: deterministic bag-of-hashed-words vectors
   (``--embedding-dim``, default 64); texts sharing words get close vectors.
 - ``GET /health``: ``{"status": "ok"}``.
-- ``POST /_control``: ``{"mode": "normal"|"fail"|"hang"|"garbage", "hang_seconds": 30}``
-  changes how chat completions answer (fail = HTTP 500, hang = sleep first,
-  garbage = an empty/unsized reply). ``GET /_requests`` returns the recorded
+- ``POST /_control``: ``{"mode": MODE, "hang_seconds": 30}`` changes how chat completions
+  answer: ``normal``; ``fail`` = HTTP 500; ``429`` = HTTP 429 with ``Retry-After: 1``;
+  ``refuse`` = the connection closed before any answer (a provider that is down);
+  ``malformed`` = HTTP 200 whose body is not JSON; ``cut`` = the answer cut before its
+  first word (a stream ends after its opening chunk, a plain body is shorter than its
+  Content-Length);
+  ``hang`` = sleep ``hang_seconds`` first; ``garbage`` = an empty/unsized reply.
+  Every mode but ``normal`` and ``garbage`` fails the request (a provider's failures,
+  for tests of what a client and LCM see). ``GET /_requests`` returns the recorded
   chat requests (the last 200); ``POST /_reset`` clears them and the mode.
 - ``GET /_auth``: ``{"authorization": [...]}``, the ``Authorization`` header of
   each recorded chat and embeddings request (the last 200, ``null`` when absent),
@@ -312,8 +318,7 @@ class Handler(BaseHTTPRequestHandler):
         with self.state.lock:
             self.state.requests.append(body)
             mode, hang = self.state.mode, self.state.hang_seconds
-        if mode == "fail":
-            self._send_json(500, {"error": {"message": "fake server told to fail"}})
+        if self._failed(mode, body):
             return
         if mode == "hang":
             time.sleep(hang)
@@ -332,6 +337,57 @@ class Handler(BaseHTTPRequestHandler):
             self._stream(model, text, tool_calls, usage, body)
         else:
             self._send_json(200, completion(model, text, tool_calls, usage))
+
+    def _failed(self, mode: str, body: dict[str, Any]) -> bool:
+        """Answer as a failing provider does in ``mode``; False when the mode answers."""
+        if mode == "fail":
+            self._send_json(500, {"error": {"message": "fake server told to fail"}})
+        elif mode == "429":
+            data = json.dumps({"error": {"message": "rate limited", "type": "rate_limit"}})
+            self.send_response(429)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Retry-After", "1")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data.encode())
+        elif mode == "refuse":
+            self.close_connection = True  # no status line: the client sees the socket close
+        elif mode == "malformed":
+            data = b'{"id": "chatcmpl-malformed", "choices": [{"message": '
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        elif mode == "cut":
+            self._cut(body)
+        else:
+            return False
+        return True
+
+    def _cut(self, body: dict[str, Any]) -> None:
+        """An answer that stops before its first word, then the connection closes.
+
+        A stream cut after some text is a truncated answer to Hermes (it asks the model to
+        continue, then hands back what it has, ``finish_reason: "length"``), not a failure.
+        """
+        self.send_response(200)
+        if body.get("stream"):
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            delta = {"role": "assistant", "content": ""}
+            chunk = {"id": "chatcmpl-cut", "object": "chat.completion.chunk", "created": 0}
+            chunk["choices"] = [{"index": 0, "delta": delta, "finish_reason": None}]
+            self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        else:
+            text = "this answer is cut off before it ends"
+            data = json.dumps(completion("fake-model", text, [], {"prompt_tokens": 1})).encode()
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data[: len(data) // 2])
+        self.wfile.flush()
+        self.close_connection = True
 
     def _stream(
         self,

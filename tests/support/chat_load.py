@@ -37,6 +37,7 @@ import urllib.parse
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 CONNECT_TIMEOUT = 10.0
@@ -279,11 +280,24 @@ def parse_records(lines: list[str]) -> tuple[list[Attempt], list[HealthChange]]:
     return attempts, health
 
 
+def previous_starts(path: Path) -> int:
+    """How often the load started before (0 the first time); this start is counted."""
+    starts = int(path.read_text()) if path.exists() else 0
+    path.write_text(str(starts + 1))
+    return starts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", required=True, help="base URL of the API server")
     parser.add_argument("--session-clients", type=int, default=1)
     parser.add_argument("--history-clients", type=int, default=1)
+    parser.add_argument(
+        "--starts-file",
+        type=Path,
+        help="count the starts in this file and name the clients after the previous start's "
+        "(a container restarted with the node must not reuse a marker: A, B, then C, D...)",
+    )
     args = parser.parse_args()
     key = os.environ["HERMES_API_KEY"]
     lock = threading.Lock()
@@ -294,7 +308,9 @@ def main() -> None:
             sys.stdout.flush()
 
     threads = [threading.Thread(target=HealthProbe(args.url, emit).run, daemon=True)]
-    names = [chr(ord("A") + i) for i in range(args.session_clients + args.history_clients)]
+    count = args.session_clients + args.history_clients
+    first = count * previous_starts(args.starts_file) if args.starts_file else 0
+    names = [chr(ord("A") + first + i) for i in range(count)]
     for index, name in enumerate(names):
         session = f"fault-session-{name}" if index < args.session_clients else ""
         client = ChatClient([args.url], key, name, session, emit)

@@ -99,3 +99,37 @@ def test_embeddings_are_normalized_and_similar_for_shared_words(fake_llm: FakeLL
 
     assert abs(dot(vectors[0], vectors[0]) - 1.0) < 1e-9
     assert dot(vectors[0], vectors[1]) > dot(vectors[0], vectors[2])
+
+
+def chat_raw(fake_llm: FakeLLM, stream: bool = False) -> tuple[int, dict[str, str], bytes]:
+    """Status, headers and body of one chat request, however the fake answers it."""
+    body = {"messages": [{"role": "user", "content": "hi"}], "stream": stream}
+    request = urllib.request.Request(
+        fake_llm.base_url + "/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()
+
+
+def test_the_failure_modes_fail_as_a_provider_does(fake_llm: FakeLLM) -> None:
+    fake_llm.set_mode("429")
+    status, headers, _ = chat_raw(fake_llm)
+    assert (status, headers["Retry-After"]) == (429, "1")
+    fake_llm.set_mode("malformed")
+    status, _, body = chat_raw(fake_llm)
+    assert status == 200
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(body)
+    fake_llm.set_mode("refuse")  # the connection closes without a status line
+    with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+        chat_raw(fake_llm)
+    fake_llm.set_mode("cut")
+    status, _, body = chat_raw(fake_llm, stream=True)
+    assert status == 200 and b"[DONE]" not in body and b'finish_reason": "stop' not in body
+    fake_llm.set_mode("normal")
+    assert chat_raw(fake_llm)[0] == 200

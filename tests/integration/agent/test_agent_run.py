@@ -7,6 +7,7 @@ The only fake is the LLM (tests/fakes/openai_server.py, in its container: the ti
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import signal
@@ -14,10 +15,12 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fakes.fixtures import FakeLLM
@@ -37,6 +40,7 @@ class Agent:
     api_port: int
     metrics_port: int
     secrets: Path
+    env: dict[str, str] = field(default_factory=dict)  # the container's, also the hook's
 
     def get(self, path: str, port: int | None = None) -> str:
         url = f"http://127.0.0.1:{port or self.api_port}{path}"
@@ -75,6 +79,24 @@ class Agent:
     def stop(self) -> int:
         self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(60)
+
+    def readiness(self) -> tuple[int, dict[str, Any]]:
+        try:
+            return 200, json.loads(self.get("/ready", self.metrics_port))
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    def pre_stop(self) -> tuple[int, dict[str, Any]]:
+        """The kubelet's preStop hook: ``exec hermes-runtime agent pre-stop`` in the container."""
+        done = subprocess.run(
+            [str(BIN / "hermes-runtime"), "agent", "pre-stop", "--json"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        return done.returncode, json.loads(done.stdout) if done.stdout else {"err": done.stderr}
 
 
 @pytest.fixture
@@ -115,6 +137,8 @@ def start_agent(layout: dict[str, Path], tmp_path: Path, **extra_env: str) -> Ag
         "API_SERVER_HOST": "127.0.0.1",
         "API_SERVER_PORT": str(api_port),
         "HERMES_RUNTIME_GATEWAY_PORT": str(free_port()),  # the gateway behind the front door
+        # In the chart: /run/hermes-runtime, an emptyDir only the agent container mounts.
+        "HERMES_RUNTIME_CONTROL_SOCKET": str(tmp_path / "agent.sock"),
         **extra_env,
     }
     env.pop("API_SERVER_KEY", None)
@@ -126,7 +150,7 @@ def start_agent(layout: dict[str, Path], tmp_path: Path, **extra_env: str) -> Ag
         stderr=subprocess.STDOUT,
         text=True,
     )
-    return Agent(proc, layout["data"], api_port, metrics_port, layout["secrets"])
+    return Agent(proc, layout["data"], api_port, metrics_port, layout["secrets"], env)
 
 
 @contextlib.contextmanager
@@ -155,7 +179,11 @@ def test_agent_run_seeds_links_serves_and_stops_cleanly(
         assert config["model"]["default"] == "fake-model"
         assert "hello" in config["plugins"]["enabled"]
         assert (data / "SOUL.md").read_text() == "You are a test agent.\n"
-        assert os.readlink(data / "plugins" / "hello") == "../.git-sync/hello/current"
+        # The link names the checked worktree git-sync's current points at, not current itself.
+        link = os.readlink(data / "plugins" / "hello")
+        assert link.startswith("../.git-sync/hello/.worktrees/")
+        current = data / ".git-sync" / "hello" / "current"
+        assert (data / "plugins" / "hello").resolve() == current.resolve()
         wait_until((data / "plugin-loads.log").exists, 30, "the plugin's register()")
         assert agent.chat("hello agent") == "Echo: hello agent"
         assert agent.metric("hermes_runtime_gateway_up") == 1
@@ -213,6 +241,56 @@ def test_user_edits_survive_a_restart_and_secret_rotation_restarts_the_gateway(
     config = YAML(typ="safe").load(config_path.read_text())
     assert config["agent"]["max_turns"] == 42
     assert config["display"] == {"x": 1}
+
+
+def secret_volume(root: Path, key: str) -> Path:
+    """A Secret volume as the kubelet writes it: files behind ``..data``, swapped atomically."""
+    root.mkdir(exist_ok=True)
+    version = root / f"..{time.monotonic_ns()}"
+    version.mkdir()
+    (version / "api-key").write_text(key)
+    staged = root / "..data_tmp"
+    staged.symlink_to(version.name)
+    staged.rename(root / "..data")
+    if not (root / "api-key").is_symlink():
+        (root / "api-key").symlink_to("..data/api-key")
+    return root / "api-key"
+
+
+def status_with_key(agent: Agent, key: str) -> int:
+    body = json.dumps({"model": "hermes-agent", "messages": [{"role": "user", "content": "hi"}]})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{agent.api_port}/v1/chat/completions",
+        data=body.encode(),
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_a_new_api_key_in_its_secret_volume_reaches_the_gateway_without_a_new_pod(
+    layout: dict[str, Path], tmp_path: Path
+) -> None:
+    """The chart mounts the API key's Secret (HERMES_RUNTIME_API_KEY_FILE): when the Secret
+    changes the kubelet swaps the file and the gateway restarts onto the new key."""
+    layout["secrets"].write_text("OTHER=1\n")  # the key comes from the file alone
+    key_file = secret_volume(tmp_path / "api-key", API_KEY)
+    with serving_agent(layout, tmp_path, HERMES_RUNTIME_API_KEY_FILE=str(key_file)) as agent:
+        assert status_with_key(agent, API_KEY) == 200
+        rotated = API_KEY + "-rotated"
+        secret_volume(tmp_path / "api-key", rotated)
+        wait_until(
+            lambda: agent.metric("hermes_runtime_gateway_starts_total") == 2,
+            60,
+            "a gateway restart after the key file changed",
+        )
+        wait_until(agent.healthy, 120, "/health after the restart")
+        assert status_with_key(agent, rotated) == 200
+        assert status_with_key(agent, API_KEY) == 401
+    assert rotated not in (tmp_path / "agent.log").read_text()
 
 
 def test_without_an_api_key_the_agent_refuses_to_start_and_says_where_to_put_it(
@@ -297,3 +375,76 @@ def test_a_gateway_killed_with_sigkill_is_restarted_in_place(
         assert agent.chat("still there?") == "Echo: still there?"
     logs = [tmp_path / "agent.log", *(layout["data"] / "logs").glob("*.log")]
     assert not [log for log in logs if "respawn storm" in log.read_text()]
+
+
+# Ours, old and guessed, and Hermes' own (without a key: refused by Hermes, on the API port).
+PATHS = (
+    "/",
+    "/metrics",
+    "/ready",
+    "/pre-stop",
+    "/pre-stop?now=1",
+    "/prestop",
+    "/stop",
+    "/shutdown",
+    "/restart",
+    "/drain",
+    "/health",
+    "/v1/models",
+    "/v1/chat/completions",
+    "/v1/responses",
+    "/v1/runs",
+    "/v1/runs/x/stop",
+    "/api/sessions",
+    "/api/jobs",
+    "/api/cron/fire",
+)
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "STOP")
+READY = {"ready": True, "checks": {"gateway": "ok", "data": "ok", "lcm": "ok"}}
+
+
+def send(port: int, method: str, path: str) -> int:
+    """One unauthenticated request on its own connection: the status (0: reset)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        body = b'{"stop": true}' if method in ("POST", "PUT", "PATCH") else None
+        headers = {"Content-Type": "application/json"} if body else {}
+        conn.request(method, path, body=body, headers=headers)
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    except OSError:
+        return 0
+    finally:
+        conn.close()
+
+
+def test_no_request_on_either_port_changes_the_agent_only_the_exec_hook_stops_it(
+    layout: dict[str, Path], tmp_path: Path
+) -> None:
+    """Every method on every path of the metrics and API ports, unauthenticated, as any pod
+    of the cluster could send them: the pod stays ready and its gateway is never restarted.
+    Then the kubelet's hook (exec ``agent pre-stop``): unready, and SIGTERM stops it cleanly."""
+    with serving_agent(layout, tmp_path) as agent:
+        wait_until(lambda: agent.readiness()[0] == 200, 60, "/ready")
+        metrics_answers: dict[tuple[str, str], int] = {}
+        for port in (agent.metrics_port, agent.api_port):
+            for path in PATHS:
+                for method in METHODS:
+                    status = send(port, method, path)
+                    if port == agent.metrics_port:
+                        metrics_answers[(method, path)] = status
+                    assert agent.readiness() == (200, READY), (port, method, path)
+        assert {s for (m, _), s in metrics_answers.items() if m != "GET"} == {405}
+        assert {p for (m, p), s in metrics_answers.items() if m == "GET" and s == 200} == {
+            "/metrics",
+            "/ready",
+        }
+        assert agent.metric("hermes_runtime_gateway_starts_total") == 1
+        assert agent.chat("still serving?") == "Echo: still serving?"
+        status, answer = agent.pre_stop()
+        assert status == 0 and answer["stopping"] is True and answer["successor"] is False
+        stopping = {"ready": False, "checks": {"stopping": "the pod is stopping"}}
+        assert agent.readiness() == (503, stopping)
+    log = (tmp_path / "agent.log").read_text()
+    assert log.count('"event": "agent.pre_stop"') == 1

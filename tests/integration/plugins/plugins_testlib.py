@@ -3,7 +3,8 @@
 ``GitSyncLike`` reproduces what git-sync v4 leaves on disk, with real git:
 ``<root>`` is a git repository fetched from the bare origin, each synced
 commit is a ``git worktree`` at ``<root>/.worktrees/<sha>``, and ``<root>/current``
-is a relative symlink to it, swapped by rename (as git-sync does).
+is a relative symlink to it, swapped by rename (as git-sync does); the previous
+worktree is deleted after the swap when a test asks (as git-sync does by default).
 ``serve_git`` serves bare repositories over smart HTTP from the git server image.
 """
 
@@ -89,8 +90,12 @@ class GitSyncLike:
     repo: PluginRepo
     root: Path
 
-    def sync(self) -> str:
-        """Fetch origin's main, add a worktree for it, and swap ``current`` by rename."""
+    def sync(self, remove_old: bool = False) -> str:
+        """Fetch origin's main, add a worktree for it, and swap ``current`` by rename.
+
+        ``remove_old``: then delete the previous worktree, as git-sync v4 does right after
+        a swap (its default ``--stale-worktree-timeout 0``).
+        """
         if not (self.root / ".git").exists():
             self.root.mkdir(parents=True, exist_ok=True)
             git("init", "-q", cwd=self.root)
@@ -98,10 +103,20 @@ class GitSyncLike:
         git("fetch", "-q", "origin", "main", cwd=self.root)
         sha = git("rev-parse", "FETCH_HEAD", cwd=self.root)
         worktree = self.root / ".worktrees" / sha
+        previous = self.current_sha()
         if not worktree.exists():
             git("worktree", "add", "-q", "--detach", f".worktrees/{sha}", sha, cwd=self.root)
         self.point_current_at(f".worktrees/{sha}")
+        if remove_old and previous not in (None, sha):
+            git("worktree", "remove", "--force", f".worktrees/{previous}", cwd=self.root)
         return sha
+
+    def current_sha(self) -> str | None:
+        """The commit ``current`` names now, or ``None`` before the first sync."""
+        try:
+            return os.readlink(self.root / "current").rsplit("/", 1)[-1]
+        except FileNotFoundError:
+            return None
 
     def point_current_at(self, target: str) -> None:
         temp = self.root / "current.tmp"

@@ -54,10 +54,35 @@ def test_hermes_discovers_the_linked_plugin_once_and_runs_new_commit(
     )
     assert [(n, v) for n, v, _ in read_loads(data_dir)] == [("weather", "1b")]
 
+    # git-sync swapped `current`; a gateway starting before the check loads the checked commit.
     synced.repo.commit(plugin_files("weather", "2"))
     synced.sync()
     hermes_discover(data_dir)
-    assert [(n, v) for n, v, _ in read_loads(data_dir)] == [("weather", "1b"), ("weather", "2")]
+    assert [(n, v) for n, v, _ in read_loads(data_dir)] == [("weather", "1b")] * 2
+    assert link_plugins(data_dir, spec).ok
+    hermes_discover(data_dir)
+    assert [(n, v) for n, v, _ in read_loads(data_dir)] == [("weather", "1b")] * 2 + [
+        ("weather", "2")
+    ]
+
+
+def test_gateway_start_after_git_sync_deleted_the_old_worktree_runs_without_the_plugin(
+    data_dir: Path, synced_plugin, tmp_path: Path
+) -> None:
+    """git-sync deletes the previous worktree right after its swap: until the new commit is
+    checked, Hermes finds a dangling link and skips the plugin (no error, no unchecked code)."""
+    write_hermes_config(data_dir)
+    synced = synced_plugin("weather", version="1")
+    spec = write_spec(tmp_path / "plugins.yaml", [{"name": "weather"}])
+    assert link_plugins(data_dir, spec).ok
+    synced.repo.commit(plugin_files("weather", "2"))
+    synced.sync(remove_old=True)
+    assert [p for p in hermes_discover(data_dir) if p["name"] == "weather"] == []
+    assert read_loads(data_dir) == []
+    assert link_plugins(data_dir, spec).ok
+    [weather] = [p for p in hermes_discover(data_dir) if p["name"] == "weather"]
+    assert weather["error"] is None
+    assert [(n, v) for n, v, _ in read_loads(data_dir)] == [("weather", "2")]
 
 
 def test_disabled_plugin_is_linked_but_not_loaded(

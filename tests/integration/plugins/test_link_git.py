@@ -13,7 +13,7 @@ from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.plugins import link_plugins
 
 
-def test_links_relative_through_current_and_enables(
+def test_links_the_checked_worktree_relative_and_enables(
     data_dir: Path, synced_plugin, tmp_path: Path
 ) -> None:
     synced = synced_plugin("weather")
@@ -21,28 +21,65 @@ def test_links_relative_through_current_and_enables(
     report = link_plugins(data_dir, spec)
     assert report.ok, report.to_dict()
     link = data_dir / "plugins" / "weather"
-    assert os.readlink(link) == "../.git-sync/weather/current"
+    sha = synced.current_sha()
+    assert os.readlink(link) == f"../.git-sync/weather/.worktrees/{sha}"
     assert (link / "plugin.yaml").is_file()
     [result] = report.results
     assert result.status == "linked"
-    assert result.commit == os.readlink(synced.root / "current").split("/")[-1]
+    assert result.commit == sha
     assert "- weather" in (data_dir / "config.yaml").read_text()
 
 
-def test_sub_path_link_and_new_commit_visible_without_relink(
+def test_a_new_commit_is_visible_only_once_it_passed(
     data_dir: Path, synced_plugin, tmp_path: Path
 ) -> None:
+    """git-sync swaps ``current`` before anything checked the commit: the link must not follow."""
     synced = synced_plugin("tools", sub_path="plugins/tools")
     spec = write_spec(tmp_path / "plugins.yaml", [{"name": "tools", "subPath": "plugins/tools/"}])
     assert link_plugins(data_dir, spec).ok
     link = data_dir / "plugins" / "tools"
-    assert os.readlink(link) == "../.git-sync/tools/current/plugins/tools"
+    first = synced.current_sha()
+    assert os.readlink(link) == f"../.git-sync/tools/.worktrees/{first}/plugins/tools"
     synced.repo.commit({f"plugins/tools/{k}": v for k, v in plugin_files("tools", "2").items()})
-    synced.sync()
-    assert "VERSION = '2'" in (link / "__init__.py").read_text()
+    second_sha = synced.sync()
+    assert "VERSION = '1'" in (link / "__init__.py").read_text()  # not checked yet
     second = link_plugins(data_dir, spec)
-    assert [r.status for r in second.results] == ["unchanged"]
-    assert not second.changed
+    assert [(r.status, r.commit) for r in second.results] == [("linked", second_sha)]
+    assert second.changed
+    assert os.readlink(link) == f"../.git-sync/tools/.worktrees/{second_sha}/plugins/tools"
+    assert "VERSION = '2'" in (link / "__init__.py").read_text()
+    third = link_plugins(data_dir, spec)
+    assert [r.status for r in third.results] == ["unchanged"] and not third.changed
+
+
+def test_after_git_sync_deletes_the_old_worktree_the_link_dangles_until_relinked(
+    data_dir: Path, synced_plugin, tmp_path: Path
+) -> None:
+    """What a gateway starting between git-sync's swap and our check sees: no plugin, never
+    the unchecked commit; the next convergence links the new one."""
+    synced = synced_plugin("gone")
+    spec = write_spec(tmp_path / "plugins.yaml", [{"name": "gone"}])
+    assert link_plugins(data_dir, spec).ok
+    link = data_dir / "plugins" / "gone"
+    synced.repo.commit(plugin_files("gone", "2"))
+    sha = synced.sync(remove_old=True)
+    assert link.is_symlink() and not link.exists()
+    [result] = link_plugins(data_dir, spec).results
+    assert (result.status, result.commit) == ("linked", sha)
+    assert "VERSION = '2'" in (link / "__init__.py").read_text()
+
+
+def test_current_that_is_not_a_symlink_is_refused(
+    data_dir: Path, synced_plugin, tmp_path: Path
+) -> None:
+    synced = synced_plugin("flat", sync=False)
+    (synced.root / "current").mkdir(parents=True)
+    for name, text in plugin_files("flat", "1").items():
+        (synced.root / "current" / name).write_text(text)
+    spec = write_spec(tmp_path / "plugins.yaml", [{"name": "flat"}])
+    [result] = link_plugins(data_dir, spec).results
+    assert result.status == "failed" and "is not a symlink" in (result.error or "")
+    assert not os.path.lexists(data_dir / "plugins" / "flat")
 
 
 def test_second_run_changes_nothing(data_dir: Path, synced_plugin, tmp_path: Path) -> None:
@@ -190,7 +227,8 @@ def test_swap_of_current_while_linking_links_a_consistent_commit(
         else:
             assert result.commit in shas
     assert any(r.ok for r in reports)
-    assert os.readlink(data_dir / "plugins" / "busy") == "../.git-sync/busy/current"
+    last = [r.results[0].commit for r in reports if r.ok][-1]
+    assert os.readlink(data_dir / "plugins" / "busy") == f"../.git-sync/busy/.worktrees/{last}"
 
 
 def test_subpath_escape_attempts_are_rejected(
@@ -244,16 +282,18 @@ def test_a_refused_commit_loses_its_link_and_a_good_one_links_again(
     synced.repo.symlink("data/secret", str(secret))
     synced.repo.commit({})
     synced.sync()
+    # Before any check: a gateway start now would still load the commit that passed.
+    assert not os.path.lexists(link / "data" / "secret")
     [refused] = link_plugins(data_dir, spec).results
     assert refused.status == "failed" and "outside" in (refused.error or "")
     assert "removed" in (refused.error or "")
     assert not os.path.lexists(link)
     # The author reverts: the plugin is linked again.
     synced.repo.commit({}, remove=("data/secret",))
-    synced.sync()
+    sha = synced.sync()
     [fixed] = link_plugins(data_dir, spec).results
     assert fixed.status == "linked", fixed
-    assert os.readlink(link) == "../.git-sync/turncoat/current"
+    assert os.readlink(link) == f"../.git-sync/turncoat/.worktrees/{sha}"
 
 
 def test_current_pointing_outside_the_sync_root_is_rejected(

@@ -28,7 +28,13 @@ from cryptography.x509.oid import NameOID
 from support.openbao import OpenBaoServer
 from support.wait import wait_until
 
-from hermes_runtime.vault import VaultSettings, parse_secret_spec, read_env_file, run_refresh
+from hermes_runtime.vault import (
+    OutputFile,
+    VaultSettings,
+    parse_secret_spec,
+    read_env_file,
+    run_refresh,
+)
 
 READ_POLICY = """
 path "secret/data/hermes" { capabilities = ["read"] }
@@ -164,22 +170,33 @@ def refresher(
     settings: VaultSettings, specs: list[str], out: Path, environ: dict[str, str]
 ) -> Iterator[io.StringIO]:
     """Run ``run_refresh`` in a thread; stop it and re-raise its error on exit."""
+    with refresher_files(settings, specs, [OutputFile(out)], environ) as log:
+        yield log
+
+
+@contextmanager
+def refresher_files(
+    settings: VaultSettings, specs: list[str], outputs: list[OutputFile], environ: dict[str, str]
+) -> Iterator[io.StringIO]:
+    """``refresher`` for several output files: waits for every one's first render."""
     log = io.StringIO()
     stop = threading.Event()
     errors: list[BaseException] = []
 
     def target() -> None:
         try:
-            run_refresh(
-                settings, [parse_secret_spec(s) for s in specs], out, INTERVAL, stop, environ, log
-            )
+            parsed = [parse_secret_spec(s) for s in specs]
+            run_refresh(settings, parsed, outputs, INTERVAL, stop, environ, log)
         except BaseException as exc:
             errors.append(exc)
 
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
     try:
-        wait_until(lambda: out.exists() or bool(errors), what=f"first render of {out}")
+        wait_until(
+            lambda: all(o.path.exists() for o in outputs) or bool(errors),
+            what=f"first render of {[str(o.path) for o in outputs]}",
+        )
         yield log
     finally:
         stop.set()

@@ -16,6 +16,7 @@ supervisor, metrics) is the real entrypoint.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -26,10 +27,14 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from support.net import free_port
 
+import hermes_runtime
+
 BIN = Path(sys.executable).parent
+SOURCE_ROOT = Path(hermes_runtime.__file__).resolve().parents[1]
 API_KEY = "fake-gateway-key-0123456789abcdef"
 
 FAKE_HEAVY = r"""
@@ -123,6 +128,25 @@ class Entrypoint:
     log: Path
     api_port: int
     metrics_port: int
+    env: dict[str, str]  # the container's env, which the kubelet's exec hook gets too
+
+    @property
+    def control_socket(self) -> Path:
+        return Path(self.env["HERMES_RUNTIME_CONTROL_SOCKET"])
+
+    def pre_stop(self, timeout: float = 90) -> tuple[int, dict[str, Any]]:
+        """The kubelet's preStop hook: ``exec hermes-runtime agent pre-stop`` in the container
+        (its env), as ``(exit status, its --json answer)``."""
+        done = subprocess.run(
+            [str(BIN / "hermes-runtime"), "agent", "pre-stop", "--json"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        answer = json.loads(done.stdout) if done.stdout.strip() else {"stderr": done.stderr}
+        return done.returncode, answer
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
@@ -168,10 +192,15 @@ def start_entrypoint(data: Path, scratch: Path, name: str, **env: str) -> Entryp
         "HERMES_RUNTIME_METRICS_PORT": str(metrics_port),
         "HERMES_RUNTIME_GATEWAY_PRELOAD": "fake_heavy",
         "AGENT_NAME": name,
+        # In the chart: /run/hermes-runtime, an emptyDir only the agent container mounts.
+        "HERMES_RUNTIME_CONTROL_SOCKET": str(scratch / f"{name}.sock"),
         **env,
     }
     for unset in ("HERMES_RUNTIME_PLUGIN_SPEC", "API_SERVER_KEY", "PYTHONPATH"):
         full_env.pop(unset, None)
+    # The entrypoint runs the hermes_runtime this test imports (a git worktree's, not the one
+    # the venv installed); the gateway's PYTHONPATH comes from the secrets env, which wins.
+    full_env["PYTHONPATH"] = str(SOURCE_ROOT)
     log = scratch / f"{name}.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
@@ -180,7 +209,7 @@ def start_entrypoint(data: Path, scratch: Path, name: str, **env: str) -> Entryp
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-    return Entrypoint(proc, log, api_port, metrics_port)
+    return Entrypoint(proc, log, api_port, metrics_port, full_env)
 
 
 @dataclass(frozen=True)

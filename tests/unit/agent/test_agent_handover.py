@@ -1,7 +1,8 @@
 """The hand-over: drain time from the grace period, /ready, and the preStop hook.
 
 Real entrypoint processes with the stand-in gateway (fake_gateway.py): the kubelet's part is
-played by plain HTTP requests to the endpoints it would call.
+played by what it would do: GET ``/ready``, exec ``hermes-runtime agent pre-stop`` in the
+container, SIGTERM.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import signal
 import socket
+import stat
 from pathlib import Path
 
 import pytest
@@ -62,6 +64,8 @@ def test_pre_stop_turns_the_pod_unready_and_it_stays_reachable_after_its_gateway
 ) -> None:
     data = tmp_path / "data"
     data.mkdir()
+    with socket.socket(socket.AF_UNIX) as stale:  # a previous container's, in the emptyDir
+        stale.bind(str(tmp_path / "agent.sock"))
     agent = start_entrypoint(
         data,
         tmp_path,
@@ -71,6 +75,7 @@ def test_pre_stop_turns_the_pod_unready_and_it_stays_reachable_after_its_gateway
         HERMES_RUNTIME_PRESTOP_SECONDS="6",
     )
     wait_for(lambda: agent.get("/ready")[0] == 200, what="/ready")
+    assert stat.S_IMODE(agent.control_socket.stat().st_mode) == 0o600  # replaced, ours only
     status, body = agent.get("/ready")
     assert json.loads(body) == {
         "ready": True,
@@ -78,9 +83,9 @@ def test_pre_stop_turns_the_pod_unready_and_it_stays_reachable_after_its_gateway
     }
     env = json.loads((data / "gateway-env.log").read_text().splitlines()[-1])
     assert env["HERMES_RESTART_DRAIN_TIMEOUT"] == "49"  # 60 - 6 - 2 - 3
-    # The kubelet calls the preStop hook: no successor wait here (handover 0), unready at once.
-    status, body = agent.get("/pre-stop", timeout=30)
-    assert status == 200 and json.loads(body)["successor"] is False
+    # The kubelet runs the preStop hook: no successor wait here (handover 0), unready at once.
+    status, answer = agent.pre_stop(timeout=30)
+    assert status == 0 and answer["stopping"] is True and answer["successor"] is False
     assert json.loads(agent.get("/ready")[1])["checks"] == {"stopping": "the pod is stopping"}
     assert agent.get("/health", agent.api_port)[0] == 200  # SIGTERM has not come yet
     agent.proc.send_signal(signal.SIGTERM)

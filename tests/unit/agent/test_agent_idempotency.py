@@ -18,7 +18,7 @@ import sys
 import textwrap
 import time
 import types
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -379,6 +379,28 @@ def test_a_hermes_whose_cache_changed_keeps_it(
     assert problem in event["reason"]
 
 
+def test_a_hermes_release_the_adapter_does_not_know_keeps_its_cache(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Hermes' cache in the known shape, but a release the adapter was not checked against
+    (old code swapped it whatever the version): Hermes' own cache stays, no database, and
+    the warning names the version, the internal and what is lost."""
+    import gateway.platforms.api_server as api_server
+
+    module = types.ModuleType("gateway.platforms.api_server")
+    original = type(api_server._idem_cache)()
+    module._idem_cache = original  # type: ignore[attr-defined]
+    assert hermes_cache_problem(module) is None
+    assert install(module, tmp_path / "i.db", TTL, hermes_version="0.24.0") is None
+    assert module._idem_cache is original  # type: ignore[attr-defined]
+    assert not (tmp_path / "i.db").exists()
+    (event,) = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert event["event"] == "agent.idempotency.not_installed"
+    assert event["hermes_version"] == "0.24.0"
+    assert event["internal"] == "gateway.platforms.api_server._idem_cache"
+    assert ">=0.19.0,<0.24" in event["reason"] and "in-memory" in event["fallback"]
+
+
 def test_a_database_that_cannot_be_opened_keeps_hermes_cache(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -448,3 +470,64 @@ def test_a_ttl_of_zero_leaves_hermes_own_cache(tmp_path: Path) -> None:
     assert report["cache"] == "_IdempotencyCache"
     assert not idempotency_db_path(tmp_path / "data" / ".hermes-runtime").exists()
     assert '"event": "agent.idempotency.off"' in log
+
+
+# -- the file on disk: private, and deleted answers gone -------------------------------------
+
+
+def modes(path: Path) -> dict[str, int]:
+    """Permission bits of the database and its companions that exist."""
+    files = [path.with_name(path.name + suffix) for suffix in ("", "-wal", "-shm")]
+    return {f.name: f.stat().st_mode & 0o777 for f in files if f.exists()}
+
+
+@pytest.fixture
+def open_umask() -> Iterator[None]:
+    """The usual umask (022), under which SQLite alone would create the files 0644."""
+    previous = os.umask(0o022)
+    yield
+    os.umask(previous)
+
+
+@pytest.mark.usefixtures("open_umask")
+def test_the_answer_file_and_its_wal_and_shm_are_created_private(tmp_path: Path) -> None:
+    path = tmp_path / "idempotency.db"
+    store = AnswerStore(path, TTL, 10)
+    try:
+        store.put(key_digest("k"), "fp", time.time(), '{"result": {}, "usage": {}}')
+        assert modes(path) == {
+            "idempotency.db": 0o600,
+            "idempotency.db-wal": 0o600,
+            "idempotency.db-shm": 0o600,
+        }
+    finally:
+        store.close()
+
+
+@pytest.mark.usefixtures("open_umask")
+def test_files_an_older_version_left_readable_are_narrowed(tmp_path: Path) -> None:
+    path = tmp_path / "idempotency.db"
+    older = connect(path)  # WAL, the umask's 0644, -wal and -shm open while the store opens
+    try:
+        older.execute("CREATE TABLE t (x)")
+        assert set(modes(path).values()) == {0o644} and len(modes(path)) == 3
+        AnswerStore(path, TTL, 10).close()
+        assert set(modes(path).values()) == {0o600} and len(modes(path)) == 3
+    finally:
+        older.close()
+
+
+def test_a_forgotten_answer_leaves_no_trace_in_the_file(tmp_path: Path) -> None:
+    """``secure_delete``: the deleted row's bytes are zeroed, not left in a free page."""
+    path = tmp_path / "idempotency.db"
+    secret = "the-user's-answer-" + "7f3a" * 8
+    store = AnswerStore(path, TTL, 10)
+    store.put(key_digest("k"), "fp", time.time(), json.dumps({"result": {"x": secret}}))
+    store.close()  # the last connection: checkpointed into the file, WAL removed
+    assert secret.encode() in path.read_bytes()
+    store = AnswerStore(path, TTL, 10)
+    store.forget(key_digest("k"))
+    store.close()
+    assert not path.with_name(f"{path.name}-wal").exists()
+    assert secret.encode() not in path.read_bytes()
+    assert rows(path) == []

@@ -119,3 +119,67 @@ def test_the_idempotency_ttl_defaults_to_hermes_own_and_can_be_set_or_turned_off
     assert AgentSettings.from_env(env).idempotency_ttl == 0.0
     with pytest.raises(RuntimeFailure, match="HERMES_RUNTIME_IDEMPOTENCY_TTL_SECONDS"):
         AgentSettings.from_env({"HERMES_RUNTIME_IDEMPOTENCY_TTL_SECONDS": "-5"})
+
+
+def test_the_control_socket_front_door_cap_and_abandon_time_come_from_the_env() -> None:
+    default = AgentSettings.from_env({})
+    assert default.control_socket == Path("/run/hermes-runtime/agent.sock")
+    assert default.front_door_max_held == 256
+    assert default.abandon_seconds == 40  # Kubernetes' default grace period (30 s) + 10 s
+    given = AgentSettings.from_env(
+        {
+            "HERMES_RUNTIME_CONTROL_SOCKET": "/run/x/agent.sock",
+            "HERMES_RUNTIME_FRONT_DOOR_MAX_HELD": "32",
+            "HERMES_RUNTIME_TERMINATION_GRACE_SECONDS": "60",
+        }
+    )
+    assert given.control_socket == Path("/run/x/agent.sock")
+    assert given.front_door_max_held == 32
+    assert given.abandon_seconds == 70
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "many", "1.5", "100001"])
+def test_a_bad_front_door_cap_names_the_variable(value: str) -> None:
+    with pytest.raises(RuntimeFailure, match="HERMES_RUNTIME_FRONT_DOOR_MAX_HELD"):
+        AgentSettings.from_env({"HERMES_RUNTIME_FRONT_DOOR_MAX_HELD": value})
+
+
+def test_the_data_volume_reserve_comes_from_the_env() -> None:
+    assert AgentSettings.from_env({}).data_min_free_bytes == 64 << 20
+    given = AgentSettings.from_env({"HERMES_RUNTIME_DATA_MIN_FREE_MIB": "8"})
+    assert given.data_min_free_mib == 8 and given.data_min_free_bytes == 8 << 20
+    assert AgentSettings.from_env({"HERMES_RUNTIME_DATA_MIN_FREE_MIB": "0"}).data_min_free_mib == 0
+
+
+@pytest.mark.parametrize("value", ["-1", "lots", "1.5", "1048577"])
+def test_a_bad_data_volume_reserve_names_the_variable(value: str) -> None:
+    with pytest.raises(RuntimeFailure, match="HERMES_RUNTIME_DATA_MIN_FREE_MIB"):
+        AgentSettings.from_env({"HERMES_RUNTIME_DATA_MIN_FREE_MIB": value})
+
+
+def test_the_api_key_file_wins_over_the_env_and_vault_wins_over_it(tmp_path: Path) -> None:
+    """The chart mounts the API key's Secret as a file (HERMES_RUNTIME_API_KEY_FILE): the
+    kubelet updates it in place, so a new key needs no new pod; a Vault-rendered key wins."""
+    key_file = tmp_path / "api-key"
+    key_file.write_text(KEY + "-from-file\n")
+    settings = AgentSettings(data_dir=tmp_path, api_key_file=key_file)
+    assert gateway_env(settings, base={"API_SERVER_KEY": KEY})["API_SERVER_KEY"] == (
+        KEY + "-from-file"
+    )
+    vault = tmp_path / "env"
+    vault.write_text(f"API_SERVER_KEY={KEY}-from-vault\n")
+    both = AgentSettings(data_dir=tmp_path, api_key_file=key_file, secrets_env=vault)
+    assert gateway_env(both, base={})["API_SERVER_KEY"] == KEY + "-from-vault"
+    from_env = AgentSettings.from_env({"HERMES_RUNTIME_API_KEY_FILE": str(key_file)})
+    assert from_env.api_key_file == key_file
+
+
+@pytest.mark.parametrize("content", [None, "", "  \n"])
+def test_a_missing_or_empty_api_key_file_is_named(tmp_path: Path, content: str | None) -> None:
+    key_file = tmp_path / "api-key"
+    if content is not None:
+        key_file.write_text(content)
+    settings = AgentSettings(data_dir=tmp_path, api_key_file=key_file)
+    with pytest.raises(RuntimeFailure, match="HERMES_RUNTIME_API_KEY_FILE") as exc:
+        gateway_env(settings, base={"API_SERVER_KEY": KEY})
+    assert str(key_file) in str(exc.value)

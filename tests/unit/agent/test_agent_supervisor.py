@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -13,7 +14,12 @@ from pathlib import Path
 
 from hermes_runtime.agent import AgentMetrics, Supervisor
 from hermes_runtime.agent.restart import DRAIN_MARKER, STATUS_FILE
-from hermes_runtime.agent.supervisor import CrashHistory, CrashPolicy
+from hermes_runtime.agent.supervisor import (
+    CrashHistory,
+    CrashPolicy,
+    GatewayLaunch,
+    SupervisorPolicy,
+)
 
 # A child that records each start, exits with a scripted status per start, and on SIGTERM or
 # SIGUSR1 exits with the code a test asks for (or ignores it).
@@ -50,12 +56,13 @@ def make_supervisor(
     log = tmp_path / "starts.log"
     child_env = {**os.environ, **env}
     supervisor = Supervisor(
-        [sys.executable, str(script), str(log), plan],
-        lambda: child_env,
-        stop_timeout=2.0,
+        GatewayLaunch((sys.executable, str(script), str(log), plan), lambda: child_env),
+        SupervisorPolicy(
+            stop_timeout=2.0,
+            poll_seconds=0.02,
+            crash=crash_policy or CrashPolicy(first_backoff=0.01),
+        ),
         metrics=metrics,
-        poll_interval=0.02,
-        crash_policy=crash_policy or CrashPolicy(first_backoff=0.01),
     )
     return supervisor, log
 
@@ -73,7 +80,9 @@ def wait_for(predicate, timeout: float = 10.0) -> None:
 
 def run_in_thread(supervisor: Supervisor) -> tuple[threading.Thread, list[int]]:
     result: list[int] = []
-    thread = threading.Thread(target=lambda: result.append(supervisor.run()), daemon=True)
+    thread = threading.Thread(
+        target=lambda: result.append(asyncio.run(supervisor.run())), daemon=True
+    )
     thread.start()
     return thread, result
 
@@ -115,7 +124,7 @@ def test_repeated_crashes_in_the_window_end_with_the_gateway_status(tmp_path: Pa
     metrics = AgentMetrics()
     policy = CrashPolicy(max_crashes=3, first_backoff=0.01)
     supervisor, log = make_supervisor(tmp_path, "3", metrics, policy)
-    assert supervisor.run() == 3
+    assert asyncio.run(supervisor.run()) == 3
     assert starts(log) == 3  # two restarts in place, then the kubelet's turn
     assert restarts(metrics, "crash-exit-3") == 2
 
@@ -124,7 +133,7 @@ def test_a_clean_exit_and_a_fatal_config_exit_are_not_restarted(tmp_path: Path) 
     for plan, status in (("0", 0), ("78", 78)):
         (tmp_path / plan).mkdir()
         supervisor, log = make_supervisor(tmp_path / plan, plan)
-        assert supervisor.run() == status
+        assert asyncio.run(supervisor.run()) == status
         assert starts(log) == 1
 
 
@@ -145,7 +154,7 @@ def test_the_back_off_doubles_for_quick_crashes_is_capped_and_resets_when_stable
 def test_exit_75_means_restart_me(tmp_path: Path) -> None:
     metrics = AgentMetrics()
     supervisor, log = make_supervisor(tmp_path, "75,75,0", metrics)
-    assert supervisor.run() == 0
+    assert asyncio.run(supervisor.run()) == 0
     assert starts(log) == 3
     restarts = metrics.registry.get_sample_value(
         "hermes_runtime_gateway_restarts_total", {"reason": "gateway-requested"}
@@ -202,12 +211,15 @@ def test_signals_to_the_supervisor_process_are_forwarded(tmp_path: Path) -> None
     script.write_text(CHILD)
     runner = tmp_path / "runner.py"
     runner.write_text(
-        "import os, sys\n"
-        "from hermes_runtime.agent import Supervisor\n"
-        f"s = Supervisor([sys.executable, {str(script)!r}, {str(tmp_path / 'starts.log')!r},"
-        " 'run'], lambda: {**os.environ, 'TERM_EXIT': '0'}, stop_timeout=5, poll_interval=0.02)\n"
-        "s.install_signal_handlers()\n"
-        "sys.exit(s.run())\n"
+        "import asyncio, os, sys\n"
+        "from hermes_runtime.agent.supervisor import GatewayLaunch, Supervisor, SupervisorPolicy\n"
+        f"s = Supervisor(GatewayLaunch((sys.executable, {str(script)!r},"
+        f" {str(tmp_path / 'starts.log')!r}, 'run'),"
+        " lambda: {**os.environ, 'TERM_EXIT': '0'}), SupervisorPolicy(stop_timeout=5))\n"
+        "async def main():\n"
+        "    s.install_signal_handlers()\n"
+        "    return await s.run()\n"
+        "sys.exit(asyncio.run(main()))\n"
     )
     proc = subprocess.Popen([sys.executable, str(runner)])
     log = tmp_path / "starts.log"
@@ -233,12 +245,9 @@ def test_a_restart_request_waits_for_in_flight_turns_through_hermes_drain(tmp_pa
     script.write_text(CHILD)
     log = tmp_path / "starts.log"
     supervisor = Supervisor(
-        [sys.executable, str(script), str(log), "run"],
-        lambda: dict(os.environ),
-        stop_timeout=2.0,
+        GatewayLaunch((sys.executable, str(script), str(log), "run"), lambda: dict(os.environ)),
+        SupervisorPolicy(stop_timeout=2.0, poll_seconds=0.02, drain_dir=data),
         metrics=metrics,
-        poll_interval=0.02,
-        drain_dir=data,
     )
     thread, result = run_in_thread(supervisor)
     wait_for(lambda: starts(log) == 1)

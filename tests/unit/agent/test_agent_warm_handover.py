@@ -1,7 +1,8 @@
 """The warm hand-over: the successor imports while it waits for the lock, the old pod waits for it.
 
 Real entrypoint processes on one data dir with the stand-in gateway (fake_gateway.py), whose
-``fake_heavy`` import stands for Hermes' libraries; the kubelet's preStop call is a plain GET.
+``fake_heavy`` import stands for Hermes' libraries; the kubelet's preStop hook is what it
+runs: ``hermes-runtime agent pre-stop`` with the container's env.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from fake_gateway import Entrypoint, history, imports, start_entrypoint, started, wait_for
 
-from hermes_runtime.agent.datalock import waiting_successor
+from hermes_runtime.agent.successor import waiting_successor
 
 STATE = ".hermes-runtime"
 
@@ -36,9 +38,11 @@ def start_old_pod(data: Path, tmp_path: Path, **env: str) -> Entrypoint:
     )
 
 
-def pre_stop_in_background(agent: Entrypoint) -> tuple[threading.Thread, list[tuple[int, str]]]:
-    answers: list[tuple[int, str]] = []
-    caller = threading.Thread(target=lambda: answers.append(agent.get("/pre-stop", timeout=90)))
+def pre_stop_in_background(
+    agent: Entrypoint,
+) -> tuple[threading.Thread, list[tuple[int, dict[str, Any]]]]:
+    answers: list[tuple[int, dict[str, Any]]] = []
+    caller = threading.Thread(target=lambda: answers.append(agent.pre_stop(timeout=90)))
     caller.start()
     return caller, answers
 
@@ -90,8 +94,8 @@ def test_pre_stop_serves_until_a_warm_successor_waits_then_turns_unready(
         assert first.get("/health", first.api_port)[0] == 200
         second = start_entrypoint(data, tmp_path, "second", FAKE_IMPORT_SECONDS="0.5")
         caller.join(60)
-        assert answers and answers[0][0] == 200, answers
-        assert json.loads(answers[0][1])["successor"] is True
+        assert answers and answers[0][0] == 0, answers
+        assert answers[0][1]["successor"] is True
         status, body = first.get("/ready")
         assert status == 503 and json.loads(body)["checks"] == {"stopping": "the pod is stopping"}
         assert first.stop() == 0
@@ -116,9 +120,8 @@ def test_without_a_successor_pre_stop_gives_up_after_the_handover_wait(tmp_path:
     )
     try:
         wait_for(lambda: agent.get("/ready")[0] == 200, what="ready")
-        status, body = agent.get("/pre-stop", timeout=30)
-        assert status == 200
-        answer = json.loads(body)
+        status, answer = agent.pre_stop(timeout=30)
+        assert status == 0
         assert answer["successor"] is False and answer["waited_seconds"] >= 1.0
         assert agent.get("/ready")[0] == 503
     finally:
@@ -167,8 +170,8 @@ def test_a_stopping_pod_sends_new_clients_to_its_successor_until_that_one_is_rea
         second = start_entrypoint(
             data, tmp_path, "second", HERMES_RUNTIME_POD_IP="127.0.0.1", FAKE_START_SECONDS="1.0"
         )
-        status, body = first.get("/pre-stop", timeout=60)
-        assert status == 200 and json.loads(body)["successor"] is True
+        status, answer = first.pre_stop(timeout=60)
+        assert status == 0 and answer["successor"] is True
         successor = waiting_successor(data / STATE)
         assert successor is not None and successor.host == "127.0.0.1"
         assert successor.api_port == second.api_port

@@ -18,7 +18,16 @@ from support.cli import verb_parsers
 from hermes_runtime.cli import build_parser, main
 from hermes_runtime.cli._shared import subcommands
 
-CAPABILITIES = ("agent", "backup", "lcm", "plugins", "vault")
+# CLI group -> the capability package it calls.
+PACKAGE_OF = {
+    "agent": "agent",
+    "backup": "backup",
+    "lcm": "lcm",
+    "plugins": "plugins",
+    "secrets": "clustersecrets",
+    "vault": "vault",
+}
+CAPABILITIES = tuple(PACKAGE_OF.values())
 HEAVY = ("apsw", "boto3", "botocore", "hermes_cli", "httpx", "hvac", "numpy", "prometheus_client")
 PROBE = """
 import json, sys
@@ -84,7 +93,7 @@ def test_a_vault_start_imports_vault_and_nothing_else() -> None:
 def test_top_level_and_group_help_are_the_whole_clis(capsys: pytest.CaptureFixture[str]) -> None:
     full = build_parser()
     groups = subcommands(full)
-    assert sorted(groups) == sorted(CAPABILITIES)
+    assert sorted(groups) == sorted(PACKAGE_OF)
     for argv, parser in [([], full), *(([name], group) for name, group in groups.items())]:
         with pytest.raises(SystemExit) as exc:
             main([*argv, "--help"])
@@ -105,3 +114,11 @@ def test_verb_help_shows_every_option(
     assert out == full.format_help()
     options = [o for action in full._actions for o in action.option_strings]
     assert options and all(option in out for option in options)
+
+
+def test_the_lcm_groups_model_choices_are_the_packages_embedders() -> None:
+    """Spelled out in the CLI so building its parser imports no capability."""
+    from hermes_runtime.cli.lcm import EMBEDDER_CHOICES
+    from hermes_runtime.lcm.embeddings import EMBEDDER_NAMES
+
+    assert EMBEDDER_CHOICES == EMBEDDER_NAMES

@@ -20,7 +20,7 @@ from hermes_runtime.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[3]
 DOCS = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])
-COMMAND = re.compile(r"hermes-runtime (?:--debug )?([a-z]+) ([a-z]+)\b([^`\n|]*)")
+COMMAND = re.compile(r"hermes-runtime (?:--debug )?([a-z]+) ([a-z]+(?:-[a-z]+)*)\b([^`\n|]*)")
 GENERATED = {"cli.md"}  # rendered from the parser itself
 
 

@@ -280,3 +280,17 @@ def test_the_standin_parses_like_upstream() -> None:
         standin.load_config(
             [], {"GITSYNC_ROOT": "/r", "GITSYNC_REPO": "x", "GITSYNC_ONE_TIME": "yes"}
         )
+
+
+def test_the_standin_reads_git_config_pairs_like_upstream() -> None:
+    """--git-config 'key:val,key:val' (the chart names the root safe with it)."""
+    standin = load_standin()
+    base = {"GITSYNC_ROOT": "/r", "GITSYNC_REPO": "x"}
+    config = standin.load_config(
+        [], {**base, "GITSYNC_GIT_CONFIG": "safe.directory:/r,http.lowSpeedTime:30"}
+    )
+    assert config.git_configs == (("safe.directory", "/r"), ("http.lowSpeedTime", "30"))
+    with pytest.raises(standin.ConfigError, match="no value"):
+        standin.load_config([], {**base, "GITSYNC_GIT_CONFIG": "safe.directory"})
+    with pytest.raises(standin.ConfigError, match="not implemented"):
+        standin.load_config([], {**base, "GITSYNC_GIT_CONFIG": '"a.b":"c"'})

@@ -102,5 +102,64 @@ def test_normalized_sub_paths_never_escape(parts: list[str]) -> None:
 
 @given(st.text(min_size=1, max_size=70))
 def test_name_pattern_excludes_path_characters(name: str) -> None:
-    if NAME_PATTERN.match(name):
-        assert "/" not in name and not name.startswith(".") and len(name) <= 63
+    if NAME_PATTERN.fullmatch(name):
+        assert "/" not in name and not name.startswith(".") and len(name) <= 49
+
+
+def test_size_cap_per_plugin_from_defaults_or_built_in(tmp_path: Path) -> None:
+    text = "plugins:\n  - name: a\n  - name: b\n    maxSizeMiB: 7\n"
+    assert [(e.name, e.max_size_mib, e.error) for e in load_spec(spec(tmp_path, text))] == [
+        ("a", 100, None),
+        ("b", 7, None),
+    ]
+    with_defaults = load_spec(spec(tmp_path, "defaults:\n  maxSizeMiB: 3\n" + text))
+    assert [(e.name, e.max_size_mib, e.max_bytes) for e in with_defaults] == [
+        ("a", 3, 3 * 1024 * 1024),
+        ("b", 7, 7 * 1024 * 1024),
+    ]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "'10'", "true", "1.5", "null"])
+def test_bad_size_cap_fails_that_plugin_alone(tmp_path: Path, value: str) -> None:
+    text = f"plugins:\n  - name: ok\n  - name: bad\n    maxSizeMiB: {value}\n"
+    ok, bad = load_spec(spec(tmp_path, text))
+    assert ok.error is None
+    assert "line 3: field 'maxSizeMiB' must be an integer >= 1" in (bad.error or "")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("defaults: 5\n", "line 1: 'defaults' must be a mapping"),
+        ("defaults:\n  maxSizeMiB: 0\n", "line 1: field 'defaults.maxSizeMiB' must be"),
+        ("defaults:\n  size: 1\n", "unknown field.*in 'defaults': size"),
+    ],
+)
+def test_bad_defaults_fail_the_whole_spec(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(RuntimeFailure, match=message):
+        load_spec(spec(tmp_path, text + "plugins:\n  - name: a\n"))
+
+
+def test_a_name_is_at_most_49_characters(tmp_path: Path) -> None:
+    """The chart names a container git-sync-<name>-init: 14 characters around the name, 63 in
+    all (a Kubernetes DNS label); the chart's schema allows 49, so the runtime does too."""
+    longest, too_long = "a" * 49, "b" * 50
+    text = f"plugins:\n  - name: {longest}\n  - name: {too_long}\n"
+    ok, bad = load_spec(spec(tmp_path, text))
+    assert ok.error is None
+    assert bad.error is not None and "field 'name' must match" in bad.error
+    assert repr(too_long) in bad.error
+    assert not bad.valid_name
+
+
+@pytest.mark.parametrize(
+    ("entry", "value"),
+    [
+        ("{name: a, enabled: 'yes'}", "'yes'"),
+        ("{name: a, maxSizeMiB: 1.5}", "1.5"),
+        ("{name: a, subPath: 3}", "3"),
+    ],
+)
+def test_entry_errors_name_the_value(tmp_path: Path, entry: str, value: str) -> None:
+    (bad,) = load_spec(spec(tmp_path, f"plugins:\n  - {entry}\n"))
+    assert bad.error is not None and bad.error.endswith(f", got {value}")

@@ -144,3 +144,10 @@ def test_the_charts_with_secrets_wrapper_passes_values_and_arguments_intact(tmp_
     argv, environment = json.loads(result.stdout)
     assert argv == names
     assert environment == TRICKY_VALUES
+
+
+def test_a_name_with_a_trailing_newline_is_refused() -> None:
+    """``$`` matches before a final newline: a name checked with ``match`` let ``A\\n`` through
+    and wrote a file whose line the shell reads as another variable."""
+    with pytest.raises(RuntimeFailure, match="invalid"):
+        format_env_file({"A\n": "x"})

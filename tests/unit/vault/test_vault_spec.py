@@ -90,3 +90,19 @@ def test_non_string_fields_become_json() -> None:
 def test_filesystem_type_follows_the_longest_mount_prefix() -> None:
     assert filesystem_type(Path("/proc/self/status")) == "proc"
     assert filesystem_type(Path("/dev/shm")) == "tmpfs"
+
+
+def test_a_name_with_a_trailing_newline_is_refused() -> None:
+    """`$` in Python's re also matches before a final newline: 'A\\n' passed the name check
+    and would have split the env file's line. The rule now matches the whole name."""
+    with pytest.raises(RuntimeFailure, match="is not a valid environment variable name"):
+        parse_secret_spec("p#k=A\n")
+
+
+def test_a_spec_built_in_code_obeys_the_same_rules() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="1BAD"):
+        SecretSpec("secret/data/x", "k", "1BAD")
+    with pytest.raises(ValidationError, match="v1/"):
+        SecretSpec("v1/secret/data/x", "k", "OK")

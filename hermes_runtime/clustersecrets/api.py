@@ -1,0 +1,75 @@
+"""The Kubernetes API as a pod's own ServiceAccount sees it: three calls on Secrets.
+
+Why not the ``kubernetes`` client: the agent image would carry it (and google-auth,
+websocket-client, oauthlib, ...) for one GET and one POST, in the image whose main process
+runs shell commands a model chose. httpx is already there; the calls below are the documented
+REST paths (``/api/v1/namespaces/{ns}/secrets``), authenticated with the projected token and
+checked against the cluster's CA, as every in-cluster client does.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from hermes_runtime.common.errors import RuntimeFailure
+
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+TIMEOUT_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class InClusterApi:
+    """Where the API server is and how this pod authenticates to it."""
+
+    base_url: str
+    namespace: str
+    token: str
+    ca_file: Path
+
+    @classmethod
+    def from_service_account(cls, directory: Path = SERVICE_ACCOUNT_DIR) -> InClusterApi:
+        """The pod's ServiceAccount: ``KUBERNETES_SERVICE_HOST``/``_PORT`` and its token files."""
+        host = os.environ.get("KUBERNETES_SERVICE_HOST", "")
+        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+        if not host:
+            raise RuntimeFailure(
+                "KUBERNETES_SERVICE_HOST is not set: `secrets ensure` runs inside a pod "
+                "(the chart's secrets Job)"
+            )
+        try:
+            token = (directory / "token").read_text().strip()
+            namespace = (directory / "namespace").read_text().strip()
+        except OSError as exc:
+            raise RuntimeFailure(
+                f"{exc.filename}: {exc.strerror} (the pod needs its ServiceAccount token: "
+                "automountServiceAccountToken)"
+            ) from None
+        address = f"[{host}]" if ":" in host else host
+        return cls(f"https://{address}:{port}", namespace, token, directory / "ca.crt")
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.base_url,
+            headers={"Authorization": f"Bearer {self.token}"},
+            verify=str(self.ca_file),
+            timeout=TIMEOUT_SECONDS,
+        )
+
+    def secrets_path(self, name: str = "") -> str:
+        path = f"/api/v1/namespaces/{self.namespace}/secrets"
+        return f"{path}/{name}" if name else path
+
+
+def describe(response: httpx.Response) -> str:
+    """The API server's own reason (its Status message), else the HTTP status."""
+    try:
+        body: Any = response.json()
+    except ValueError:
+        body = None
+    message = body.get("message") if isinstance(body, dict) else None
+    return f"HTTP {response.status_code}" + (f": {message}" if message else "")
