@@ -134,6 +134,11 @@ class Manifest:
         return self.one("Deployment")
 
     @property
+    def backup_cronjob(self) -> dict:
+        """The scheduled backup's CronJob (the weekly verify has one of its own)."""
+        return self.one("CronJob", f"{FULLNAME}-backup")
+
+    @property
     def agent_pod(self) -> dict:
         return self.deployment["spec"]["template"]["spec"]
 

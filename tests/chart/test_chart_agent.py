@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
 
 import yaml
 from chart_testlib import (
     FULLNAME,
     SERVICE_MONITOR_API,
+    Manifest,
     all_containers,
     container_names,
     env_map,
     pod_specs,
     render,
     render_error,
+    template,
 )
 
 LLM = {"llm": {"baseUrl": "http://llm:8000/v1", "model": "m1", "existingSecret": "llm-key"}}
@@ -40,6 +44,10 @@ def test_data_pvc_kept_on_uninstall_and_mounted_at_opt_data() -> None:
     manifest = render({"persistence": {"size": "3Gi", "storageClass": "fast"}})
     pvc = manifest.one("PersistentVolumeClaim", f"{FULLNAME}-data")
     assert pvc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    # Argo CD does not read Helm's keep: neither its prune nor an app deletion may take it.
+    assert pvc["metadata"]["annotations"]["argocd.argoproj.io/sync-options"] == (
+        "Prune=false,Delete=false"
+    )
     assert pvc["spec"]["resources"]["requests"]["storage"] == "3Gi"
     assert pvc["spec"]["storageClassName"] == "fast"
     volumes = {v["name"]: v for v in manifest.agent_pod["volumes"]}
@@ -74,14 +82,34 @@ def test_agent_container_follows_the_entrypoint_contract() -> None:
     assert "SOUL.md" in manifest.one("ConfigMap")["data"]
 
 
-def test_writable_volumes_are_exactly_data_tmp_and_in_memory_secrets() -> None:
+def test_writable_volumes_are_exactly_data_and_tmp() -> None:
+    """Without Vault no secrets volume at all; with it, the agent's own, read-only
+    (tests/chart/test_chart_secrets_per_container.py)."""
     manifest = render()
     mounts = {m["mountPath"]: m for m in manifest.container("agent")["volumeMounts"]}
-    assert set(mounts) == {"/opt/data", "/tmp", "/run/hermes/secrets", "/etc/hermes-runtime"}
+    assert set(mounts) == {
+        "/opt/data",
+        "/tmp",
+        "/etc/hermes-runtime",
+        "/run/hermes-runtime",
+        "/run/hermes/api-key",
+    }
+    assert mounts["/run/hermes/api-key"]["readOnly"] is True
     assert mounts["/etc/hermes-runtime"]["readOnly"] is True
     volumes = {v["name"]: v for v in manifest.agent_pod["volumes"]}
-    assert volumes["secrets"]["emptyDir"]["medium"] == "Memory"
+    assert not [name for name in volumes if name.startswith("secrets")]
     assert "emptyDir" in volumes["tmp"]
+    # The control socket of the exec preStop hook: in memory, and the agent container's alone.
+    assert mounts["/run/hermes-runtime"]["name"] == "control"
+    assert volumes["control"]["emptyDir"]["medium"] == "Memory"
+    env = env_map(manifest.container("agent"))
+    assert env["HERMES_RUNTIME_CONTROL_SOCKET"] == "/run/hermes-runtime/agent.sock"
+    sidecars = render({"backup": {"mode": "sidecar", "continuous": {"enabled": True}}})
+    for where, pod in [*pod_specs(manifest), *pod_specs(sidecars)]:
+        for container in all_containers(pod):
+            if container["name"] != "agent":
+                names = {m["name"] for m in container.get("volumeMounts", [])}
+                assert "control" not in names, f"{where}: {container['name']}"
     assert volumes["seed"]["configMap"]["name"] == FULLNAME
 
 
@@ -107,7 +135,11 @@ def test_the_hand_over_gets_its_timings_from_the_grace_period() -> None:
     )
     agent = manifest.container("agent")
     assert manifest.agent_pod["terminationGracePeriodSeconds"] == 45
-    assert agent["lifecycle"]["preStop"] == {"httpGet": {"path": "/pre-stop", "port": "metrics"}}
+    # Started by the kubelet only: an exec in the container, over the entrypoint's Unix socket
+    # (an httpGet on a port would let any pod stop the agent).
+    assert agent["lifecycle"]["preStop"] == {
+        "exec": {"command": ["hermes-runtime", "agent", "pre-stop"]}
+    }
     env = env_map(agent)
     assert env["HERMES_RUNTIME_TERMINATION_GRACE_SECONDS"] == "45"
     assert env["HERMES_RUNTIME_PRESTOP_SECONDS"] == "4"
@@ -169,29 +201,60 @@ def test_lcm_off_selects_hermes_compressor() -> None:
     assert "lcm" not in config
 
 
+def _generated(manifest: Manifest) -> list[str]:
+    """What the secrets Job makes in the cluster (its --secret arguments)."""
+    job = manifest.one("Job", f"{FULLNAME}-secrets")["spec"]["template"]["spec"]
+    args = job["containers"][0]["args"]
+    return [args[i + 1] for i, arg in enumerate(args) if arg == "--secret"]
+
+
 def test_api_key_prefers_an_existing_secret() -> None:
     manifest = render({"apiServer": {"existingSecret": "my-api", "existingSecretKey": "token"}})
     assert f"{FULLNAME}-api" not in [s["metadata"]["name"] for s in manifest.all("Secret")]
-    env = env_map(manifest.container("agent"))
-    assert env["API_SERVER_KEY"] == {"secretKeyRef": {"name": "my-api", "key": "token"}}
+    assert _generated(manifest) == [f"{FULLNAME}-backup-password/RESTIC_PASSWORD"]
+    agent = manifest.container("agent")
+    env = env_map(agent)
+    assert "API_SERVER_KEY" not in env
+    assert env["HERMES_RUNTIME_API_KEY_FILE"] == "/run/hermes/api-key/api-key"
+    volumes = {v["name"]: v for v in manifest.agent_pod["volumes"]}
+    assert volumes["api-key"]["secret"]["secretName"] == "my-api"
+    assert volumes["api-key"]["secret"]["items"] == [{"key": "token", "path": "api-key"}]
+    mounts = {m["name"]: m for m in agent["volumeMounts"]}
+    assert mounts["api-key"] == {
+        "name": "api-key",
+        "mountPath": "/run/hermes/api-key",
+        "readOnly": True,
+    }
 
 
 def test_api_key_value_goes_to_a_secret_never_a_configmap() -> None:
     key = "a-very-long-api-key-0123456789"
     manifest = render({"apiServer": {"key": key}})
     secret = manifest.one("Secret", f"{FULLNAME}-api")
-    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     assert base64.b64decode(secret["data"]["api-key"]).decode() == key
     assert key not in str(manifest.all("ConfigMap"))
     assert key not in str(manifest.deployment)
-    env = env_map(manifest.container("agent"))
-    assert env["API_SERVER_KEY"]["secretKeyRef"]["name"] == secret["metadata"]["name"]
+    assert _generated(manifest) == [f"{FULLNAME}-backup-password/RESTIC_PASSWORD"]
+    volumes = {v["name"]: v for v in manifest.agent_pod["volumes"]}
+    assert volumes["api-key"]["secret"]["secretName"] == secret["metadata"]["name"]
 
 
-def test_no_key_given_generates_one_strong_enough_for_hermes() -> None:
-    secret = render().one("Secret", f"{FULLNAME}-api")
-    key = base64.b64decode(secret["data"]["api-key"]).decode()
-    assert len(key) >= 16  # Hermes refuses API_SERVER_KEY shorter than 16 characters
+def test_no_key_given_means_one_is_generated_in_the_cluster_never_in_the_render() -> None:
+    """Two renders of the same values are the same bytes (Argo CD renders, then applies):
+    the key is made once by the secrets Job (hermes-runtime secrets ensure, 48 characters,
+    tests/e2e/test_gitops.py), never by the template."""
+    first, second = template({}), template({})
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == second.stdout
+    manifest = render()
+    assert f"{FULLNAME}-api" not in [s["metadata"]["name"] for s in manifest.all("Secret")]
+    job = manifest.one("Job", f"{FULLNAME}-secrets")
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:3] == ["hermes-runtime", "secrets", "ensure"]
+    wanted = [args[i + 1] for i, arg in enumerate(args) if arg == "--secret"]
+    assert wanted == [f"{FULLNAME}-api/api-key", f"{FULLNAME}-backup-password/RESTIC_PASSWORD"]
+    hooks = job["metadata"]["annotations"]["helm.sh/hook"]
+    assert hooks == "pre-install,pre-upgrade"
 
 
 def test_config_checksum_restarts_the_pod_when_seeds_change() -> None:
@@ -204,7 +267,9 @@ def test_config_checksum_restarts_the_pod_when_seeds_change() -> None:
 
 
 def test_image_tag_defaults_to_app_version_and_digest_wins() -> None:
-    assert render().container("agent")["image"] == "hermes-runtime/agent:0.1.0"
+    assert (
+        render().container("agent")["image"] == "ghcr.io/hermes-runtime/hermes-runtime/agent:0.1.0"
+    )
     digest = "sha256:" + "a" * 64
     image = {"registry": "reg.example", "tag": "9.9", "digest": digest}
     assert render({"image": image}).container("agent")["image"] == (
@@ -215,8 +280,28 @@ def test_image_tag_defaults_to_app_version_and_digest_wins() -> None:
 def test_service_account_token_not_mounted_by_default() -> None:
     manifest = render()
     assert manifest.agent_pod["automountServiceAccountToken"] is False
-    assert manifest.one("ServiceAccount")["automountServiceAccountToken"] is False
+    agent_sa = manifest.one("ServiceAccount", FULLNAME)
+    assert agent_sa["automountServiceAccountToken"] is False
     assert manifest.agent_pod["serviceAccountName"] == FULLNAME
+    assert not [b for b in manifest.all("RoleBinding") if b["subjects"][0]["name"] == FULLNAME]
+    # Only the secrets Job's pod holds a token, of its own ServiceAccount, which may read its
+    # two Secrets by name and create Secrets: nothing else.
+    tokens = [
+        (where, pod["serviceAccountName"])
+        for where, pod in pod_specs(manifest)
+        if pod.get("automountServiceAccountToken")
+    ]
+    assert tokens == [(f"Job/{FULLNAME}-secrets", f"{FULLNAME}-secrets")]
+    role = manifest.one("Role", f"{FULLNAME}-secrets")
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": [f"{FULLNAME}-api", f"{FULLNAME}-backup-password"],
+            "verbs": ["get"],
+        },
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+    ]
 
 
 def test_service_exposes_api_and_metrics_to_the_agent_pod() -> None:
@@ -287,7 +372,7 @@ def test_extra_env_volumes_and_containers() -> None:
     assert {"name": "extra", "mountPath": "/extra"} in agent["volumeMounts"]
     assert {"name": "extra", "emptyDir": {}} in manifest.agent_pod["volumes"]
     assert "shell" in container_names(manifest.agent_pod)
-    backup_pod = manifest.one("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    backup_pod = manifest.backup_cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     assert env_map(backup_pod["containers"][0])["TEAM"] == "blue"
     assert "ONLY_AGENT" not in env_map(backup_pod["containers"][0])
 
@@ -304,22 +389,31 @@ def test_helm_test_pod_checks_health_and_metrics() -> None:
     assert pod["metadata"]["labels"][f"{FULLNAME}-client"] == "true"
 
 
-def _secret_checksum(values: dict) -> str | None:
-    annotations = render(values).deployment["spec"]["template"]["metadata"]["annotations"]
-    return annotations.get("checksum/secret")
+def _pod_annotations(values: dict) -> dict[str, str]:
+    return dict(render(values).deployment["spec"]["template"]["metadata"]["annotations"])
 
 
-def test_checksum_secret_restarts_the_pod_when_the_chart_made_secret_changes() -> None:
-    first = _secret_checksum({"apiServer": {"key": "a" * 20}})
-    assert first and first == _secret_checksum({"apiServer": {"key": "a" * 20}})
-    assert first != _secret_checksum({"apiServer": {"key": "b" * 20}})
-    # No chart-made Secret, no annotation: the user's Secret is theirs to roll.
-    assert _secret_checksum({"apiServer": {"existingSecret": "mine"}}) is None
+def test_the_pod_template_carries_nothing_derived_from_the_key() -> None:
+    """The pod template, which anyone allowed to read Deployments sees, holds no digest of the
+    key or of its Secret (a digest lets whoever reads it test guesses of a chosen
+    apiServer.key offline): the agent reads the key from the Secret's volume and restarts its
+    gateway when the kubelet updates it, so no annotation has to follow the key."""
+    key = "correct-horse-battery-staple"
+    manifest = render({"apiServer": {"key": key}})
+    annotations = _pod_annotations({"apiServer": {"key": key}})
+    assert annotations == _pod_annotations({"apiServer": {"key": "b" * 20}})
+    secret_yaml = yaml.safe_dump(manifest.one("Secret", f"{FULLNAME}-api"))
+    digests = {
+        hashlib.sha256(text.encode()).hexdigest()
+        for text in (key, base64.b64encode(key.encode()).decode(), secret_yaml)
+    }
+    template = json.dumps(manifest.deployment)
+    assert key not in template and not any(d in template for d in digests)
 
 
 def _pods(manifest) -> dict[str, dict]:
     """Pod template (metadata + spec) of the agent, the backup job and the helm test."""
-    cron = manifest.one("CronJob")["spec"]["jobTemplate"]["spec"]["template"]
+    cron = manifest.backup_cronjob["spec"]["jobTemplate"]["spec"]["template"]
     return {
         "agent": manifest.deployment["spec"]["template"],
         "backup": cron,
@@ -483,3 +577,20 @@ def test_catatonit_stays_pid_1_in_every_container_of_ours() -> None:
                 assert container["args"], f"{where} {container['name']} has no args"
                 seen.add(container["name"])
     assert {"agent", "vault-render", "restore", "backup", "health"} <= seen
+
+
+def test_the_data_volume_reserve_reaches_the_entrypoint_and_bad_values_are_refused() -> None:
+    agent = render({"agent": {"dataVolume": {"minFreeMiB": 0}}}).container("agent")
+    assert env_map(agent)["HERMES_RUNTIME_DATA_MIN_FREE_MIB"] == "0"
+    assert env_map(render().container("agent"))["HERMES_RUNTIME_DATA_MIN_FREE_MIB"] == "64"
+    for bad in (-1, "lots", 1.5, 1048577):
+        assert "minFreeMiB" in render_error({"agent": {"dataVolume": {"minFreeMiB": bad}}})
+    assert "dataVolume" in render_error({"agent": {"dataVolume": {"minFree": 8}}})
+
+
+def test_the_front_door_cap_reaches_the_entrypoint_and_bad_values_are_refused() -> None:
+    agent = render({"agent": {"frontDoorMaxHeld": 32}}).container("agent")
+    assert env_map(agent)["HERMES_RUNTIME_FRONT_DOOR_MAX_HELD"] == "32"
+    assert env_map(render().container("agent"))["HERMES_RUNTIME_FRONT_DOOR_MAX_HELD"] == "256"
+    for bad in (0, "many"):
+        assert "frontDoorMaxHeld" in render_error({"agent": {"frontDoorMaxHeld": bad}})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from chart_testlib import FULLNAME, container_names, env_map, render
+from chart_testlib import FULLNAME, container_names, env_map, render, render_error
 
 S3 = {
     "backup": {
@@ -23,7 +23,7 @@ S3 = {
 
 
 def _cron_pod(values: dict | None = None) -> dict:
-    cron = render(values).one("CronJob")
+    cron = render(values).backup_cronjob
     return cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
 
 
@@ -42,7 +42,7 @@ def test_cronjob_settings_come_from_values() -> None:
             "failedJobsHistoryLimit": 5,
         }
     }
-    spec = render(values).one("CronJob")["spec"]
+    spec = render(values).backup_cronjob["spec"]
     assert spec["schedule"] == "5 4 * * *"
     assert spec["timeZone"] == "Europe/Paris"
     assert spec["concurrencyPolicy"] == "Replace"
@@ -54,14 +54,14 @@ def test_cronjob_settings_come_from_values() -> None:
 
 def test_cronjob_follows_the_agent_to_its_node_for_read_write_once() -> None:
     manifest = render()
-    pod = manifest.one("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    pod = manifest.backup_cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     terms = pod["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert len(terms) == 1
     assert terms[0]["topologyKey"] == "kubernetes.io/hostname"
     agent_labels = manifest.deployment["spec"]["template"]["metadata"]["labels"]
     selector = terms[0]["labelSelector"]["matchLabels"]
     assert selector.items() <= agent_labels.items()
-    backup_labels = manifest.one("CronJob")["spec"]["jobTemplate"]["spec"]["template"]
+    backup_labels = manifest.backup_cronjob["spec"]["jobTemplate"]["spec"]["template"]
     assert not selector.items() <= backup_labels["metadata"]["labels"].items()
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["data"]["persistentVolumeClaim"]["claimName"] == f"{FULLNAME}-data"
@@ -116,6 +116,10 @@ def test_pvc_target_is_the_embedded_default() -> None:
     manifest = render()
     backup_pvc = manifest.one("PersistentVolumeClaim", f"{FULLNAME}-backup")
     assert backup_pvc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    # Argo CD does not read Helm's keep: neither its prune nor an app deletion may take it.
+    assert backup_pvc["metadata"]["annotations"]["argocd.argoproj.io/sync-options"] == (
+        "Prune=false,Delete=false"
+    )
     container = _cron_pod()["containers"][0]
     assert env_map(container)["BACKUP_TARGET"] == "file:///backup"
     assert {"name": "backup", "mountPath": "/backup"} in container["volumeMounts"]
@@ -209,3 +213,64 @@ def test_backup_resources_apply_to_the_job() -> None:
     values = {"backup": {"resources": {"limits": {"memory": "3Gi"}}}}
     container = _cron_pod(values)["containers"][0]
     assert container["resources"]["limits"] == {"memory": "3Gi"}
+
+
+def _pod_of(obj: dict) -> dict:
+    spec = obj["spec"]
+    return (spec["jobTemplate"]["spec"] if obj["kind"] == "CronJob" else spec)["template"]["spec"]
+
+
+def test_a_pre_upgrade_hook_backs_up_with_labels_and_fails_the_upgrade_when_it_fails() -> None:
+    """Upgrades with a way back (issue 29): a labelled snapshot before anything changes."""
+    manifest = render()
+    job = manifest.one("Job", f"{FULLNAME}-pre-upgrade")
+    annotations = job["metadata"]["annotations"]
+    assert annotations["helm.sh/hook"] == "pre-upgrade"
+    assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation"  # log kept
+    # After the secrets Job (weight 0): the restic password exists when it runs.
+    assert int(annotations["helm.sh/hook-weight"]) > 0
+    pod = _pod_of(job)
+    assert pod["restartPolicy"] == "Never"
+    script = pod["containers"][0]["args"][2]
+    assert "--label 'pre-upgrade=0.1.0' --label 'release-revision=1'" in script
+    assert "backup prune" not in script  # no prune on the way into an upgrade
+    # The same pod as the scheduled backup's: the agent's node, its volumes, its secrets.
+    cron = _pod_of(manifest.backup_cronjob)
+    assert pod["affinity"] == cron["affinity"] and pod["volumes"] == cron["volumes"]
+    assert pod["containers"][0]["env"] == cron["containers"][0]["env"]
+    for off in (
+        {"backup": {"preUpgrade": {"enabled": False}}},
+        {"backup": {"mode": "sidecar"}},
+        {"backup": {"enabled": False}},
+        # The restore runbook's upgrade (step 2a) makes the lost data PVC the hook would mount.
+        {"restore": {"fromSnapshot": "3fa2c1d4"}},
+    ):
+        assert f"{FULLNAME}-pre-upgrade" not in [
+            j["metadata"]["name"] for j in render(off).all("Job")
+        ]
+
+
+def test_the_full_check_runs_weekly_on_the_latest_snapshot() -> None:
+    manifest = render({"backup": {"verify": {"schedule": "30 2 * * 6"}}})
+    cron = manifest.one("CronJob", f"{FULLNAME}-verify")
+    assert cron["spec"]["schedule"] == "30 2 * * 6"
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    script = _pod_of(cron)["containers"][0]["args"][2]
+    assert 'backup verify --target "$BACKUP_TARGET" --snapshot latest' in script
+    assert "backup create" not in script
+    assert render().one("CronJob", f"{FULLNAME}-verify")["spec"]["schedule"] == "0 4 * * 0"
+    assert not render({"backup": {"verify": {"enabled": False}}}).all("CronJob")[1:]
+
+
+def test_restic_gets_a_time_limit_inside_the_jobs_deadline() -> None:
+    """A store that stops answering is retried by restic for up to 15 minutes: without a limit
+    the Job's deadline killed the pod and no failure was recorded (issue 30)."""
+    manifest = render()
+    scheduled = _pod_of(manifest.backup_cronjob)["containers"][0]["args"][2]
+    assert "--timeout 3000 " in scheduled
+    pre = _pod_of(manifest.one("Job", f"{FULLNAME}-pre-upgrade"))["containers"][0]["args"][2]
+    assert "--timeout 1740 " in pre  # its own, shorter deadline (1800) minus a minute
+    sidecar = render({"backup": {"mode": "sidecar"}}).container("backup")["args"][2]
+    assert "--timeout 3000 " in sidecar
+    error = render_error({"backup": {"timeoutSeconds": 3600}})
+    assert "backup.timeoutSeconds: 3600 is not below backup.activeDeadlineSeconds" in error

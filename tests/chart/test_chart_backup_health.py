@@ -1,4 +1,4 @@
-"""Backup scratch volume, the status record, and the PrometheusRule tested with real promtool."""
+"""Backup scratch volume, the status record, and the PrometheusRules tested with real promtool."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ SIDECAR_RWOP = {
 
 
 def _cron_pod(values: dict | None = None) -> dict:
-    return render(values).one("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    return render(values).backup_cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
 
 
 def _scratch_claim(pod: dict) -> dict:
@@ -94,15 +94,49 @@ def _render_rule(values: Mapping[str, Any] | None = None, api: bool = True) -> l
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 
 
+def _named(docs: list[dict], name: str) -> dict:
+    (rule,) = [d for d in docs if d["metadata"]["name"] == name]
+    return rule
+
+
+def _backup_rule(values: Mapping[str, Any] | None = None) -> dict:
+    return _named(_render_rule(values), f"{FULLNAME}-backup")
+
+
+def _agent_rule(values: Mapping[str, Any] | None = None) -> dict:
+    return _named(_render_rule(values), FULLNAME)
+
+
+def _alerts(rule: dict) -> list[str]:
+    return [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]]
+
+
 def test_prometheus_rule_only_when_the_cluster_serves_the_api() -> None:
     assert _render_rule(api=False) == []
-    assert _render_rule({"backup": {"prometheusRule": {"enabled": False}}}) == []
     assert _render_rule({"metrics": {"enabled": False}}) == []
-    (rule,) = _render_rule({"backup": {"prometheusRule": {"labels": {"release": "kps"}}}})
+    only_agent = _render_rule({"backup": {"prometheusRule": {"enabled": False}}})
+    assert [d["metadata"]["name"] for d in only_agent] == [FULLNAME]
+    only_backup = _render_rule({"metrics": {"prometheusRule": {"enabled": False}}})
+    assert [d["metadata"]["name"] for d in only_backup] == [f"{FULLNAME}-backup"]
+    rule = _backup_rule({"backup": {"prometheusRule": {"labels": {"release": "kps"}}}})
     assert rule["kind"] == "PrometheusRule"
     assert rule["metadata"]["labels"]["release"] == "kps"
-    alerts = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]]
-    assert alerts == ["HermesBackupMissing", "HermesBackupFailed"]
+    assert _alerts(rule) == ["HermesBackupMissing", "HermesBackupFailed"]
+    agent = _agent_rule({"metrics": {"prometheusRule": {"labels": {"release": "kps"}}}})
+    assert agent["metadata"]["labels"]["release"] == "kps"
+    assert _alerts(agent) == ["HermesDataVolumeFull", "HermesGatewayRestarting"]
+
+
+def test_schema_refuses_bad_alert_thresholds() -> None:
+    for bad, where in (
+        ({"dataVolumeFreeRatio": 1.5}, "dataVolumeFreeRatio"),
+        ({"gatewayCrashes": 0}, "gatewayCrashes"),
+        ({"gatewayCrashWindow": "a while"}, "gatewayCrashWindow"),
+    ):
+        error = render_error({"metrics": {"prometheusRule": bad}})
+        assert where in error, error
+    error = render_error({"backup": {"prometheusRule": {"missingFor": "soon"}}})
+    assert "missingFor" in error, error
 
 
 @pytest.fixture(scope="module")
@@ -124,10 +158,17 @@ def _series(name: str, labels: Mapping[str, str], values: str) -> dict[str, str]
     return {"series": f"{name}{{{matchers}}}", "values": values}
 
 
-def _alert(rule: dict, labels: Mapping[str, str]) -> dict[str, Any]:
+def _alert(
+    rule: dict, labels: Mapping[str, str], value: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The alert as promtool must see it; ``value`` maps each `{{ $value | ... }}` of the
+    annotations to its expected text."""
+
     def expand(text: str) -> str:
-        for key, value in labels.items():
-            text = text.replace(f"{{{{ $labels.{key} }}}}", value)
+        for key, label in labels.items():
+            text = text.replace(f"{{{{ $labels.{key} }}}}", label)
+        for template, shown in (value or {}).items():
+            text = text.replace(template, shown)
         return text
 
     return {
@@ -207,7 +248,7 @@ def _rule_tests(rules: dict[str, dict]) -> list[dict]:
 def test_alert_rules_pass_promtool_and_fire_only_when_they_must(
     promtool: str, tmp_path: Path
 ) -> None:
-    (rule,) = _render_rule({"backup": {"interval": 3600}})
+    rule = _backup_rule({"backup": {"interval": 3600}})
     rules_file = tmp_path / "rules.yaml"
     rules_file.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
     check = subprocess.run(
@@ -234,11 +275,112 @@ def test_alert_rules_pass_promtool_and_fire_only_when_they_must(
     assert "SUCCESS" in run.stdout + run.stderr
 
 
+def _promtool_test(promtool: str, tmp_path: Path, rule: dict, tests: list[dict]) -> str:
+    """`promtool check rules` then `promtool test rules`; their output (asserted to pass)."""
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    check = subprocess.run(
+        [promtool, "check", "rules", str(rules_file)], capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    tests_file = tmp_path / "tests.yaml"
+    tests_file.write_text(
+        yaml.safe_dump(
+            {"rule_files": [rules_file.name], "evaluation_interval": "1m", "tests": tests}
+        )
+    )
+    run = subprocess.run(
+        [promtool, "test", "rules", str(tests_file)], capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    return check.stdout + run.stdout
+
+
+VOLUME_FREE = "{{ $value | humanizePercentage }}"
+CRASHES = '{{ $value | printf "%.0f" }}'
+
+
+def test_agent_alerts_fire_on_a_full_volume_and_a_crashing_gateway(
+    promtool: str, tmp_path: Path
+) -> None:
+    """Defaults: under 10% free for 5m; 3 crashes within 15m (planned restarts are not in
+    the crash counter: tests/unit/agent/test_agent_metrics_faults.py)."""
+    rule = _agent_rule()
+    rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    full, crashing = rules["HermesDataVolumeFull"], rules["HermesGatewayRestarting"]
+
+    def at(minutes: int, alert: str, fired: list[dict]) -> dict:
+        return {"eval_time": f"{minutes}m", "alertname": alert, "exp_alerts": fired}
+
+    size = "1000000000x120"
+    tests = [
+        {  # 50% free, then 5% from t=31m to 60m, then 50% again
+            "interval": "1m",
+            "input_series": [
+                _series("hermes_runtime_data_volume_size_bytes", AGENT, size),
+                _series(
+                    "hermes_runtime_data_volume_free_bytes",
+                    AGENT,
+                    "500000000x30 50000000x29 500000000x60",
+                ),
+                # another agent's full volume does not fire for this release
+                _series("hermes_runtime_data_volume_size_bytes", OTHER, size),
+                _series("hermes_runtime_data_volume_free_bytes", OTHER, "0x120"),
+            ],
+            "alert_rule_test": [
+                at(30, "HermesDataVolumeFull", []),
+                at(33, "HermesDataVolumeFull", []),  # under 10%, not yet `for` 5m
+                at(40, "HermesDataVolumeFull", [_alert(full, AGENT, {VOLUME_FREE: "5%"})]),
+                at(65, "HermesDataVolumeFull", []),
+            ],
+        },
+        {  # crashes at 11m, 12m, 13m; one crash at 60m is not a loop
+            "interval": "1m",
+            "input_series": [
+                _series("hermes_runtime_gateway_crashes_total", AGENT, "0x10 1 2 3x46 4x60"),
+                _series("hermes_runtime_gateway_crashes_total", OTHER, "0+1x120"),
+            ],
+            "alert_rule_test": [
+                at(12, "HermesGatewayRestarting", []),
+                at(14, "HermesGatewayRestarting", [_alert(crashing, AGENT, {CRASHES: "3"})]),
+                at(35, "HermesGatewayRestarting", []),
+                at(65, "HermesGatewayRestarting", []),
+            ],
+        },
+    ]
+    output = _promtool_test(promtool, tmp_path, rule, tests)
+    assert "SUCCESS: 2 rules found" in output, output
+
+
+def test_missing_for_sets_how_long_the_backup_may_be_missing(promtool: str, tmp_path: Path) -> None:
+    """backup.prometheusRule.missingFor: 2m fires 8 minutes before the default 10m would."""
+    rule = _backup_rule({"backup": {"interval": 3600, "prometheusRule": {"missingFor": "2m"}}})
+    missing = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}[
+        "HermesBackupMissing"
+    ]
+    stalled = {
+        "interval": "1m",
+        "input_series": [
+            _series("hermes_runtime_uptime_seconds", AGENT, "0+60x300"),
+            _series("hermes_backup_last_success_timestamp_seconds", AGENT, "0x300"),
+        ],
+        "alert_rule_test": [
+            {"eval_time": "121m", "alertname": "HermesBackupMissing", "exp_alerts": []},
+            {
+                "eval_time": "124m",
+                "alertname": "HermesBackupMissing",
+                "exp_alerts": [_alert(missing, AGENT)],
+            },
+        ],
+    }
+    _promtool_test(promtool, tmp_path, rule, [stalled])
+
+
 def test_promtool_test_fails_when_an_alert_must_fire_but_does_not(
     promtool: str, tmp_path: Path
 ) -> None:
     """The harness itself can fail: a healthy agent claimed to alert is refused."""
-    (rule,) = _render_rule({"backup": {"interval": 3600}})
+    rule = _backup_rule({"backup": {"interval": 3600}})
     rules_file = tmp_path / "rules.yaml"
     rules_file.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
     rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
@@ -267,9 +409,12 @@ def test_promtool_test_fails_when_an_alert_must_fire_but_does_not(
 
 def test_repository_password_comes_from_a_secret_never_a_literal() -> None:
     manifest = render()
-    secret = manifest.one("Secret", f"{FULLNAME}-backup-password")
-    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
-    assert len(secret["data"]["RESTIC_PASSWORD"]) >= 48
+    # Generated once in the cluster by the secrets Job, never in a render (Argo CD).
+    assert f"{FULLNAME}-backup-password" not in [
+        s["metadata"]["name"] for s in manifest.all("Secret")
+    ]
+    job = manifest.one("Job", f"{FULLNAME}-secrets")["spec"]["template"]["spec"]["containers"][0]
+    assert f"{FULLNAME}-backup-password/RESTIC_PASSWORD" in job["args"]
     ref = env_map(_cron_pod()["containers"][0])["RESTIC_PASSWORD"]
     assert ref == {
         "secretKeyRef": {"name": f"{FULLNAME}-backup-password", "key": "RESTIC_PASSWORD"}
@@ -277,7 +422,7 @@ def test_repository_password_comes_from_a_secret_never_a_literal() -> None:
 
     own = render({"backup": {"repository": {"existingSecret": "my-restic"}}})
     assert f"{FULLNAME}-backup-password" not in [s["metadata"]["name"] for s in own.all("Secret")]
-    cron = own.one("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    cron = own.backup_cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     assert env_map(cron["containers"][0])["RESTIC_PASSWORD"]["secretKeyRef"]["name"] == "my-restic"
 
 
@@ -294,5 +439,5 @@ def test_a_password_listed_in_vault_secrets_replaces_the_generated_secret() -> N
     assert f"{FULLNAME}-backup-password" not in [
         s["metadata"]["name"] for s in manifest.all("Secret")
     ]
-    cron = manifest.one("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    cron = manifest.backup_cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     assert "RESTIC_PASSWORD" not in env_map(cron["containers"][0])

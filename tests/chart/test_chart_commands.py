@@ -77,7 +77,7 @@ def _snapshots(target: str) -> list[dict]:
 
 
 def _cron_container(values: dict | None = None) -> dict:
-    cron = render(values).one("CronJob")
+    cron = render(values).backup_cronjob
     return cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
 
 
@@ -109,6 +109,30 @@ def test_cronjob_script_backs_up_then_restore_fills_an_empty_volume(
     done = subprocess.run(argv, env=restore_env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert (dirs["restored"] / "SOUL.md").read_text() == "edited after restore\n"
+
+
+def test_restore_from_replicas_runs_with_the_target_the_kubelet_expands(
+    dirs: dict[str, Path],
+) -> None:
+    """restore.fromReplicas: `--replicas $(BACKUP_TARGET)/litestream` is what `backup
+    restore` accepts (no replica there yet: the snapshot alone is restored)."""
+    container = _cron_container()
+    env = _pod_env(container, dirs)
+    done = subprocess.run(
+        _argv(container, env, dirs["data"]), env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    values = {
+        "backup": {"continuous": {"enabled": True}},
+        "restore": {"fromSnapshot": "latest", "fromReplicas": True},
+    }
+    restore = render(values).container("restore")
+    restore_env = _pod_env(restore, dirs)
+    argv = _argv(restore, restore_env, dirs["restored"])
+    assert argv[argv.index("--replicas") + 1] == f"file://{dirs['backup']}/litestream"
+    done = subprocess.run(argv, env=restore_env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert (dirs["restored"] / "memories" / "MEMORY.md").read_text() == "likes tea\n"
 
 
 def test_cronjob_script_fails_when_the_backup_fails(dirs: dict[str, Path]) -> None:

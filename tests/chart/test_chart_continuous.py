@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from chart_testlib import env_map, render, render_error
 from pss import restricted_violations
 
@@ -76,7 +79,7 @@ def test_s3_target_gets_the_backups_endpoint_and_credentials_from_the_same_secre
 
 
 def _cron(values: dict) -> dict:
-    cron = render(values).one("CronJob")
+    cron = render(values).backup_cronjob
     return cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
 
 
@@ -103,3 +106,34 @@ def test_needs_backup_enabled() -> None:
 def test_schema_refuses_a_non_positive_interval() -> None:
     error = render_error({"backup": {"continuous": {"enabled": True, "syncInterval": 0}}})
     assert "syncInterval" in error
+
+
+def test_restore_reads_the_replicas_only_when_asked() -> None:
+    """restore.fromReplicas adds `--replicas <target>/litestream` (the kubelet expands
+    $(BACKUP_TARGET)); without it the restore takes the snapshot alone, replicas being
+    unencrypted files anyone with write access to the bucket can change."""
+    values = {**ON, "restore": {"fromSnapshot": "latest"}}
+    assert "--replicas" not in render(values).container("restore")["args"]
+    asked = render({**ON, "restore": {"fromSnapshot": "latest", "fromReplicas": True}})
+    args = asked.container("restore")["args"]
+    assert args[args.index("--replicas") + 1] == "$(BACKUP_TARGET)/litestream"
+    assert env_map(asked.container("restore"))["BACKUP_TARGET"] == "file:///backup"
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {**ON, "restore": {"fromSnapshot": "0123abcd", "fromReplicas": True}},
+            'restore.fromReplicas: true needs restore.fromSnapshot: latest (it is "0123abcd")',
+        ),
+        (
+            {"restore": {"fromSnapshot": "latest", "fromReplicas": True}},
+            "restore.fromReplicas: true while backup.continuous.enabled is false",
+        ),
+    ],
+)
+def test_from_replicas_without_replicas_to_read_is_refused(
+    values: dict[str, Any], message: str
+) -> None:
+    assert message in render_error(values)

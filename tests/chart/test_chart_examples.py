@@ -21,6 +21,7 @@ from chart_testlib import (
     pod_specs,
     render,
     run_helm,
+    template,
 )
 from kubernetes_validate import validate
 from kubernetes_validate.utils import ValidationError
@@ -133,14 +134,14 @@ def test_helm_lint_strict_defaults() -> None:
 def test_examples_cover_what_each_environment_promises() -> None:
     dev = render(examples=("dev",))
     assert "initContainers" not in dev.agent_pod  # no plugin until you add a reachable repo
-    assert dev.has("CronJob") and "file:///backup" in str(dev.one("CronJob"))
+    assert dev.has("CronJob") and "file:///backup" in str(dev.backup_cronjob)
 
     production = render(examples=("production",))
     agent = production.container("agent")
     assert agent["image"] == "registry.example.com/hermes-runtime/agent:0.1.0"
     assert production.has("NetworkPolicy")
     assert agent["resources"]["limits"]["memory"] == "6Gi"
-    cron = production.one("CronJob")
+    cron = production.backup_cronjob
     assert "s3://hermes-prod-backups/agents/prod" in str(cron)
     assert "--keep-daily 14" in str(cron)
     assert production.container("vault-render")
@@ -221,3 +222,14 @@ def test_chart_readme_install_creates_what_dev_yaml_needs() -> None:
     for secret in _secrets_named(values):
         created = block.find(f"create secret generic {secret} ")
         assert 0 <= created < install_at, secret
+
+
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+def test_two_renders_of_an_example_are_byte_identical(name: str) -> None:
+    """What Argo CD compares on each refresh (it renders with `helm template`, no cluster):
+    nothing in a render may change by itself, or the app is out of sync forever and each sync
+    replaces what changed (tests/e2e/test_gitops.py applies two renders)."""
+    first = template({}, examples=(name,))
+    second = template({}, examples=(name,))
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == second.stdout

@@ -325,7 +325,7 @@ def test_cron_message_is_readable() -> None:
     ],
 )
 def test_good_cron_schedules_render(schedule: str) -> None:
-    assert render(cron(schedule)).one("CronJob")["spec"]["schedule"] == schedule
+    assert render(cron(schedule)).backup_cronjob["spec"]["schedule"] == schedule
 
 
 def test_good_quantities_render() -> None:
@@ -351,7 +351,7 @@ def test_image_pull_secrets_in_both_forms_and_global() -> None:
     )
     for _, pod in [
         ("agent", manifest.agent_pod),
-        ("backup", manifest.one("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]),
+        ("backup", manifest.backup_cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]),
     ]:
         assert pod["imagePullSecrets"] == [
             {"name": "shared"},

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 
+import pytest
 import yaml
-from chart_testlib import NEWEST_KUBE, container_names, env_map, render
+from chart_testlib import NEWEST_KUBE, all_containers, container_names, env_map, render
 
 WEATHER = {"name": "weather", "repo": "https://git.example.com/weather.git", "ref": "v1"}
 TICKETS = {
@@ -56,7 +57,7 @@ def test_git_sync_runs_as_65533_sharing_files_through_fs_group() -> None:
     assert context["readOnlyRootFilesystem"] is True
     assert manifest.agent_pod["securityContext"]["fsGroup"] == 10000
     mounts = {m["mountPath"]: m for m in manifest.container("git-sync-weather")["volumeMounts"]}
-    assert mounts["/opt/data"]["name"] == "data"
+    assert mounts["/opt/data/.git-sync/weather"]["subPath"] == "weather"  # its own tree only
     assert mounts["/tmp"]["subPath"] == "weather"  # HOME for git config, per plugin
 
 
@@ -122,3 +123,43 @@ def test_no_plugins_means_no_git_sync() -> None:
     manifest = render()
     assert "initContainers" not in manifest.agent_pod
     assert all("git-sync" not in str(v) for v in manifest.agent_pod["volumes"])
+
+
+@pytest.mark.parametrize("kube", [NEWEST_KUBE, "1.28.0"])  # native sidecars, and init + sidecar
+def test_each_git_sync_sees_only_its_own_tree_and_the_agent_reads_them_read_only(
+    kube: str,
+) -> None:
+    """git-sync never mounts the data volume (conversations, lcm.db, state.db): each one
+    writes only its own directory of the `git-sync` emptyDir, mounted where GITSYNC_ROOT
+    points (the same path the agent reads, so the worktree paths git writes resolve there
+    too); the agent mounts the whole tree read-only over /opt/data/.git-sync, so its shell
+    cannot change a plugin's code."""
+    manifest = render({**PLUGINS, "gitSync": {"sizeLimit": "300Mi"}}, kube_version=kube)
+    pod = manifest.agent_pod
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["git-sync"] == {"name": "git-sync", "emptyDir": {"sizeLimit": "300Mi"}}
+    git_syncs = [c for c in all_containers(pod) if c["name"].startswith("git-sync-")]
+    assert len(git_syncs) == 4 if kube == "1.28.0" else 2
+    for container in git_syncs:
+        plugin = "weather" if "weather" in container["name"] else "tickets"
+        root = env_map(container)["GITSYNC_ROOT"]
+        mounts = {m["name"]: m for m in container["volumeMounts"]}
+        assert "data" not in mounts, f"{container['name']} mounts the data volume"
+        assert mounts["git-sync"] == {"name": "git-sync", "mountPath": root, "subPath": plugin}
+        assert root == f"/opt/data/.git-sync/{plugin}"
+    agent_mounts = [m for m in manifest.container("agent")["volumeMounts"]]
+    assert {"name": "git-sync", "mountPath": "/opt/data/.git-sync", "readOnly": True} in (
+        agent_mounts
+    )
+    # Nothing but a plugin's own git-sync writes into the tree.
+    writers = {
+        c["name"]
+        for c in all_containers(pod)
+        for m in c.get("volumeMounts", [])
+        if m["name"] == "git-sync" and not m.get("readOnly")
+    }
+    assert writers == {c["name"] for c in git_syncs}
+    # Without plugins, no tree and no mount.
+    bare = render(kube_version=kube)
+    assert "git-sync" not in {v["name"] for v in bare.agent_pod["volumes"]}
+    assert "git-sync" not in {m["name"] for m in bare.container("agent")["volumeMounts"]}

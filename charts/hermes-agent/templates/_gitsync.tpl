@@ -4,6 +4,11 @@ Pass (dict "root" $ "plugin" $p "index" $i "mode" "native"|"init"|"sidecar").
   native:  init container with restartPolicy Always + startup probe (first sync done before the agent starts)
   init:    one-shot init container (--one-time) for clusters without native sidecars
   sidecar: regular container that keeps syncing (paired with "init")
+It sees only its own tree: the subPath <name> of the `git-sync` emptyDir, mounted at the
+same path the agent reads it from (/opt/data/.git-sync/<name>, read-only there), never the
+data volume with the conversations and databases. The kubelet creates the subPath directory
+with the mode of the emptyDir's root (world-writable, setgid to fsGroup), so git-sync (UID
+65533) can write it; the worktree paths git writes are the same in both containers.
 */}}
 {{- define "hermes-agent.gitSyncContainer" -}}
 {{- $root := .root -}}
@@ -27,13 +32,18 @@ Pass (dict "root" $ "plugin" $p "index" $i "mode" "native"|"init"|"sidecar").
     - name: GITSYNC_PERIOD
       value: {{ default $g.period $p.period | quote }}
     - name: GITSYNC_ROOT
-      value: {{ printf "%s/.git-sync/%s" (include "hermes-agent.paths.data" $root) $p.name | quote }}
+      value: {{ printf "%s/%s" (include "hermes-agent.paths.gitSync" $root) $p.name | quote }}
     - name: GITSYNC_LINK
       value: current
     - name: GITSYNC_MAX_FAILURES
       value: {{ $g.maxFailures | toString | quote }}
     - name: GITSYNC_GROUP_WRITE
       value: "true"
+    {{- /* Its root is a directory the kubelet made (the subPath), owned by root: git refuses
+    it as "dubious ownership" unless it is named safe. git-sync v4.7 trusts every directory
+    itself (safe.directory '*'); its main branch no longer does, so name the one root here. */}}
+    - name: GITSYNC_GIT_CONFIG
+      value: {{ printf "safe.directory:%s/.git-sync/%s" (include "hermes-agent.paths.data" $root) $p.name | quote }}
     - name: HOME
       value: /tmp
     {{- if eq .mode "init" }}
@@ -93,8 +103,9 @@ Pass (dict "root" $ "plugin" $p "index" $i "mode" "native"|"init"|"sidecar").
   resources:
     {{- toYaml $g.resources | nindent 4 }}
   volumeMounts:
-    - name: data
-      mountPath: {{ include "hermes-agent.paths.data" $root }}
+    - name: git-sync
+      mountPath: {{ printf "%s/%s" (include "hermes-agent.paths.gitSync" $root) $p.name }}
+      subPath: {{ $p.name }}
     - name: git-sync-home
       mountPath: /tmp
       subPath: {{ $p.name }}
@@ -112,6 +123,9 @@ Pass (dict "root" $ "plugin" $p "index" $i "mode" "native"|"init"|"sidecar").
 {{/* Volumes the git-sync containers need beyond the shared ones. */}}
 {{- define "hermes-agent.gitSyncVolumes" -}}
 {{- if .Values.plugins }}
+- name: git-sync
+  emptyDir:
+    sizeLimit: {{ .Values.gitSync.sizeLimit }}
 - name: git-sync-home
   emptyDir:
     sizeLimit: 64Mi

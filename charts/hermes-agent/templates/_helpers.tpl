@@ -124,20 +124,111 @@ storageClassName: {{ $class | quote }}
 {{- default (printf "%s-api" (include "hermes-agent.fullname" .)) .Values.apiServer.existingSecret -}}
 {{- end -}}
 
-{{/* "true" when a Vault secret supplies the env var named .env; pass (dict "root" $ "env" "NAME"). */}}
+{{/*
+The containers that get one vault.secrets item, as a JSON array: its `for`, else a default by
+variable name: AWS_* (the S3 keys) go to the backup, restore and replication containers,
+RESTIC_PASSWORD to the backup and restore containers (replication never needs it), anything
+else to the agent. Each container reads only its own in-memory file (docs/vault.md), so the
+agent's shell never holds the keys that could delete the backups. Pass the item.
+*/}}
+{{- define "hermes-agent.vaultSecretConsumers" -}}
+{{- if hasKey . "for" -}}
+{{- index . "for" | toJson -}}
+{{- else if hasPrefix "AWS_" .env -}}
+["backup","restore","replicate"]
+{{- else if eq .env "RESTIC_PASSWORD" -}}
+["backup","restore"]
+{{- else -}}
+["agent"]
+{{- end -}}
+{{- end -}}
+
+{{/* The variables Vault renders for one container, comma-joined ("" without Vault); pass (dict "root" $ "consumer" "agent"). */}}
+{{- define "hermes-agent.vaultEnvsFor" -}}
+{{- $names := list -}}
+{{- if .root.Values.vault.enabled -}}
+{{- range .root.Values.vault.secrets -}}
+{{- if has $.consumer (include "hermes-agent.vaultSecretConsumers" . | fromJsonArray) -}}
+{{- $names = append $names .env -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- join "," $names -}}
+{{- end -}}
+
+{{/*
+Of the containers in .consumers (those a pod runs), the ones Vault renders at least one
+variable for, as a JSON array: each gets its own in-memory volume and env file; the pod gets
+the vault-render init container only when this is not empty. Pass (dict "root" $ "consumers" $list).
+*/}}
+{{- define "hermes-agent.vaultConsumersIn" -}}
+{{- $active := list -}}
+{{- range .consumers -}}
+{{- if include "hermes-agent.vaultEnvsFor" (dict "root" $.root "consumer" .) -}}
+{{- $active = append $active . -}}
+{{- end -}}
+{{- end -}}
+{{- $active | toJson -}}
+{{- end -}}
+
+{{/* The containers of the agent pod that can read secrets, as a JSON array: agent, restore, replicate, backup (sidecar mode). */}}
+{{- define "hermes-agent.agentPodConsumers" -}}
+{{- $b := .Values.backup -}}
+{{- $list := list "agent" -}}
+{{- if .Values.restore.fromSnapshot }}{{ $list = append $list "restore" }}{{ end -}}
+{{- if and $b.enabled $b.continuous.enabled }}{{ $list = append $list "replicate" }}{{ end -}}
+{{- if and $b.enabled (eq $b.mode "sidecar") }}{{ $list = append $list "backup" }}{{ end -}}
+{{- $list | toJson -}}
+{{- end -}}
+
+{{/*
+"true" when a Vault secret supplies the env var named .env (to the container .for when given);
+pass (dict "root" $ "env" "NAME") or (dict "root" $ "env" "NAME" "for" "agent").
+*/}}
 {{- define "hermes-agent.vaultProvides" -}}
 {{- $found := false -}}
 {{- if .root.Values.vault.enabled -}}
 {{- range .root.Values.vault.secrets -}}
-{{- if eq .env $.env -}}{{- $found = true -}}{{- end -}}
+{{- if and (eq .env $.env) (or (not $.for) (has $.for (include "hermes-agent.vaultSecretConsumers" . | fromJsonArray))) -}}{{- $found = true -}}{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- ternary "true" "" $found -}}
 {{- end -}}
 
-{{/* "true" when the chart owns the API key Secret (no existingSecret, no Vault-provided key). */}}
+{{/* "true" when the chart's API key Secret is used (no existingSecret, no Vault-provided key for the agent). */}}
 {{- define "hermes-agent.createApiSecret" -}}
-{{- if and (not .Values.apiServer.existingSecret) (not (include "hermes-agent.vaultProvides" (dict "root" . "env" "API_SERVER_KEY"))) -}}
+{{- if and (not .Values.apiServer.existingSecret) (not (include "hermes-agent.vaultProvides" (dict "root" . "env" "API_SERVER_KEY" "for" "agent"))) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when the agent reads its key from a Secret (as a file, HERMES_RUNTIME_API_KEY_FILE), not from Vault. */}}
+{{- define "hermes-agent.apiKeyFromSecret" -}}
+{{- if not (include "hermes-agent.vaultProvides" (dict "root" . "env" "API_SERVER_KEY" "for" "agent")) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/*
+Secrets made once in the cluster by the secrets Job (templates/secrets-job.yaml), never by a
+render: a generated value in the manifests would change with every `helm template` (Argo CD)
+and replace the key or the restic password on each sync. A JSON list of "name/key".
+*/}}
+{{- define "hermes-agent.generatedSecrets" -}}
+{{- $wanted := list -}}
+{{- if and (include "hermes-agent.createApiSecret" .) (not .Values.apiServer.key) -}}
+{{- $wanted = append $wanted (printf "%s/%s" (include "hermes-agent.apiSecretName" .) .Values.apiServer.existingSecretKey) -}}
+{{- end -}}
+{{- if include "hermes-agent.generateBackupPassword" . -}}
+{{- $wanted = append $wanted (printf "%s/RESTIC_PASSWORD" (include "hermes-agent.backupPasswordSecret" .)) -}}
+{{- end -}}
+{{- $wanted | toJson -}}
+{{- end -}}
+
+{{/* "true" when the restic password is generated in the cluster (backups or a restore, no existingSecret, not from Vault). */}}
+{{- define "hermes-agent.generateBackupPassword" -}}
+{{- $b := .Values.backup -}}
+{{- if and (or $b.enabled .Values.restore.fromSnapshot) (not $b.repository.existingSecret) (not (include "hermes-agent.backupPasswordFromVault" .)) -}}
 true
 {{- end -}}
 {{- end -}}
@@ -187,56 +278,189 @@ file:///backup
 {{- end -}}
 
 {{/*
-TCP ports of a list of URLs (explicit port, else by scheme; git@host: is SSH) plus extra
-ports, sorted and unique, as a JSON array. Pass (dict "urls" $list "extra" $ints).
+NetworkPolicy helpers (templates/networkpolicy.yaml, docs/chart.md "NetworkPolicy").
+
+The target of a URL as JSON {"host": ..., "port": ...}: the port written in the URL, else the
+scheme's (http 80, https 443, git 9418, ssh 22); `git@host:path` is SSH. Pass the URL.
+*/}}
+{{- define "hermes-agent.npTarget" -}}
+{{- $host := "" -}}
+{{- $port := 0 -}}
+{{- if hasPrefix "git@" . -}}
+{{- $host = regexReplaceAll "^git@([^:/]+).*$" . "${1}" -}}
+{{- $port = 22 -}}
+{{- else -}}
+{{- $u := urlParse . -}}
+{{- $host = $u.hostname -}}
+{{- $rest := trimPrefix (ternary (printf "[%s]" $host) $host (contains ":" $host)) $u.host -}}
+{{- if hasPrefix ":" $rest -}}
+{{- $port = trimPrefix ":" $rest | int -}}
+{{- else -}}
+{{- $port = get (dict "http" 80 "https" 443 "git" 9418 "ssh" 22) $u.scheme | default 0 | int -}}
+{{- end -}}
+{{- end -}}
+{{- dict "host" $host "port" $port | toJson -}}
+{{- end -}}
+
+{{/*
+TCP ports of a list of URLs (as npTarget reads them) plus extra ports, sorted and unique, as a
+JSON array. Pass (dict "urls" $list "extra" $ints).
 */}}
 {{- define "hermes-agent.egressPorts" -}}
 {{- $ports := list -}}
 {{- range .urls -}}
-{{- if hasPrefix "git@" . -}}
-{{- $ports = append $ports 22 -}}
-{{- else -}}
-{{- $u := urlParse . -}}
-{{- $hostport := splitList ":" $u.host -}}
-{{- if gt (len $hostport) 1 -}}
-{{- $ports = append $ports (last $hostport | int) -}}
-{{- else if eq $u.scheme "http" -}}
-{{- $ports = append $ports 80 -}}
-{{- else if eq $u.scheme "git" -}}
-{{- $ports = append $ports 9418 -}}
-{{- else if eq $u.scheme "ssh" -}}
-{{- $ports = append $ports 22 -}}
-{{- else if eq $u.scheme "https" -}}
-{{- $ports = append $ports 443 -}}
-{{- end -}}
-{{- end -}}
+{{- $t := include "hermes-agent.npTarget" . | fromJson -}}
+{{- if $t.port }}{{ $ports = append $ports (int $t.port) }}{{ end -}}
 {{- end -}}
 {{- range .extra }}{{ $ports = append $ports (int .) }}{{ end -}}
 {{- $ports | uniq | sortAlpha | toJson -}}
 {{- end -}}
 
-{{/* Egress rules: DNS anywhere, then the given TCP ports to networkPolicy.egressTo (or anywhere), then extraEgress. */}}
-{{- define "hermes-agent.egressRules" -}}
+{{/*
+CIDRs no chart-made "public" peer may reach, as a JSON array: the private and shared ranges
+(where the cluster's nodes, pods, Services and the API server live on most clusters), the
+link-local range (cloud metadata at 169.254.169.254), networkPolicy.clusterCidrs and
+networkPolicy.kubeApi.cidrs. Pass the root context.
+*/}}
+{{- define "hermes-agent.npPrivateCidrs" -}}
+{{- $np := .Values.networkPolicy -}}
+{{- $cidrs := list "10.0.0.0/8" "172.16.0.0/12" "192.168.0.0/16" "100.64.0.0/10" "169.254.0.0/16" -}}
+{{- concat $cidrs ($np.clusterCidrs | default list) ($np.kubeApi.cidrs | default list) | uniq | toJson -}}
+{{- end -}}
+
+{{/* The peer "any public IPv4 address": 0.0.0.0/0 except npPrivateCidrs. Pass the root context. */}}
+{{- define "hermes-agent.npPublicPeer" -}}
+{{- dict "ipBlock" (dict "cidr" "0.0.0.0/0" "except" (include "hermes-agent.npPrivateCidrs" . | fromJsonArray)) | toJson -}}
+{{- end -}}
+
+{{/*
+"true" when IPv4 CIDR .inner lies strictly inside IPv4 CIDR .outer (an `except` entry must), else
+empty; IPv6 never. Pass (dict "inner" "10.1.0.0/16" "outer" "10.0.0.0/8").
+*/}}
+{{- define "hermes-agent.npInside" -}}
+{{- $v4 := "^([0-9]+)\\.([0-9]+)\\.([0-9]+)\\.([0-9]+)/([0-9]+)$" -}}
+{{- if and (regexMatch $v4 .inner) (regexMatch $v4 .outer) -}}
+{{- $in := regexFindAll "[0-9]+" .inner -1 -}}
+{{- $out := regexFindAll "[0-9]+" .outer -1 -}}
+{{- $inAddr := add (mul (index $in 0 | int64) 16777216) (mul (index $in 1 | int64) 65536) (mul (index $in 2 | int64) 256) (index $in 3 | int64) -}}
+{{- $outAddr := add (mul (index $out 0 | int64) 16777216) (mul (index $out 1 | int64) 65536) (mul (index $out 2 | int64) 256) (index $out 3 | int64) -}}
+{{- $block := 1 -}}
+{{- range until (sub 32 (index $out 4 | int) | int) }}{{ $block = mul $block 2 }}{{ end -}}
+{{- if and (gt (index $in 4 | int) (index $out 4 | int)) (eq (div $inAddr $block) (div $outAddr $block)) -}}
+true
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Peers written in values, as a JSON array. Each ipBlock that contains the metadata range
+169.254.0.0/16 or an address of networkPolicy.kubeApi.cidrs gets it added to its `except`, and
+an ipBlock 0.0.0.0/0 networkPolicy.clusterCidrs too: only kubeApi.allow opens the API server.
+Pass (dict "root" $ "peers" $list).
+*/}}
+{{- define "hermes-agent.npUserPeers" -}}
 {{- $np := .root.Values.networkPolicy -}}
+{{- $never := concat (list "169.254.0.0/16") ($np.kubeApi.cidrs | default list) -}}
+{{- $out := list -}}
+{{- range .peers -}}
+{{- $peer := deepCopy . -}}
+{{- with $peer.ipBlock -}}
+{{- $cidr := toString .cidr -}}
+{{- $excepts := .except | default list -}}
+{{- $candidates := $never -}}
+{{- if eq $cidr "0.0.0.0/0" }}{{ $candidates = concat $candidates ($np.clusterCidrs | default list) }}{{ end -}}
+{{- range $candidates -}}
+{{- if include "hermes-agent.npInside" (dict "inner" . "outer" $cidr) }}{{ $excepts = append $excepts . }}{{ end -}}
+{{- end -}}
+{{- with $excepts }}{{ $_ := set $peer.ipBlock "except" (uniq .) }}{{ end -}}
+{{- end -}}
+{{- $out = append $out $peer -}}
+{{- end -}}
+{{- $out | toJson -}}
+{{- end -}}
+
+{{/*
+The peer an endpoint's host stands for, as JSON, when networkPolicy.egress does not name one:
+an IP address: that address; a Service of the cluster (`name`: the release's namespace,
+`name.namespace.svc[.domain]`: that namespace): every pod of that namespace; any other name:
+npPublicPeer. Pass (dict "root" $ "host" $host).
+*/}}
+{{- define "hermes-agent.npHostPeer" -}}
+{{- $host := .host -}}
+{{- $labels := splitList "." $host -}}
+{{- if regexMatch "^[0-9]+\\.[0-9]+\\.[0-9]+\\.[0-9]+$" $host -}}
+{{- dict "ipBlock" (dict "cidr" (printf "%s/32" $host)) | toJson -}}
+{{- else if contains ":" $host -}}
+{{- dict "ipBlock" (dict "cidr" (printf "%s/128" $host)) | toJson -}}
+{{- else if eq (len $labels) 1 -}}
+{{- dict "podSelector" (dict) | toJson -}}
+{{- else if and (ge (len $labels) 3) (eq (index $labels 2) "svc") -}}
+{{- dict "namespaceSelector" (dict "matchLabels" (dict "kubernetes.io/metadata.name" (index $labels 1))) | toJson -}}
+{{- else -}}
+{{- include "hermes-agent.npPublicPeer" .root -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Egress rules to the endpoints of a pod: pass (dict "root" $ "endpoints" $map), $map from an
+endpoint kind (llm, git, s3, vault) to its URLs. Each kind goes to networkPolicy.egress.<kind>
+when set, else to the peer of each URL's host (npHostPeer); one rule per set of peers, with
+the TCP ports of the URLs that go there. Then networkPolicy.extraEgressPorts (to public
+addresses) and extraEgress.
+*/}}
+{{- define "hermes-agent.egressRules" -}}
+{{- $root := .root -}}
+{{- $np := $root.Values.networkPolicy -}}
+{{- $byPeers := dict -}}
+{{- range $kind, $urls := .endpoints -}}
+{{- $given := get ($np.egress | default dict) $kind | default list -}}
+{{- range $urls -}}
+{{- $t := include "hermes-agent.npTarget" . | fromJson -}}
+{{- if $t.port -}}
+{{- $peers := "" -}}
+{{- if $given -}}
+{{- $peers = include "hermes-agent.npUserPeers" (dict "root" $root "peers" $given) -}}
+{{- else -}}
+{{- $peers = list (include "hermes-agent.npHostPeer" (dict "root" $root "host" $t.host) | fromJson) | toJson -}}
+{{- end -}}
+{{- $_ := set $byPeers $peers (append (get $byPeers $peers | default list) (int $t.port)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range $peers := keys $byPeers | sortAlpha }}
+- ports:
+    {{- range get $byPeers $peers | uniq | sortAlpha }}
+    - port: {{ int . }}
+      protocol: TCP
+    {{- end }}
+  to:
+    {{- fromJsonArray $peers | toYaml | nindent 4 }}
+{{- end }}
+{{- with $np.extraEgressPorts }}
+- ports:
+    {{- range . }}
+    - port: {{ int .port }}
+      protocol: {{ .protocol | default "TCP" }}
+    {{- end }}
+  to:
+    - {{ include "hermes-agent.npPublicPeer" $root | fromJson | toYaml | nindent 6 | trim }}
+{{- end }}
+{{- range $np.extraEgress }}
+{{- $rule := deepCopy . }}
+{{- with $rule.to }}{{ $_ := set $rule "to" (include "hermes-agent.npUserPeers" (dict "root" $root "peers" .) | fromJsonArray) }}{{ end }}
+- {{ toYaml $rule | nindent 2 | trim }}
+{{- end }}
+{{- end -}}
+
+{{/* Egress to the cluster DNS only (networkPolicy.dns.to), UDP and TCP 53. Pass the root context. */}}
+{{- define "hermes-agent.npDnsRule" -}}
 - ports:
     - port: 53
       protocol: UDP
     - port: 53
       protocol: TCP
-{{- if .ports }}
-- ports:
-    {{- range .ports }}
-    - port: {{ int . }}
-      protocol: TCP
-    {{- end }}
-  {{- with $np.egressTo }}
   to:
-    {{- toYaml . | nindent 4 }}
-  {{- end }}
-{{- end }}
-{{- with $np.extraEgress }}
-{{ toYaml . }}
-{{- end }}
+    {{- include "hermes-agent.npUserPeers" (dict "root" . "peers" .Values.networkPolicy.dns.to) | fromJsonArray | toYaml | nindent 4 }}
 {{- end -}}
 
 {{/*

@@ -4,7 +4,13 @@ so security settings and volumes are defined once (the pattern of Grafana's _pod
 */}}
 
 {{- define "hermes-agent.paths.data" -}}/opt/data{{- end -}}
+{{- /* Each consumer's own in-memory volume, mounted read-only here; its file is <dir>/env. */ -}}
+{{- define "hermes-agent.paths.secretsDir" -}}/run/hermes/secrets{{- end -}}
 {{- define "hermes-agent.paths.secretsEnv" -}}/run/hermes/secrets/env{{- end -}}
+{{- /* Where plugins' git-sync trees are: an emptyDir, read-only in the agent. */ -}}
+{{- define "hermes-agent.paths.gitSync" -}}/opt/data/.git-sync{{- end -}}
+{{- define "hermes-agent.paths.apiKey" -}}/run/hermes/api-key/api-key{{- end -}}
+{{- define "hermes-agent.paths.controlSocket" -}}/run/hermes-runtime/agent.sock{{- end -}}
 {{- define "hermes-agent.paths.vaultToken" -}}/var/run/secrets/hermes-runtime/vault/token{{- end -}}
 {{- define "hermes-agent.paths.vaultCa" -}}/etc/hermes-runtime-vault-ca/ca.crt{{- end -}}
 
@@ -27,12 +33,28 @@ tolerations:
   value: {{ include "hermes-agent.paths.data" . }}
 - name: PYTHONDONTWRITEBYTECODE
   value: "1"
-{{- if .Values.vault.enabled }}
-- name: HERMES_RUNTIME_SECRETS_ENV
-  value: {{ include "hermes-agent.paths.secretsEnv" . }}
-{{- end }}
 {{- with .Values.allPods.extraEnv }}
 {{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+A consumer's Vault env file (agent, backup, restore, replicate): the variable that names it
+and the read-only mount of its own in-memory volume, only when Vault renders something for
+it. No container ever mounts another consumer's volume. Pass (dict "root" $ "consumer" "agent").
+*/}}
+{{- define "hermes-agent.secretsEnvVar" -}}
+{{- if include "hermes-agent.vaultEnvsFor" . }}
+- name: HERMES_RUNTIME_SECRETS_ENV
+  value: {{ include "hermes-agent.paths.secretsEnv" .root }}
+{{- end }}
+{{- end -}}
+
+{{- define "hermes-agent.secretsMount" -}}
+{{- if include "hermes-agent.vaultEnvsFor" . }}
+- name: {{ printf "secrets-%s" .consumer }}
+  mountPath: {{ include "hermes-agent.paths.secretsDir" .root }}
+  readOnly: true
 {{- end }}
 {{- end -}}
 
@@ -76,7 +98,10 @@ tolerations:
 {{- end }}
 {{- end -}}
 
-{{/* Volumes: data, scratch, in-memory secrets, seed files, Vault token and CA, backup PVC. */}}
+{{/*
+Volumes: data, scratch, seed files, one in-memory secrets volume per consumer Vault renders
+for (.vault, a list) with the Vault token and CA, backup PVC.
+*/}}
 {{- define "hermes-agent.volumes" -}}
 {{- $root := .root -}}
 - name: data
@@ -89,14 +114,16 @@ tolerations:
 - name: tmp
   emptyDir:
     sizeLimit: {{ $root.Values.agent.tmpSizeLimit }}
-- name: secrets
-  emptyDir:
-    medium: Memory
-    sizeLimit: 1Mi
 - name: seed
   configMap:
     name: {{ include "hermes-agent.fullname" $root }}
-{{- if $root.Values.vault.enabled }}
+{{- range .vault }}
+- name: {{ printf "secrets-%s" . }}
+  emptyDir:
+    medium: Memory
+    sizeLimit: 1Mi
+{{- end }}
+{{- if .vault }}
 - name: vault-token
   projected:
     sources:
@@ -121,19 +148,26 @@ tolerations:
 {{- end }}
 {{- end -}}
 
+{{/* Data, scratch and the consumer's own secrets file; pass (dict "root" $ "consumer" "agent"). */}}
 {{- define "hermes-agent.dataMounts" -}}
 - name: data
-  mountPath: {{ include "hermes-agent.paths.data" . }}
+  mountPath: {{ include "hermes-agent.paths.data" .root }}
 - name: tmp
   mountPath: /tmp
-- name: secrets
-  mountPath: /run/hermes/secrets
+{{- include "hermes-agent.secretsMount" . }}
 {{- end -}}
 
-{{/* Vault render: the init container (refresh=false) or the refresher sidecar (refresh=true). */}}
+{{/*
+Vault render: the init container (refresh=false) or the refresher sidecar (refresh=true).
+One login, one file per consumer of the pod (.consumers, those with at least one variable):
+`--out-only <dir>/<consumer>/env=NAMES` on that consumer's own volume, so the refresher keeps
+every file fresh and rewrites a file only when one of its own values changes. Only the
+variables some consumer of this pod needs are read from Vault.
+*/}}
 {{- define "hermes-agent.vaultContainer" -}}
 {{- $root := .root -}}
 {{- $v := $root.Values.vault -}}
+{{- $consumers := .consumers -}}
 - name: {{ ternary "vault-refresher" "vault-render" .refresh }}
   image: {{ include "hermes-agent.agentImage" $root }}
   imagePullPolicy: {{ $root.Values.image.pullPolicy }}
@@ -162,11 +196,18 @@ tolerations:
     - {{ include "hermes-agent.paths.vaultCa" $root }}
     {{- end }}
     {{- range $v.secrets }}
+    {{- $for := include "hermes-agent.vaultSecretConsumers" . | fromJsonArray }}
+    {{- $needed := false }}
+    {{- range $consumers }}{{ if has . $for }}{{ $needed = true }}{{ end }}{{ end }}
+    {{- if $needed }}
     - --secret
     - {{ printf "%s#%s=%s" .path .key .env | quote }}
     {{- end }}
-    - --out
-    - {{ include "hermes-agent.paths.secretsEnv" $root }}
+    {{- end }}
+    {{- range $consumers }}
+    - --out-only
+    - {{ printf "%s/%s/env=%s" (include "hermes-agent.paths.secretsDir" $root) . (include "hermes-agent.vaultEnvsFor" (dict "root" $root "consumer" .)) | quote }}
+    {{- end }}
     {{- if .refresh }}
     - --refresh
     - {{ $v.refresher.interval | quote }}
@@ -182,8 +223,10 @@ tolerations:
   volumeMounts:
     - name: tmp
       mountPath: /tmp
-    - name: secrets
-      mountPath: /run/hermes/secrets
+    {{- range $consumers }}
+    - name: {{ printf "secrets-%s" . }}
+      mountPath: {{ printf "%s/%s" (include "hermes-agent.paths.secretsDir" $root) . }}
+    {{- end }}
     - name: vault-token
       mountPath: {{ dir (include "hermes-agent.paths.vaultToken" $root) }}
       readOnly: true
@@ -195,13 +238,14 @@ tolerations:
 {{- end -}}
 
 {{/*
-The first words of args for hermes-runtime: with Vault on, a shell that loads the
-Vault-rendered env file (S3 credentials) first. "$@" keeps every argument a separate word:
-no value is ever re-parsed by the shell. Every container of ours sets args, never command,
-so the image's ENTRYPOINT (catatonit as PID 1, which reaps orphans) stays.
+The first words of args for hermes-runtime: when Vault renders variables for this consumer,
+a shell that loads its own env file (S3 credentials) first. "$@" keeps every argument a
+separate word: no value is ever re-parsed by the shell. Every container of ours sets args,
+never command, so the image's ENTRYPOINT (catatonit as PID 1, which reaps orphans) stays.
+Pass (dict "root" $ "consumer" "restore").
 */}}
 {{- define "hermes-agent.withSecrets" -}}
-{{- if .Values.vault.enabled }}
+{{- if include "hermes-agent.vaultEnvsFor" . }}
 - /bin/sh
 - -c
 - 'set -a && . "$HERMES_RUNTIME_SECRETS_ENV" && set +a && exec "$@"'
@@ -216,13 +260,17 @@ so the image's ENTRYPOINT (catatonit as PID 1, which reaps orphans) stays.
   image: {{ include "hermes-agent.agentImage" . }}
   imagePullPolicy: {{ .Values.image.pullPolicy }}
   args:
-    {{- include "hermes-agent.withSecrets" . | nindent 4 }}
+    {{- include "hermes-agent.withSecrets" (dict "root" . "consumer" "restore") | nindent 4 }}
     - backup
     - restore
     - --target
     - $(BACKUP_TARGET)
     - --snapshot
     - {{ .Values.restore.fromSnapshot | quote }}
+    {{- if and .Values.restore.fromReplicas .Values.backup.continuous.enabled }}
+    - --replicas
+    - $(BACKUP_TARGET)/litestream
+    {{- end }}
     - --data-dir
     - {{ include "hermes-agent.paths.data" . }}
     - --if-empty
@@ -230,13 +278,14 @@ so the image's ENTRYPOINT (catatonit as PID 1, which reaps orphans) stays.
     - name: HOME
       value: /tmp
     {{- include "hermes-agent.commonEnv" . | nindent 4 }}
+    {{- include "hermes-agent.secretsEnvVar" (dict "root" . "consumer" "restore") | nindent 4 }}
     {{- include "hermes-agent.backupEnv" . | nindent 4 }}
   securityContext:
     {{- include "hermes-agent.containerSecurityContext" (dict "root" .) | nindent 4 }}
   resources:
     {{- toYaml .Values.restore.resources | nindent 4 }}
   volumeMounts:
-    {{- include "hermes-agent.dataMounts" . | nindent 4 }}
+    {{- include "hermes-agent.dataMounts" (dict "root" . "consumer" "restore") | nindent 4 }}
     {{- if eq .Values.backup.target.type "pvc" }}
     - name: backup
       mountPath: /backup
@@ -247,17 +296,29 @@ so the image's ENTRYPOINT (catatonit as PID 1, which reaps orphans) stays.
 {{/*
 The backup script: create then prune. Every value reaches the commands through
 environment variables, so nothing from values.yaml is parsed by the shell.
-Pass (dict "root" $ "loop" bool).
+Pass (dict "root" $ "job" JOB "labels" list): JOB "scheduled" (create then prune, once: the
+CronJob), "loop" (the same every backup.interval: the sidecar), "pre-upgrade" (create with
+labels, no prune: the pre-upgrade hook), "verify" (the weekly full check of the latest).
 */}}
 {{- define "hermes-agent.backupScript" -}}
 {{- $b := .root.Values.backup -}}
+{{- $job := default "scheduled" .job -}}
+{{- /* restic's own time limit, inside the Job's deadline, so a store that stops answering
+fails the run with the failure recorded (HermesBackupFailed), not a pod killed silently. */ -}}
+{{- $timeout := int $b.timeoutSeconds -}}
+{{- if eq $job "pre-upgrade" }}{{ $timeout = min $timeout (sub (int $b.preUpgrade.activeDeadlineSeconds) 60) }}{{ end -}}
 set -eu
 if [ -n "${HERMES_RUNTIME_SECRETS_ENV:-}" ]; then set -a; . "$HERMES_RUNTIME_SECRETS_ENV"; set +a; fi
+{{- if eq $job "verify" }}
+{{- /* The weekly full check: restore the latest snapshot to scratch, integrity_check every
+database (FTS5's included), compare each with its recorded SHA-256 (docs/backup.md, "Checks"). */}}
+hermes-runtime backup verify --target "$BACKUP_TARGET" --snapshot latest --work-dir "$BACKUP_WORK_DIR"
+{{- else }}
 backup_once() {
-  hermes-runtime backup create --data-dir "$HERMES_HOME" --target "$BACKUP_TARGET" --work-dir "$BACKUP_WORK_DIR" --status-file "$HERMES_HOME/{{ include "hermes-agent.paths.backupStatus" . }}"{{ range $b.excludes }} --exclude {{ squote . }}{{ end }} &&
-  hermes-runtime backup prune --target "$BACKUP_TARGET" --keep-last {{ int $b.retention.keepLast }}{{ if $b.retention.keepDaily }} --keep-daily {{ int $b.retention.keepDaily }}{{ end }}{{ if $b.retention.keepWeekly }} --keep-weekly {{ int $b.retention.keepWeekly }}{{ end }}
+  hermes-runtime backup create --data-dir "$HERMES_HOME" --target "$BACKUP_TARGET" --work-dir "$BACKUP_WORK_DIR" --status-file "$HERMES_HOME/{{ include "hermes-agent.paths.backupStatus" . }}" --timeout {{ $timeout }}{{ range $b.excludes }} --exclude {{ squote . }}{{ end }}{{ range .labels }} --label {{ squote . }}{{ end }}{{ if ne $job "pre-upgrade" }} &&
+  hermes-runtime backup prune --target "$BACKUP_TARGET" --keep-last {{ int $b.retention.keepLast }}{{ if $b.retention.keepDaily }} --keep-daily {{ int $b.retention.keepDaily }}{{ end }}{{ if $b.retention.keepWeekly }} --keep-weekly {{ int $b.retention.keepWeekly }}{{ end }}{{ end }}
 }
-{{- if .loop }}
+{{- if eq $job "loop" }}
 trap 'exit 0' TERM INT
 while :; do
   sleep {{ int $b.interval }} & wait $!
@@ -265,6 +326,7 @@ while :; do
 done
 {{- else }}
 backup_once
+{{- end }}
 {{- end }}
 {{- end -}}
 
@@ -282,6 +344,7 @@ backup_once
     - name: HOME
       value: /tmp
     {{- include "hermes-agent.commonEnv" $root | nindent 4 }}
+    {{- include "hermes-agent.secretsEnvVar" (dict "root" $root "consumer" "backup") | nindent 4 }}
     {{- include "hermes-agent.backupEnv" $root | nindent 4 }}
     - name: BACKUP_WORK_DIR
       value: {{ include "hermes-agent.paths.backupScratch" . }}
@@ -292,7 +355,7 @@ backup_once
   resources:
     {{- toYaml $root.Values.backup.resources | nindent 4 }}
   volumeMounts:
-    {{- include "hermes-agent.dataMounts" $root | nindent 4 }}
+    {{- include "hermes-agent.dataMounts" (dict "root" $root "consumer" "backup") | nindent 4 }}
     - name: backup-scratch
       mountPath: {{ include "hermes-agent.paths.backupScratch" . }}
     {{- if eq $root.Values.backup.target.type "pvc" }}
@@ -319,7 +382,7 @@ off. It needs the target's S3 settings but not the restic password. Pass (dict "
   restartPolicy: Always
   {{- end }}
   args:
-    {{- include "hermes-agent.withSecrets" $root | nindent 4 }}
+    {{- include "hermes-agent.withSecrets" (dict "root" $root "consumer" "replicate") | nindent 4 }}
     - backup
     - replicate
     - --data-dir
@@ -338,13 +401,14 @@ off. It needs the target's S3 settings but not the restic password. Pass (dict "
     - name: HOME
       value: /tmp
     {{- include "hermes-agent.commonEnv" $root | nindent 4 }}
+    {{- include "hermes-agent.secretsEnvVar" (dict "root" $root "consumer" "replicate") | nindent 4 }}
     {{- include "hermes-agent.backupTargetEnv" $root | nindent 4 }}
   securityContext:
     {{- include "hermes-agent.containerSecurityContext" (dict "root" $root) | nindent 4 }}
   resources:
     {{- toYaml $c.resources | nindent 4 }}
   volumeMounts:
-    {{- include "hermes-agent.dataMounts" $root | nindent 4 }}
+    {{- include "hermes-agent.dataMounts" (dict "root" $root "consumer" "replicate") | nindent 4 }}
     {{- if eq $root.Values.backup.target.type "pvc" }}
     - name: backup
       mountPath: /backup
