@@ -1,7 +1,7 @@
 """Outage and failed requests of the agent entrypoint under faults, on the host (no cluster).
 
-Usage: .venv/bin/python bench/agent_faults.py [--kills 3] [--kill-interval 3] [--handovers 1]
-       [--preload none] [--no-relay] [--json]
+Usage: PYTHONPATH=tests .venv/bin/python bench/agent_faults.py [--kills 3] [--kill-interval 3]
+       [--handovers 1] [--preload none] [--no-relay] [--json]
 
 Real `hermes-runtime agent run` with the real Hermes gateway against the fake LLM
 (tests/fakes/openai_server.py); one client sends the turns of one conversation back to back
@@ -15,8 +15,8 @@ Real `hermes-runtime agent run` with the real Hermes gateway against the fake LL
   Hermes' respawn-storm breaker (turned off by the entrypoint, ``agent/gateway.py``) slept
   10 s, then 20 s before binding: the outages must not grow.
 - hand-over: a second entrypoint on the same data dir (the replacement pod) waits for the
-  lock; the first gets the kubelet's sequence (GET /pre-stop, which waits for the second to be
-  warm, then SIGTERM). The outage runs from SIGTERM to the second one's /health;
+  lock; the first gets the kubelet's sequence (the exec hook `agent pre-stop`, which waits for
+  the second to be warm, then SIGTERM). The outage runs from SIGTERM to the second one's /health;
   ``pre_stop_s`` is how long the hook waited for a warm successor; ``old_exit_s`` SIGTERM to
   the old gateway's exit, ``new_start_s`` the new one's lock to its /health; ``overlap_s`` is
   how long both gateways ran at once (from their start and exit log lines; must be 0). The
@@ -41,13 +41,12 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
+import runinfo
 from agent_startup import (  # bench/, next to us
     KEY,
-    REPO,
     fake_llm,
     free_port,
     healthy,
@@ -55,8 +54,10 @@ from agent_startup import (  # bench/, next to us
     wait_healthy,
 )
 
-sys.path.insert(0, str(REPO / "tests"))
-from support.chat_load import ChatClient  # shared with the e2e fault suite
+try:  # tests/support: the client of the e2e fault suite, shared
+    from support.chat_load import ChatClient
+except ModuleNotFoundError as exc:
+    raise runinfo.missing_test_helpers(exc) from exc
 
 
 def warm_up(client: ChatClient, timeout: float = 120) -> None:
@@ -70,6 +71,23 @@ def warm_up(client: ChatClient, timeout: float = 120) -> None:
 
 def local(port: int) -> str:
     return f"http://127.0.0.1:{port}"
+
+
+def control_socket(log: Path) -> Path:
+    """The control socket of the entrypoint logging to ``log`` (one per entrypoint)."""
+    return log.with_suffix(".sock")
+
+
+def pre_stop_hook(log: Path) -> dict[str, Any]:
+    """What the kubelet runs before SIGTERM: ``hermes-runtime agent pre-stop`` (exec hook)."""
+    hook = subprocess.run(
+        [str(Path(sys.executable).parent / "hermes-runtime"), "agent", "pre-stop", "--json"],
+        env={**os.environ, "HERMES_RUNTIME_CONTROL_SOCKET": str(control_socket(log))},
+        capture_output=True,
+        check=True,
+        timeout=180,
+    )
+    return dict(json.loads(hook.stdout))
 
 
 def start(
@@ -94,6 +112,8 @@ def start(
         "HERMES_RUNTIME_HANDOVER_SECONDS": "20",
         "HERMES_RUNTIME_GATEWAY_PRELOAD": preload,
         "HERMES_RUNTIME_POD_IP": pod_ip,
+        # Each entrypoint's own control socket (the kubelet's exec hook talks to it).
+        "HERMES_RUNTIME_CONTROL_SOCKET": str(control_socket(log)),
         "API_SERVER_HOST": "127.0.0.1",
         "API_SERVER_PORT": str(api),
         "HERMES_RUNTIME_GATEWAY_PORT": str(free_port()),
@@ -177,8 +197,7 @@ def handover(root: Path, llm: int, preload: str, relay: bool) -> dict[str, Any]:
     pod_ip = "127.0.0.1" if relay else ""
     new = start(data, etc, secrets, (new_api, free_port()), root / "new.log", preload, pod_ip)
     hook_started = time.monotonic()
-    with urllib.request.urlopen(f"http://127.0.0.1:{old_metrics}/pre-stop", timeout=180) as hook:
-        successor = json.loads(hook.read()).get("successor")
+    successor = pre_stop_hook(root / "old.log").get("successor")
     pre_stop = time.monotonic() - hook_started
     old.send_signal(signal.SIGTERM)
     stopped, stopped_wall = time.monotonic(), time.time()
@@ -229,6 +248,7 @@ def main() -> None:
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
+    runinfo.announce()
     with fake_llm() as llm, tempfile.TemporaryDirectory(prefix="bench-agent-faults-") as tmp:
         root = Path(tmp)
         result: dict[str, Any] = {

@@ -23,6 +23,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import runinfo
+
 REPO = Path(__file__).resolve().parents[1]
 KEY = "bench-key-0123456789abcdef"
 
@@ -138,6 +140,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--image", help="also measure inside this image (needs Docker)")
     args = parser.parse_args()
+    runinfo.announce()
     with fake_llm() as llm_port, tempfile.TemporaryDirectory() as tmp:
         host = [run_host(Path(tmp) / f"host{i}", llm_port) for i in range(args.runs)]
         report("host (hermes-runtime agent run)", host)

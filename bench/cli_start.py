@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+import runinfo
+
 SCRIPT = Path(sys.executable).parent / "hermes-runtime"
 COMMANDS = {
     "--version": [str(SCRIPT), "--version"],
@@ -77,6 +79,7 @@ def main() -> int:
         parser.error("--runs must be 1 or more")
     if not SCRIPT.is_file():
         parser.error(f"{SCRIPT}: no console script (run `make venv` first)")
+    runinfo.announce()
     env = dict(os.environ)
     load_before = os.getloadavg()[0]
     results = {name: measure(argv, args.runs, env) for name, argv in COMMANDS.items()}

@@ -20,6 +20,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import runinfo
+
 REPO = Path(__file__).resolve().parents[1]
 NODE = "hermes-control-plane"
 
@@ -49,6 +51,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--node-image-cold", action="store_true")
     args = parser.parse_args()
+    runinfo.announce()
     if args.node_image_cold:
         seconds = timed(
             [str(REPO / "ci/kind/build-node-image.sh")], env={**os.environ, "FORCE": "1"}

@@ -1,7 +1,7 @@
 """Benchmark: `git push` to new plugin code running in the agent, on the cluster.
 
 Usage:
-    .venv/bin/python bench/plugins_cluster.py [--pushes 5] [--period 1s]
+    PYTHONPATH=tests .venv/bin/python bench/plugins_cluster.py [--pushes 5] [--period 1s]
         [--git-sync auto|upstream|standin] [--kubeconfig PATH] [--json]
 
 What it does: a fresh namespace enforcing Pod Security "restricted", the e2e backends
@@ -31,19 +31,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
-sys.path.insert(0, str(REPO_ROOT / "tests"))  # the suites' shared helpers (`support`)
+import runinfo
 
-from tests.e2e import kube  # noqa: E402  (the e2e suite's cluster helpers)
-from tests.e2e.test_scenario_conversation import agent_exec, service_url  # noqa: E402
-from tests.e2e.test_scenario_plugins import (  # noqa: E402
-    LOADS,
-    choose_git_sync_image,
-    git_remote,
-    install,
-    plugin_files,
-)
+try:  # tests/e2e: the e2e suite's cluster helpers and plugin scenario, shared
+    from e2e import kube
+    from e2e.test_scenario_conversation import agent_exec, service_url
+    from e2e.test_scenario_plugins import (
+        LOADS,
+        choose_git_sync_image,
+        git_remote,
+        install,
+        plugin_files,
+    )
+except ModuleNotFoundError as exc:
+    raise runinfo.missing_test_helpers(exc) from exc
 
 # Runs inside the agent container: probe /health through the Service and watch the load log
 # until the new version registered and /health answered for `settle` seconds after it.
@@ -134,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the namespace")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    runinfo.announce()
 
     cluster = kube.connect(args.kubeconfig or kube.kubeconfig_from_env())
     image, line = choose_git_sync_image(cluster, args.git_sync)

@@ -33,6 +33,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import runinfo
+
 from hermes_runtime.agent import GatewayRestarter
 from hermes_runtime.plugins import LinkReport, link_plugins, watch
 
@@ -316,6 +318,7 @@ def main() -> int:
     parser.add_argument("--git-sync", default=None, metavar="PATH")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    runinfo.announce()
     counts = [int(part) for part in args.plugins.split(",") if part]
     result = {
         "relink": bench_relink(counts) if counts else [],

@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+import runinfo
+
 REPO = Path(__file__).resolve().parents[1]
 PYTEST = REPO / ".venv" / "bin" / "pytest"
 TIERS = ("unit", "integration", "chart", "image", "e2e")
@@ -54,6 +56,7 @@ def main() -> int:
     parser.add_argument("--e2e-workers", type=int, default=3)
     parser.add_argument("pytest_args", nargs="*", help="after --: passed to every pytest")
     args = parser.parse_args()
+    runinfo.announce()
     tiers = [t for t in args.tiers.split(",") if t]
     unknown = sorted(set(tiers) - set(TIERS))
     if unknown:

@@ -1,7 +1,8 @@
 """Benchmark: `vault render` latency, refresher cost per tick, rotation-to-file latency.
 
 Usage:
-    .venv/bin/python bench/vault_render.py [--secrets 4,50] [--interval 1.0] [--json]
+    PYTHONPATH=tests .venv/bin/python bench/vault_render.py [--secrets 4,50] [--interval 1.0]
+        [--json]
 
 Against a real OpenBao dev server (the test tier's container, tests/support/openbao.py; build
 its image first with `NO_PUSH=1 ci/build-images.sh openbao`), token auth:
@@ -30,9 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from support.openbao import OpenBaoServer, openbao_dev_server
+import runinfo
 
 from hermes_runtime.vault import (
     SecretSpec,
@@ -41,6 +40,11 @@ from hermes_runtime.vault import (
     render_once,
     run_refresh,
 )
+
+try:  # tests/support: the integration tier's OpenBao, shared
+    from support.openbao import OpenBaoServer, openbao_dev_server
+except ModuleNotFoundError as exc:
+    raise runinfo.missing_test_helpers(exc) from exc
 
 KEYS_PER_PATH = 5
 
@@ -175,6 +179,7 @@ def main() -> int:
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    runinfo.announce()
     results: dict[str, Any] = {}
     with openbao_dev_server() as server, tempfile.TemporaryDirectory(prefix="vault-bench-") as tmp:
         workdir = Path(tmp)

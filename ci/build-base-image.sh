@@ -22,7 +22,7 @@ mirror_url() {
 }
 
 if [[ "${FORCE:-0}" != 1 ]] && "$ENGINE" image inspect "$IMAGE" >/dev/null 2>&1; then
-  log "$IMAGE exists (FORCE=1 rebuilds)"
+  log "$IMAGE exists (FORCE=1 rebuilds): ID $("$ENGINE" image inspect -f '{{.Id}}' "$IMAGE")"
   exit 0
 fi
 
@@ -50,4 +50,4 @@ tar -C "$rootfs" -c . | "$ENGINE" import \
   --change 'ENV LANG=C.UTF-8' \
   --change 'CMD ["/bin/bash"]' \
   - "$IMAGE" >/dev/null
-log "built $IMAGE in $(($(date +%s) - start)) s"
+log "built $IMAGE in $(($(date +%s) - start)) s: ID $("$ENGINE" image inspect -f '{{.Id}}' "$IMAGE")"

@@ -4,15 +4,19 @@
 # 127.0.0.1:5001), the way a platform team publishes to theirs.
 #
 # Usage: ci/build-images.sh [IMAGE...]   IMAGE in: agent git-sync git-server seaweedfs openbao
-#                                        fake-llm busybox (default: all)
+#                                        fake-llm busybox prometheus (default: all)
 # Env:   BASE_IMAGE    base for every Debian-based image (default: local/debian:bookworm, built
-#                      by ci/build-base-image.sh; e.g. python:3.11-slim-bookworm where Docker
-#                      Hub is reachable)
+#                      by ci/build-base-image.sh; where Docker Hub is reachable, e.g. the
+#                      Dockerfile's digest-pinned python:3.11-slim-bookworm@sha256:...). Its
+#                      image ID (or pinned digest) is logged before the builds.
 #        REGISTRY      where to push (default localhost:5001; a path is allowed, e.g.
 #                      localhost:5001/mine to keep a branch's images apart); images are tagged
 #                      REGISTRY/hermes-runtime/<name>:<tag> (the agent: the chart's appVersion)
 #        NO_PUSH=1     build only (the image tests only need the images in Docker)
 #        NO_CACHE=1    cold build: ignore Docker's layer cache and re-debootstrap the base
+#        HERMES_AGENT_SPEC  the Hermes the agent image installs instead of the locked 0.19.0:
+#                      a requirement or a wheel/sdist under ci/images/hermes-dist/
+#                      (docs/hermes-versions.md; installed without hashes, with a warning)
 #
 # git-sync is the stand-in (ci/images/git-sync/git_sync.py), a test double of upstream git-sync
 # v4 for machines where registry.k8s.io/git-sync/git-sync cannot be pulled (docs/plugins.md).
@@ -29,7 +33,7 @@ LOCK="$REPO_ROOT/.cache/images/build.lock"
 REGISTRY="${REGISTRY:-localhost:5001}"
 APP_VERSION="$(awk -F'"' '/^appVersion:/ {print $2}' "$REPO_ROOT/charts/hermes-agent/Chart.yaml")"
 BASE_IMAGE="${BASE_IMAGE:-local/debian:bookworm}"
-ALL=(agent git-sync git-server seaweedfs openbao fake-llm busybox)
+ALL=(agent git-sync git-server seaweedfs openbao fake-llm busybox prometheus agent-previous)
 export DOCKER_BUILDKIT=0 # the legacy builder: Debian's docker.io 20.10 has no buildx plugin
 
 log() { echo "build-images: $*" >&2; }
@@ -37,7 +41,8 @@ log() { echo "build-images: $*" >&2; }
 tag_of() {
   case "$1" in
     agent) echo "hermes-runtime/agent:$APP_VERSION" ;;
-    git-sync | git-server | seaweedfs | openbao | fake-llm | busybox) echo "hermes-runtime/$1:dev" ;;
+    git-sync | git-server | seaweedfs | openbao | fake-llm | busybox | prometheus | agent-previous)
+      echo "hermes-runtime/$1:dev" ;;
     *) return 1 ;;
   esac
 }
@@ -54,7 +59,10 @@ copy_build_cas() {
 docker_build() { # TAG CONTEXT DOCKERFILE
   local cache=()
   [[ "${NO_CACHE:-0}" == 1 ]] && cache=(--no-cache)
-  docker build "${cache[@]}" --network host --build-arg "BASE_IMAGE=$BASE_IMAGE" -q \
+  # HERMES_AGENT_SPEC (the agent only): another Hermes to install (docs/hermes-versions.md).
+  local args=(--build-arg "BASE_IMAGE=$BASE_IMAGE")
+  [[ -n "${HERMES_AGENT_SPEC:-}" ]] && args+=(--build-arg "HERMES_AGENT_SPEC=$HERMES_AGENT_SPEC")
+  docker build "${cache[@]}" --network host "${args[@]}" -q \
     -t "$1" -f "$3" "$2" >/dev/null
 }
 
@@ -69,6 +77,45 @@ aux_context() { # NAME FILE...
   echo "$ctx"
 }
 
+# The agent image of an earlier commit (ci/images/agent-previous.commit): the release the
+# upgrade-and-rollback scenario starts from (tests/e2e/test_upgrade_rollback.py). Built from
+# this repository's own history, so the checkout needs that commit (not a shallow clone).
+previous_context() {
+  local commit ctx
+  commit="$(tr -d '[:space:]' <"$IMAGES_DIR/agent-previous.commit")"
+  if ! git -C "$REPO_ROOT" cat-file -e "$commit^{commit}" 2>/dev/null; then
+    log "agent-previous: commit $commit (ci/images/agent-previous.commit) is not in this" \
+      "checkout: clone with full history (git fetch --unshallow)"
+    return 1
+  fi
+  ctx="$WORK/agent-previous"
+  mkdir -p "$ctx"
+  git -C "$REPO_ROOT" archive "$commit" | tar -x -C "$ctx" || return 1
+  cp -r "$IMAGES_DIR/build-ca/." "$ctx/ci/images/build-ca/" || return 1
+  echo "$ctx"
+}
+
+# Before an agent image is pushed: every CLI group's verbs build and every capability
+# imports (a tree caught half-edited once pushed an image whose `backup` group failed to
+# import, and every e2e run pulled it).
+smoke_test_agent() { # TAG
+  local group out
+  for group in plugins backup lcm vault secrets agent; do
+    out="$(docker run --rm --network none "$1" hermes-runtime "$group" --help 2>&1)" || {
+      log "smoke test of $1 failed: hermes-runtime $group --help:"
+      echo "$out" | tail -n 20 >&2
+      return 1
+    }
+  done
+  out="$(docker run --rm --network none "$1" python3 -c 'import importlib
+for name in ("agent", "backup", "clustersecrets", "compat", "lcm", "plugins", "vault"):
+    importlib.import_module("hermes_runtime." + name)' 2>&1)" || {
+    log "smoke test of $1 failed: importing hermes_runtime's packages:"
+    echo "$out" | tail -n 20 >&2
+    return 1
+  }
+}
+
 # Runs inside `if`, where bash ignores `set -e`: every step carries its own `|| return 1`.
 build_one() {
   local name="$1" tag ctx
@@ -76,6 +123,7 @@ build_one() {
   case "$name" in
     agent)
       docker_build "$tag" "$REPO_ROOT" "$REPO_ROOT/Dockerfile" || return 1
+      smoke_test_agent "$tag" || return 1
       ;;
     git-sync)
       ctx="$(aux_context "$name" "$IMAGES_DIR/git-sync/git_sync.py")" || return 1
@@ -90,8 +138,16 @@ build_one() {
       docker_build "$tag" "$ctx" "$IMAGES_DIR/fake-llm.Dockerfile" || return 1
       ;;
     seaweedfs | openbao)
-      ctx="$(aux_context "$name")" || return 1
+      ctx="$(aux_context "$name" "$IMAGES_DIR/$name-requirements.txt")" || return 1
       docker_build "$tag" "$ctx" "$IMAGES_DIR/$name.Dockerfile" || return 1
+      ;;
+    prometheus)
+      ctx="$(aux_context "$name")" || return 1
+      docker_build "$tag" "$ctx" "$IMAGES_DIR/prometheus.Dockerfile" || return 1
+      ;;
+    agent-previous)
+      ctx="$(previous_context)" || return 1
+      docker_build "$tag" "$ctx" "$ctx/Dockerfile" || return 1
       ;;
     busybox)
       ctx="$(aux_context "$name" /bin/busybox)" || return 1
@@ -121,6 +177,20 @@ push() { # NAME TAG: push REGISTRY/TAG when the image changed since its last pus
     return 1
   }
   echo "$id" >"$stamp.tmp" && mv "$stamp.tmp" "$stamp"
+}
+
+log_base_image() {
+  # Which base every image was built FROM, in the build log: the local image's ID (a
+  # debootstrapped base differs from machine to machine), or the digest a registry base is
+  # pinned to.
+  local id
+  if id="$(docker image inspect -f '{{.Id}}' "$BASE_IMAGE" 2>/dev/null)"; then
+    log "base image $BASE_IMAGE: ID $id"
+  elif [[ "$BASE_IMAGE" == *@sha256:* ]]; then
+    log "base image $BASE_IMAGE: pulled by digest during the build"
+  else
+    log "base image $BASE_IMAGE: pulled by tag during the build, NOT pinned by digest"
+  fi
 }
 
 take_lock() {
@@ -161,6 +231,7 @@ main() {
   if [[ "$BASE_IMAGE" == local/debian:bookworm ]]; then
     FORCE="${NO_CACHE:-0}" "$REPO_ROOT/ci/build-base-image.sh"
   fi
+  log_base_image
   mkdir -p "$STAMPS"
   copy_build_cas
   WORK="$(mktemp -d /tmp/hermes-image-contexts.XXXXXX)"

@@ -79,7 +79,6 @@ def render() -> str:
     for name in [n for n in os.environ if n.startswith(ENV_PREFIXES)]:
         del os.environ[name]
     os.environ["COLUMNS"] = "100"  # argparse wraps usage lines at the terminal's width
-    sys.path.insert(0, str(REPO))
     from hermes_runtime.cli import build_parser
     from hermes_runtime.cli._shared import subcommand_help, subcommands
 

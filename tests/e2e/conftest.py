@@ -76,3 +76,16 @@ def namespace(request: pytest.FixtureRequest, cluster: kube.Cluster) -> Iterator
 @pytest.fixture
 def helm(cluster: kube.Cluster, namespace: str) -> kube.Helm:
     return kube.Helm(kubeconfig=cluster.kubeconfig, namespace=namespace)
+
+
+@pytest.fixture(autouse=True)
+def provisioner_watchdog(request: pytest.FixtureRequest) -> Iterator[object]:
+    """For a test with a namespace: kube.ProvisionerWatchdog on kind's local-path provisioner
+    (HERMES_E2E_PROVISIONER_STALL_SECONDS, default 90; 0 turns it off)."""
+    if "namespace" not in request.fixturenames or kube.STALL_SECONDS <= 0:
+        yield None
+        return
+    cluster = request.getfixturevalue("cluster")
+    name = request.getfixturevalue("namespace")
+    with kube.ProvisionerWatchdog(cluster, name) as watchdog:
+        yield watchdog

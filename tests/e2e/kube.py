@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from support.wait import wait_until as poll
@@ -531,3 +532,140 @@ def run_job_from_cronjob(
 
     wait_until(finished, timeout, f"job {job} to succeed")
     return job
+
+
+@dataclass(frozen=True)
+class Provisioner:
+    """A dynamic volume provisioner: its name on PVCs, and where its pods run."""
+
+    name: str = "rancher.io/local-path"
+    namespace: str = "local-path-storage"
+    selector: str = "app=local-path-provisioner"
+
+
+PROVISIONER_ANNOTATIONS = (
+    "volume.kubernetes.io/storage-provisioner",
+    "volume.beta.kubernetes.io/storage-provisioner",
+)
+SELECTED_NODE = "volume.kubernetes.io/selected-node"
+STALL_SECONDS = float(os.environ.get("HERMES_E2E_PROVISIONER_STALL_SECONDS", "90"))
+
+
+class ProvisionerWatchdog:
+    """Deletes a stalled provisioner's pod so the tests' PVCs get their volumes.
+
+    Why: in CI kind's local-path provisioner once stopped provisioning, and every later PVC
+    stayed Pending for 12 minutes, until its pod was deleted by hand. A PVC is waiting on the
+    provisioner once the scheduler chose its node (or at once for an Immediate class); when
+    one of the namespace's PVCs has waited ``stall_seconds`` and the provisioner's pods logged
+    nothing in that time (it logs every volume it makes: busy is not stalled), their pods are
+    deleted (their Deployment makes new ones) and a line saying so is printed. Runs in a
+    daemon thread per test namespace, polling every ``poll_seconds``.
+    """
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        namespace: str,
+        provisioner: Provisioner | None = None,
+        stall_seconds: float = STALL_SECONDS,
+        poll_seconds: float = 5.0,
+    ) -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+        self.provisioner = provisioner or Provisioner()
+        self.stall_seconds = stall_seconds
+        self.poll_seconds = poll_seconds
+        self.waiting_since: dict[str, float] = {}
+        self.restarts: list[str] = []  # the lines printed, one per deletion
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="pvc-watchdog")
+
+    def __enter__(self) -> ProvisionerWatchdog:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.poll_seconds + 30)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_seconds):
+            try:
+                self.check()
+            # Never fail the test itself; the API server may be down a while (a node restart).
+            except (ApiException, OSError, ValueError, urllib3.exceptions.HTTPError) as exc:
+                print(f"provisioner watchdog: check failed: {exc}", flush=True)
+
+    def waiting_claims(self) -> list[str]:
+        """PVCs of the namespace that wait on this provisioner now."""
+        claims = self.cluster.core.list_namespaced_persistent_volume_claim(self.namespace).items
+        storage = client.StorageV1Api(self.cluster.api)
+        waiting = []
+        for claim in claims:
+            notes = claim.metadata.annotations or {}
+            if claim.status.phase != "Pending":
+                continue
+            if self.provisioner.name not in {notes.get(a) for a in PROVISIONER_ANNOTATIONS}:
+                continue
+            if SELECTED_NODE in notes or _immediate(storage, claim.spec.storage_class_name):
+                waiting.append(str(claim.metadata.name))
+        return waiting
+
+    def check(self) -> bool:
+        """One look; True when it deleted the provisioner's pods."""
+        now = time.monotonic()
+        waiting = self.waiting_claims()
+        self.waiting_since = {c: self.waiting_since.get(c, now) for c in waiting}
+        stalled = [
+            c for c, since in self.waiting_since.items() if now - since >= self.stall_seconds
+        ]
+        if not stalled or self._provisioner_logged():
+            return False
+        pods = self.cluster.core.list_namespaced_pod(
+            self.provisioner.namespace, label_selector=self.provisioner.selector
+        ).items
+        for pod in pods:
+            self.cluster.core.delete_namespaced_pod(pod.metadata.name, self.provisioner.namespace)
+        line = (
+            f"provisioner watchdog: PVC(s) {', '.join(sorted(stalled))} of {self.namespace} "
+            f"Pending for {self.stall_seconds:.0f} s while {self.provisioner.name} logged "
+            f"nothing: deleted its pod(s) {', '.join(p.metadata.name for p in pods)} in "
+            f"{self.provisioner.namespace}"
+        )
+        print(line, flush=True)
+        self.restarts.append(line)
+        self.waiting_since = {c: now for c in waiting}  # give the new pod the same time
+        return True
+
+    def _provisioner_logged(self) -> bool:
+        """Whether any container of the provisioner's pods wrote a log line within the stall
+        time."""
+        pods = self.cluster.core.list_namespaced_pod(
+            self.provisioner.namespace, label_selector=self.provisioner.selector
+        ).items
+        for pod in pods:
+            if pod.status.phase != "Running":
+                return True  # starting or stopping: not the stall this is for
+            for container in pod.spec.containers:
+                response = self.cluster.core.read_namespaced_pod_log(
+                    pod.metadata.name,
+                    self.provisioner.namespace,
+                    container=container.name,
+                    since_seconds=max(1, int(self.stall_seconds)),
+                    _preload_content=False,
+                )
+                if response.data.strip():
+                    return True
+        return False
+
+
+def _immediate(storage: client.StorageV1Api, class_name: str | None) -> bool:
+    """Whether the StorageClass binds at once (no node to wait for)."""
+    if not class_name:
+        return False
+    try:
+        found = storage.read_storage_class(class_name)
+    except ApiException:
+        return False
+    return found.volume_binding_mode in (None, "Immediate")

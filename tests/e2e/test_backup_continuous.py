@@ -63,6 +63,8 @@ def values(tmp_path: Path, restore: str = "", password_secret: str = "") -> Path
     yaml = YAML()
     overrides = yaml.load(path.read_text())
     overrides["backup"]["continuous"] = {"enabled": True}
+    if restore:  # replicas are read only when asked for (never picked from the bucket alone)
+        overrides["restore"]["fromReplicas"] = True
     with path.open("w") as handle:
         yaml.dump(overrides, handle)
     return path

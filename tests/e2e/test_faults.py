@@ -40,13 +40,20 @@ from .test_scenario_conversation import (
 )
 
 IMAGES = ["agent", "fake-llm", "git-server"]
+MEMORY_LIMIT = "1Gi"
+# By the chart's name: the release's verify CronJob carries the backup labels too.
+BACKUP_CRONJOB = f"{RELEASE}-hermes-agent-backup"
 VALUES = {
     **images.agent_values(),
     "lcm": {"embeddings": {"mode": "off"}},
     "tests": {"enabled": False},
     # The chart's default startup probe, spelled out: a replacement pod is only Ready once it
     # passed, so its period is outage.
-    "agent": {"startupProbe": {"periodSeconds": 1, "failureThreshold": 600}},
+    "agent": {
+        "startupProbe": {"periodSeconds": 1, "failureThreshold": 600},
+        # The memory kill's ballast fills this limit (the chart's default limit is 2Gi).
+        "resources": {"requests": {"memory": "512Mi"}, "limits": {"memory": MEMORY_LIMIT}},
+    },
 }
 SETTLE = 3.0  # seconds of records kept after recovery, so the window holds the whole fault
 SYNC_GRACE = 5.0  # answered this recently: the turn's LCM sync may still be pending
@@ -110,6 +117,38 @@ KILL_GATEWAY = (
     "os.kill(json.load(open('/opt/data/gateway.pid'))['pid'], signal.SIGKILL)"
 )
 
+# A memory kill mid-turn, by the kernel: in the agent container, the gateway is made the OOM
+# killer's first choice (oom_score_adj 1000: a process may raise its own user's score), then a
+# ballast fills the container's memory cgroup 16 MiB at a time with pages of a memfd: charged
+# to the cgroup, yet in no process's RSS (the OOM killer ranks processes by RSS plus their
+# score, and every process of the container has a score near 1000 here: a ballast holding
+# anonymous memory would be the one killed). Out of memory, the kernel kills the gateway (the
+# cgroup's whole task list under cgroup v2 with memory.oom.group: the container restarts
+# then). The ballast stops, freeing its pages, as soon as the gateway is gone (or its own exec
+# dies with the container); prints how many MiB it held. Unlike the SIGKILL above, this one is
+# the kernel's, at the container's limit, while turns are in flight.
+OOM_KILL_GATEWAY = """
+import json, os, sys, time
+pid = json.load(open('/opt/data/gateway.pid'))['pid']
+with open(f'/proc/{pid}/oom_score_adj', 'w') as handle:
+    handle.write('1000')
+ballast = os.memfd_create('fault-ballast')
+chunk = b'\\x01' * (16 << 20)
+held, deadline = 0, time.monotonic() + 120
+def alive():
+    try:
+        with open(f'/proc/{pid}/stat') as handle:
+            return handle.read().rsplit(')', 1)[1].split()[0] != 'Z'
+    except OSError:
+        return False
+while alive() and time.monotonic() < deadline:
+    os.write(ballast, chunk)
+    held += 16
+os.close(ballast)
+print(held, 'alive' if alive() else 'gone')
+sys.exit(0 if not alive() else 'the gateway outlived 120 s of ballast')
+"""
+
 
 @dataclass(frozen=True)
 class Fault:
@@ -147,19 +186,28 @@ def kill_gateway(cluster: kube.Cluster, namespace: str) -> None:
     agent_exec(cluster, namespace, ["python3", "-c", KILL_GATEWAY])
 
 
+def oom_kill_gateway(cluster: kube.Cluster, namespace: str) -> None:
+    """The kernel kills the gateway at the container's memory limit (OOM_KILL_GATEWAY); the
+    exec may die with it (whole-container OOM kill): then the container's restart is proof."""
+    pod = serving_pod(cluster, namespace).metadata.name
+    restarts = lib.agent_container_restarts(cluster, namespace)
+    result = kube.exec_in_container(
+        cluster, namespace, pod, "agent", ["python3", "-c", OOM_KILL_GATEWAY], timeout=180
+    )
+    print(f"memory kill: ballast {result.stdout.strip()!r} exit {result.returncode}")
+    if result.returncode != 0 or "alive" in result.stdout:
+        kube.wait_until(
+            lambda: lib.agent_container_restarts(cluster, namespace) > restarts,
+            60,
+            f"memory kill: the gateway or the agent container of {pod} killed",
+        )
+
+
 def rollout_restart(cluster: kube.Cluster, namespace: str) -> None:
     (deployment,) = cluster.apps.list_namespaced_deployment(
         namespace, label_selector=AGENT_SELECTOR
     ).items
     kube.kubectl(cluster, namespace, "rollout", "restart", f"deployment/{deployment.metadata.name}")
-
-
-def backup_cronjob(cluster: kube.Cluster, namespace: str) -> str:
-    batch = client.BatchV1Api(cluster.api)
-    (cronjob,) = batch.list_namespaced_cron_job(
-        namespace, label_selector=f"app.kubernetes.io/instance={RELEASE}"
-    ).items
-    return str(cronjob.metadata.name)
 
 
 def kill_backup_job(cluster: kube.Cluster, namespace: str) -> None:
@@ -172,8 +220,7 @@ def kill_backup_job(cluster: kube.Cluster, namespace: str) -> None:
     """
     agent_exec(cluster, namespace, ["sh", "-c", BALLAST])
     job = kube.unique_name("backup-killed")
-    cronjob = backup_cronjob(cluster, namespace)
-    kube.kubectl(cluster, namespace, "create", "job", job, f"--from=cronjob/{cronjob}")
+    kube.kubectl(cluster, namespace, "create", "job", job, f"--from=cronjob/{BACKUP_CRONJOB}")
     running: list[str] = []
 
     def backup_running() -> bool:
@@ -221,6 +268,7 @@ FAULTS = [
     Fault("gateway kill -9 #1", kill_gateway, replaces_pod=False),
     Fault("gateway kill -9 #2", kill_gateway, replaces_pod=False),
     Fault("gateway kill -9 #3", kill_gateway, replaces_pod=False),
+    Fault("memory kill mid-turn", oom_kill_gateway, replaces_pod=False),
     Fault("rollout restart", rollout_restart),
     Fault("backup job killed", kill_backup_job, replaces_pod=False),
 ]
@@ -348,7 +396,7 @@ def test_faults_lose_and_duplicate_no_answered_turn(
     helm.install(RELEASE, CHART, values=[CI_VALUES, values], timeout="5m")
     lib.start_load(cluster, namespace)
     lib.wait_answered(cluster, namespace, 0.0)
-    kube.run_job_from_cronjob(cluster, namespace, backup_cronjob(cluster, namespace))
+    kube.run_job_from_cronjob(cluster, namespace, BACKUP_CRONJOB)
     print(f"\ninstalled, load running and one backup made in {time.monotonic() - began:.0f} s")
 
     results = {fault.name: run_fault(cluster, namespace, fault) for fault in FAULTS}

@@ -29,7 +29,6 @@ from typing import Any
 
 import httpx
 import pytest
-from kubernetes import client
 from ruamel.yaml import YAML
 from support.restic import pinned_restic
 
@@ -199,12 +198,8 @@ def start_load(loads: list[ChatLoad], base: str, key: str) -> threading.Thread:
 
 def run_backup_job(cluster: kube.Cluster, namespace: str) -> str:
     """A backup now, from the release's CronJob (what an operator does)."""
-    batch = client.BatchV1Api(cluster.api)
-    cronjobs = batch.list_namespaced_cron_job(
-        namespace, label_selector=selector(SOURCE, "backup")
-    ).items
-    cronjob = only_item(cronjobs, "backup CronJob").metadata.name
-    return kube.run_job_from_cronjob(cluster, namespace, cronjob)
+    # By the chart's name: the verify CronJob carries the backup component's labels too.
+    return kube.run_job_from_cronjob(cluster, namespace, f"{SOURCE}-hermes-agent-backup")
 
 
 @dataclass(frozen=True)
@@ -261,6 +256,20 @@ def read_manifest(s3: S3Access, snapshot: str) -> dict[str, Any]:
     assert done.returncode == 0, f"restic dump of the manifest failed: {done.stderr}"
     manifest: dict[str, Any] = json.loads(done.stdout)
     return manifest
+
+
+def settled(counts: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """Row counts that the restored agent's own work cannot change before they are read.
+
+    The restored agent starts as soon as the restore is done, and its background workers move
+    on from the snapshot at once (seen in CI): the embedding worker embeds what was queued (an
+    item leaves ``embed_queue`` for ``embeddings``: their sum stays) and the full-text indexer
+    indexes what was not yet (``lcm-fts.db`` is derived from ``lcm.db`` and rebuilt from it)."""
+    out = {path: dict(tables) for path, tables in counts.items() if path != "lcm-fts.db"}
+    lcm = out.get("lcm.db", {})
+    if "embeddings" in lcm or "embed_queue" in lcm:
+        lcm["embedded_or_queued"] = lcm.pop("embeddings", 0) + lcm.pop("embed_queue", 0)
+    return out
 
 
 def restored_row_counts(
@@ -374,6 +383,8 @@ def test_backup_under_load_to_s3_then_restore_into_a_new_release(
     assert f"restored snapshot {snapshot}" in restore_log, restore_log
     assert "backup.restore.by_id" not in restore_log, restore_log
     restored = restored_row_counts(cluster, namespace, pod, sorted(databases))
-    assert restored == databases, f"row counts after restore differ from the manifest's: {restored}"
+    assert settled(restored) == settled(databases), (
+        f"row counts after restore differ from the manifest's: {restored}"
+    )
 
     answers_from_restored_history(cluster, namespace, session, marker)

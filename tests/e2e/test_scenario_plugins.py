@@ -4,8 +4,9 @@ An in-cluster Git server (tests/e2e/charts/ci-backends) holds the plugin reposit
 the chart runs one git-sync v4 container per plugin next to the agent in a namespace that
 enforces Pod Security "restricted". Checked from inside the agent, as an operator would:
 
-- each /opt/data/plugins/<name> links into .git-sync/<name>/current (through subPath for
-  one), Hermes ran each plugin's register() exactly once and offers its tool;
+- each /opt/data/plugins/<name> links the checked worktree .git-sync/<name>/.worktrees/<sha>
+  (through subPath for one), never git-sync's moving `current`; Hermes ran each plugin's
+  register() exactly once and offers its tool;
 - a commit pushed to one repository becomes the running code (the time is printed) while a
   conversation is in flight, and that conversation finishes;
 - escapes are refused: `..` in subPath by helm (naming the field), an absolute symlink and
@@ -410,14 +411,12 @@ def test_plugins_from_git_load_once_reload_on_push_and_refuse_escapes(
     install(helm, tmp_path, git_sync_image, ["weather", "tools"], "scenario2")
 
     with git_remote(cluster, namespace) as remote:
-        # Links through `current` (subPath for tools), git-sync's relative link to a worktree.
-        assert readlink(cluster, namespace, "/opt/data/plugins/weather") == (
-            "../.git-sync/weather/current"
-        )
-        assert readlink(cluster, namespace, "/opt/data/plugins/tools") == (
-            "../.git-sync/tools/current/plugins/tools"
-        )
-        for name in ("weather", "tools"):
+        # Links name the checked worktree (subPath for tools), never git-sync's `current`.
+        for name, below in (("weather", ""), ("tools", "/plugins/tools")):
+            head = remote.head(name)
+            assert readlink(cluster, namespace, f"/opt/data/plugins/{name}") == (
+                f"../.git-sync/{name}/.worktrees/{head}{below}"
+            )
             current = readlink(cluster, namespace, f"/opt/data/.git-sync/{name}/current")
             assert current == f".worktrees/{remote.head(name)}", current
 
@@ -551,7 +550,8 @@ def test_upgrade_adds_one_plugin_and_removes_only_the_removed_link(
         cluster, namespace, ["ls", "-1", "/opt/data/plugins"], repeatable=True
     ).split()
     assert sorted(entries) == ["my-own", "notes", "tools"], entries
-    assert readlink(cluster, namespace, "/opt/data/plugins/notes") == "../.git-sync/notes/current"
+    notes = readlink(cluster, namespace, "/opt/data/.git-sync/notes/current")
+    assert readlink(cluster, namespace, "/opt/data/plugins/notes") == f"../.git-sync/notes/{notes}"
     for path, identity in kept.items():
         assert entry_identity(cluster, namespace, path) == identity, f"{path} was touched"
     assert tool_versions(cluster, namespace, ["tools", "notes"]) == {"tools": "1", "notes": "1"}

@@ -325,10 +325,19 @@ def container_logs(cluster: kube.Cluster, namespace: str, pod: client.V1Pod) -> 
 
 
 def agent_exec(
-    cluster: kube.Cluster, namespace: str, pod: str, command: list[str], stdin: str = ""
+    cluster: kube.Cluster,
+    namespace: str,
+    pod: str,
+    command: list[str],
+    stdin: str = "",
+    *,
+    repeatable: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """Run in the agent container; values travel on stdin, never as arguments."""
-    return kube.exec_in_container(cluster, namespace, pod, "agent", command, stdin, timeout=120)
+    """Run in the agent container; values travel on stdin, never as arguments.
+    ``repeatable``: running it again is harmless (kube.exec_in_container)."""
+    return kube.exec_in_container(
+        cluster, namespace, pod, "agent", command, stdin, timeout=120, repeatable=repeatable
+    )
 
 
 def assert_values_nowhere(
@@ -469,12 +478,9 @@ def install_failing_release(
 def run_backup_job(cluster: kube.Cluster, namespace: str) -> client.V1Pod:
     """`kubectl create job --from=cronjob/...` (what an operator does); its finished pod."""
     batch = client.BatchV1Api(cluster.api)
-    selector = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=backup"
-    (cronjob,) = batch.list_namespaced_cron_job(namespace, label_selector=selector).items
+    cronjob = f"{RELEASE}-hermes-agent-backup"  # by name: the verify CronJob has its labels
     job = kube.unique_name("backup-now")
-    kube.kubectl(
-        cluster, namespace, "create", "job", job, f"--from=cronjob/{cronjob.metadata.name}"
-    )
+    kube.kubectl(cluster, namespace, "create", "job", job, f"--from=cronjob/{cronjob}")
 
     def finished() -> bool:
         status = batch.read_namespaced_job_status(job, namespace).status
@@ -570,6 +576,27 @@ def test_backup_cronjob_takes_its_s3_credentials_from_openbao(
         assert value not in rendered, "a Vault value is in a ConfigMap or a pod spec"
         assert value not in logs, "a Vault value is in the backup job's log"
         assert value not in manifest, "a Vault value is in the helm release"
+    assert_agent_cannot_read(cluster, namespace, [access_key, secret_key])
+
+
+def assert_agent_cannot_read(cluster: kube.Cluster, namespace: str, values: list[str]) -> None:
+    """The agent container (whose shell a prompt injection may steer) holds none of the
+    backup's S3 keys: not in its env file, its environment or any file it can read under
+    /run, /opt/data or /tmp. Its own env file holds its model key only."""
+    pod = only_pod(cluster, namespace, RELEASE).metadata.name
+    patterns = "\n".join(values) + "\n"
+    command = ["grep", "-rlsF", "-D", "skip", "-f", "-", "/run", "/opt/data", "/tmp"]
+    found = agent_exec(cluster, namespace, pod, command, patterns)
+    assert found.returncode == 1, f"the agent container can read the S3 keys: {found.stdout}"
+    # The container's environment (PID 1's, which every process of it inherits).
+    environ = agent_exec(
+        cluster, namespace, pod, ["grep", "-caF", "-f", "-", "/proc/1/environ"], patterns
+    )
+    assert environ.stdout.strip() == "0", "the S3 keys are in the agent container's environment"
+    names = agent_exec(
+        cluster, namespace, pod, ["sed", "-n", "s/=.*//p", "/run/hermes/secrets/env"]
+    )
+    assert names.stdout.split() == ["LLM_API_KEY"], names.stdout
 
 
 def rotate_in_openbao(
@@ -622,8 +649,14 @@ def chat_until_the_llm_sees(
             "key": api_key,
             "expect": authorization,
         }
+        # A probe chat: one more is harmless, so a cut exec stream is run again (seen in CI).
         probe = agent_exec(
-            cluster, namespace, pod, ["python3", "-c", ROTATION_PROBE], json.dumps(spec)
+            cluster,
+            namespace,
+            pod,
+            ["python3", "-c", ROTATION_PROBE],
+            json.dumps(spec),
+            repeatable=True,
         )
         assert probe.returncode == 0, f"rotation probe failed: {probe.stderr[-2000:]}"
         return bool(json.loads(probe.stdout.strip().splitlines()[-1])["match"])

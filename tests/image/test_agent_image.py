@@ -71,8 +71,29 @@ def test_hermes_runtime_is_installed_with_its_hermes_plugin_entry_point(agent_im
 
 
 def test_the_image_carries_the_pinned_restic(agent_image: str) -> None:
-    """`backup` hands its staged tree to restic: v0.18.1 built from the Go module proxy."""
-    assert run_in_image(agent_image, "restic", "version").startswith("restic 0.18.1 ")
+    """`backup` hands its staged tree to restic: v0.19.1 built from the Go module proxy."""
+    assert run_in_image(agent_image, "restic", "version").startswith("restic 0.19.1 ")
+
+
+def test_the_e5_graph_is_built_into_the_image(agent_image: str) -> None:
+    """LCM's e5 graph for both weight widths sits in the image's read-only model cache: no
+    pod builds it (~3 s of CPU) into its data volume, and an embed runs with a read-only
+    root and no writable home."""
+    probe = (
+        "from hermes_runtime.lcm.e5onnx import model_cache_dir, model_name, weight_bits\n"
+        "from importlib import metadata\n"
+        "import sys\n"
+        "ort = metadata.version('onnxruntime')\n"
+        "files = [model_cache_dir() / f'{model_name(b)}-ort{ort}.onnx' for b in (8, 7)]\n"
+        "missing = [str(f) for f in files if not f.is_file()]\n"
+        "sys.exit(f'missing: {missing}' if missing else 0)\n"
+    )
+    run_in_image(agent_image, "python3", "-c", probe)
+    embed = (
+        "from hermes_runtime.lcm.embeddings import offline_embedder\n"
+        "print(offline_embedder('e5').embed(['a harbour at dawn']).shape)\n"
+    )
+    assert run_in_image(agent_image, "python3", "-c", embed).strip() == "(1, 384)"
 
 
 def test_every_sqlite_in_the_image_is_at_least_3_51_3(agent_image: str) -> None:
@@ -133,7 +154,7 @@ def test_prepare_links_plugins_on_a_scratch_volume(
     [result] = report["plugins"]["results"]
     assert (result["name"], result["commit"]) == ("weather", sha)
     link = data_volume / "plugins" / "weather"
-    assert os.readlink(link) == "../.git-sync/weather/current"
+    assert os.readlink(link) == f"../.git-sync/weather/.worktrees/{sha}"
     assert (link / "plugin.yaml").exists()
 
 

@@ -81,6 +81,7 @@ IMPLEMENTED: tuple[Option, ...] = (
     Option("username", "GITSYNC_USERNAME", "string", ""),
     Option("", "GITSYNC_PASSWORD", "string", ""),
     Option("password-file", "GITSYNC_PASSWORD_FILE", "string", ""),
+    Option("git-config", "GITSYNC_GIT_CONFIG", "string", ""),
     Option("ssh-key-file", "GITSYNC_SSH_KEY_FILE", "strings", "/etc/git-secret/ssh"),
     Option("ssh-known-hosts", "GITSYNC_SSH_KNOWN_HOSTS", "bool", "true"),
     Option(
@@ -217,6 +218,21 @@ class Config:
     ssh_key_files: tuple[str, ...]
     ssh_known_hosts: bool
     ssh_known_hosts_file: str
+    git_configs: tuple[tuple[str, str], ...] = ()
+
+
+def parse_git_configs(text: str) -> tuple[tuple[str, str], ...]:
+    """--git-config's 'key:val,key:val' (upstream's parseGitConfigs), unquoted forms only:
+    a quoted key or value, or an escape, is refused rather than read differently."""
+    pairs = []
+    for item in (part for part in text.split(",") if part):
+        key, colon, value = item.partition(":")
+        if not colon or not key:
+            raise ConfigError(f"can't parse --git-config flag: key {key!r}: no value")
+        if '"' in item or "\\" in item:
+            raise ConfigError(f"--git-config {item!r}: quoted keys and values are not implemented")
+        pairs.append((key, value))
+    return tuple(pairs)
 
 
 def load_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
@@ -286,6 +302,7 @@ def load_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
         ssh_key_files=tuple(p for p in text["GITSYNC_SSH_KEY_FILE"].split(":") if p),
         ssh_known_hosts=parse_bool(text["GITSYNC_SSH_KNOWN_HOSTS"], "--ssh-known-hosts"),
         ssh_known_hosts_file=text["GITSYNC_SSH_KNOWN_HOSTS_FILE"],
+        git_configs=parse_git_configs(text["GITSYNC_GIT_CONFIG"]),
     )
 
 
@@ -363,11 +380,15 @@ def git_environment(config: Config, base: Mapping[str, str]) -> dict[str, str]:
 
 
 def setup_git(git: Git) -> None:
+    """Upstream v4.7's SetupDefaultGitConfigs (safe.directory '*' included: the root may be
+    a directory the kubelet made, owned by root), then --git-config's pairs."""
     for key, value in (
         ("gc.autoDetach", "false"),
         ("gc.pruneExpire", "now"),
         ("credential.helper", "cache --timeout 3600"),
         ("core.askPass", "true"),
+        ("safe.directory", "*"),
+        *git.config.git_configs,
     ):
         git.run("config", "--global", key, value)
 

@@ -1,0 +1,388 @@
+"""The agent container after a prompt injection: what an injected shell can reach (issue 28).
+
+Hermes runs shell commands a language model decides; one injected instruction gives an
+attacker a shell as the agent's user. This scenario installs a release the way a platform team
+would (two plugins from Git, backups by CronJob to the in-namespace S3 with the chart's
+generated restic password, the default NetworkPolicy) and then does what that shell would:
+
+- from a pod of another namespace, every method on every path of every port the release
+  serves (the policy opened for the test, so the requests reach the servers): nothing changes
+  state, the pod stays Ready and never restarts;
+- from inside the agent container, as its user: looks for every credential it can read (its
+  environment, every process's, every readable file) and finds neither the S3 keys nor the
+  restic password; finds no ServiceAccount token; calls the entrypoint's old admin path; opens
+  connections to the API server and to the backup bucket with the backup keys (both refused by
+  the policy: it never held the keys, this shows the network path is shut too); writes into
+  each plugin's tree (a read-only mount);
+- and then the agent keeps serving: a new turn is answered, the turn before the attack is still
+  in LCM, no container restarted, and the next backup job succeeds.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from . import images, kube
+from .test_network_policy import api_server_endpoint
+from .test_scenario_conversation import chat, lcm_json
+from .test_scenario_plugins import backends_values, git_sync_choice, git_sync_image, plugin_value
+
+__all__ = ["git_sync_choice", "git_sync_image"]  # fixtures used below
+
+CHART = kube.REPO_ROOT / "charts" / "hermes-agent"
+CI_VALUES = images.ci_values()
+BACKENDS_CHART = Path(__file__).parent / "charts" / "ci-backends"
+S3_CHART = Path(__file__).parent / "charts" / "s3-backend"
+IMAGES = ["agent", "fake-llm", "git-server", "seaweedfs", "busybox"]
+RELEASE = "hermes"  # what test_scenario_conversation's helpers look for
+FULLNAME = f"{RELEASE}-hermes-agent"
+AGENT_SELECTOR = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=agent"
+S3_SECRET = "s3-credentials"  # what tests/e2e/charts/s3-backend creates
+PLUGINS = ["weather", "tools"]
+PORTS = {"api": 8642, "metrics": 9090, "lcm-metrics": 9091}
+PATHS = [
+    "/",
+    "/pre-stop",
+    "/prestop",
+    "/stop",
+    "/shutdown",
+    "/restart",
+    "/quitquitquit",
+    "/ready",
+    "/health",
+    "/metrics",
+    "/v1/models",
+    "/v1/chat/completions",
+    "/v1/runs",
+    "/api/jobs",
+    "/admin",
+    "/debug/pprof/",
+]
+METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH"]
+
+# Every method on every path of every port, from a pod of another namespace. Prints the status
+# (or the error) of each request as JSON. No credential: what anyone on the network can send.
+KNOCK = """
+import http.client, json, sys, time
+spec = json.loads(sys.argv[1])
+seen = {}
+def knock(port, method, path):
+    # A new pod may be refused for a moment until the CNI has its address in the policy's
+    # sets: only a refusal that lasts counts.
+    for attempt in range(15):
+        try:
+            conn = http.client.HTTPConnection(spec["host"], port, timeout=10)
+            conn.request(method, path, body=b"{}" if method != "GET" else None)
+            status = conn.getresponse().status
+            conn.close()
+            return status
+        except OSError as error:
+            last = repr(error)
+            time.sleep(1)
+    return last
+for port in spec["ports"]:
+    for path in spec["paths"]:
+        for method in spec["methods"]:
+            seen[f"{method} {port}{path}"] = knock(port, method, path)
+print(json.dumps(seen))
+"""
+
+# The injected shell looks for credentials: its own environment, every process's it can read,
+# every readable file (not /proc, /sys, /dev). The values to look for come on stdin, never as
+# arguments. Prints where each was found (an empty list: nowhere) and what else it saw.
+HUNT = """
+import json, os, sys
+wanted = json.loads(sys.stdin.read())
+found = {name: [] for name in wanted}
+def look(where, data):
+    for name, value in wanted.items():
+        if value.encode() in data:
+            found[name].append(where)
+look("env of the shell", "\\0".join(f"{k}={v}" for k, v in os.environ.items()).encode())
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                look(f"/proc/{pid}/environ", handle.read())
+        except OSError:
+            pass
+scanned = 0
+for top in ("/",):
+    for root, dirs, files in os.walk(top):
+        dirs[:] = [d for d in dirs if os.path.join(root, d) not in ("/proc", "/sys", "/dev")]
+        for name in files:
+            path = os.path.join(root, name)
+            try:
+                if os.path.islink(path) or os.path.getsize(path) > 64 * 1024 * 1024:
+                    continue
+                with open(path, "rb") as handle:
+                    look(path, handle.read())
+                scanned += 1
+            except OSError:
+                pass
+token = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+print(json.dumps({"found": found, "scanned_files": scanned, "token": os.path.exists(token)}))
+"""
+
+# The old admin path on the entrypoint's port, from inside the container: refused, no stop.
+ADMIN = """
+import http.client, json
+seen = {}
+for method in ("GET", "POST"):
+    conn = http.client.HTTPConnection("127.0.0.1", 9090, timeout=10)
+    conn.request(method, "/pre-stop")
+    seen[method] = conn.getresponse().status
+print(json.dumps(seen))
+"""
+
+# The backup bucket with the backup keys (given on stdin, as a shell that had stolen them would
+# use them): list and delete. Each call's outcome, as JSON.
+BUCKET = """
+import json, sys
+import boto3
+from botocore.config import Config
+keys = json.loads(sys.stdin.read())
+s3 = boto3.client(
+    "s3", endpoint_url="http://s3:8333", region_name="us-east-1",
+    aws_access_key_id=keys["access"], aws_secret_access_key=keys["secret"],
+    config=Config(connect_timeout=5, read_timeout=5, retries={"max_attempts": 1}),
+)
+seen = {}
+for name, call in (
+    ("list", lambda: s3.list_objects_v2(Bucket="backups")),
+    ("delete", lambda: s3.delete_object(Bucket="backups", Key="hermes/config")),
+):
+    try:
+        call()
+        seen[name] = "done"
+    except Exception as error:
+        seen[name] = f"{type(error).__name__}: {error}"
+print(json.dumps(seen))
+"""
+
+# Writes into each plugin's tree, directly and through the plugin link. Each outcome.
+WRITE = """
+import json, os, sys
+seen = {}
+for path in json.loads(sys.argv[1]):
+    try:
+        with open(path, "w") as handle:
+            handle.write("def register(ctx):\\n    raise SystemExit('injected')\\n")
+        seen[path] = "written"
+    except OSError as error:
+        seen[path] = error.strerror
+print(json.dumps(seen))
+"""
+
+
+@pytest.fixture
+def other_namespace(cluster: kube.Cluster) -> Iterator[str]:
+    name = kube.create_restricted_namespace(cluster, "e2e-compromise-other")
+    yield name
+    kube.delete_namespace(cluster, name)
+
+
+def in_agent(
+    cluster: kube.Cluster, namespace: str, script: str, *args: str, stdin: str = ""
+) -> dict[str, Any]:
+    """Run a Python script in the agent container, as its user, and parse its JSON line."""
+    (pod,) = cluster.core.list_namespaced_pod(namespace, label_selector=AGENT_SELECTOR).items
+    done = kube.exec_in_container(
+        cluster,
+        namespace,
+        pod.metadata.name,
+        "agent",
+        ["python3", "-c", script, *args],
+        stdin,
+        timeout=600,
+        repeatable=True,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def secret_value(cluster: kube.Cluster, namespace: str, name: str, key: str) -> str:
+    data = cluster.core.read_namespaced_secret(name, namespace).data
+    return base64.b64decode(data[key]).decode()
+
+
+def agent_state(cluster: kube.Cluster, namespace: str) -> tuple[str, bool, dict[str, int]]:
+    """The agent pod's name, whether it is Ready, and each container's restart count."""
+    (pod,) = cluster.core.list_namespaced_pod(namespace, label_selector=AGENT_SELECTOR).items
+    ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+    statuses = [*(pod.status.container_statuses or []), *(pod.status.init_container_statuses or [])]
+    return pod.metadata.name, ready, {s.name: s.restart_count for s in statuses}
+
+
+def values(tmp_path: Path, git_sync: dict[str, Any], other_namespace: str) -> Path:
+    """ci.yaml plus two plugins, backups by CronJob to the namespace's S3, and the policy
+    opened to `other_namespace` for every port, so the knocks reach the servers."""
+    overrides: dict[str, Any] = {
+        "plugins": [plugin_value(name) for name in PLUGINS],
+        "gitSync": {"image": git_sync, "period": "1s"},
+        "backup": {
+            "enabled": True,
+            "mode": "cronjob",
+            "target": {
+                "type": "s3",
+                "s3": {
+                    "bucket": "backups",
+                    "prefix": "hermes",
+                    "endpoint": "http://s3:8333",
+                    "region": "us-east-1",
+                    "existingSecret": S3_SECRET,
+                },
+            },
+        },
+        "networkPolicy": {
+            "ingress": {
+                "api": "any",
+                "metricsFrom": [
+                    {
+                        "namespaceSelector": {
+                            "matchLabels": {"kubernetes.io/metadata.name": other_namespace}
+                        }
+                    }
+                ],
+            }
+        },
+        "tests": {"enabled": False},
+        **images.agent_values(),
+    }
+    path = tmp_path / "compromise.json"
+    path.write_text(json.dumps(overrides))
+    return path
+
+
+@pytest.mark.timeout(1500)
+def test_an_injected_shell_reaches_nothing_and_the_agent_keeps_serving(
+    cluster: kube.Cluster,
+    namespace: str,
+    helm: kube.Helm,
+    tmp_path: Path,
+    git_sync_image: dict[str, Any],
+    other_namespace: str,
+) -> None:
+    images.require(IMAGES)
+    helm.install("backends", BACKENDS_CHART, values=[backends_values(tmp_path)], timeout="3m")
+    helm.install("s3", S3_CHART, timeout="3m")
+    helm.install(
+        RELEASE, CHART, values=[CI_VALUES, values(tmp_path, git_sync_image, other_namespace)]
+    )
+    session = f"compromise-{uuid.uuid4().hex[:8]}"
+    codeword = f"codeword-{uuid.uuid4().hex[:12]}"
+    chat(cluster, namespace, session, [f"Please remember {codeword} for later."])
+    before, ready, restarts = agent_state(cluster, namespace)
+    assert ready and not any(restarts.values()), restarts
+
+    # 1. Anyone on the network: every method, path and port. Nothing changes state.
+    (pod,) = cluster.core.list_namespaced_pod(namespace, label_selector=AGENT_SELECTOR).items
+    spec = {"host": pod.status.pod_ip, "ports": list(PORTS.values()), "paths": PATHS}
+    knocker = kube.restricted_pod(
+        kube.unique_name("knock"),
+        images.ref("agent"),
+        ["python3", "-c", KNOCK, json.dumps({**spec, "methods": METHODS})],
+        user=10001,
+    )
+    result = kube.run_pod(cluster, other_namespace, knocker, timeout=600)
+    assert result.phase == "Succeeded", result.logs
+    knocks = json.loads(result.logs.strip().splitlines()[-1])
+    answered = {k: v for k, v in knocks.items() if isinstance(v, int)}
+    # The policy was opened for this test: the requests reached the servers.
+    assert len(answered) == len(knocks), {k: v for k, v in knocks.items() if k not in answered}
+    stop_paths = [k for k, v in answered.items() if "stop" in k.split(" ", 1)[1] and v < 400]
+    assert not stop_paths, stop_paths
+    assert knocks["POST 8642/v1/chat/completions"] == 401  # Hermes' own key guards the API
+    kube.wait_until(
+        lambda: agent_state(cluster, namespace)[1], 30, "the agent Ready after the knocks"
+    )
+
+    # 2. Inside the agent container, as its user: credentials.
+    wanted = {
+        "s3 access key": secret_value(cluster, namespace, S3_SECRET, "AWS_ACCESS_KEY_ID"),
+        "s3 secret key": secret_value(cluster, namespace, S3_SECRET, "AWS_SECRET_ACCESS_KEY"),
+        "restic password": secret_value(
+            cluster, namespace, f"{FULLNAME}-backup-password", "RESTIC_PASSWORD"
+        ),
+    }
+    hunt = in_agent(cluster, namespace, HUNT, stdin=json.dumps(wanted))
+    print(f"files scanned from inside the agent container: {hunt['scanned_files']}")
+    assert hunt["scanned_files"] > 1000, hunt  # the walk really read the filesystem
+    assert hunt["found"] == {name: [] for name in wanted}, hunt["found"]
+    assert hunt["token"] is False  # no ServiceAccount token to call the API server with
+
+    # 3. The entrypoint's old admin path: refused, and the pod does not stop.
+    assert in_agent(cluster, namespace, ADMIN) == {"GET": 404, "POST": 405}
+
+    # 4. The API server and the backup bucket, with the backup keys.
+    api_ip, api_port = api_server_endpoint(cluster)
+    connect = in_agent(
+        cluster,
+        namespace,
+        "import json, socket, sys\n"
+        "seen = {}\n"
+        "for name, (host, port) in json.loads(sys.argv[1]).items():\n"
+        "    try:\n"
+        "        socket.create_connection((host, port), timeout=5).close(); seen[name] = 'open'\n"
+        "    except OSError as error:\n"
+        "        seen[name] = repr(error)\n"
+        "print(json.dumps(seen))\n",
+        json.dumps(
+            {
+                "api-service": ["kubernetes.default.svc", 443],
+                "api-endpoint": [api_ip, api_port],
+                "s3": ["s3", 8333],
+                "fake-llm": ["fake-llm", 8080],
+            }
+        ),
+    )
+    assert connect["fake-llm"] == "open", connect  # the probe itself works
+    assert all(connect[n] != "open" for n in ("api-service", "api-endpoint", "s3")), connect
+    keys = {"access": wanted["s3 access key"], "secret": wanted["s3 secret key"]}
+    bucket = in_agent(cluster, namespace, BUCKET, stdin=json.dumps(keys))
+    assert not [call for call, outcome in bucket.items() if outcome == "done"], bucket
+
+    # 5. Another plugin's tree, directly and through the plugin link.
+    heads = {
+        name: in_agent(
+            cluster,
+            namespace,
+            "import json, os, sys; print(json.dumps({'link': os.readlink(sys.argv[1])}))",
+            f"/opt/data/.git-sync/{name}/current",
+        )["link"]
+        for name in PLUGINS
+    }
+    targets = [
+        *(f"/opt/data/.git-sync/{name}/{heads[name]}/__init__.py" for name in PLUGINS),
+        "/opt/data/.git-sync/weather/injected.py",
+        "/opt/data/plugins/weather/__init__.py",
+        "/opt/data/plugins/tools/__init__.py",
+    ]
+    writes = in_agent(cluster, namespace, WRITE, json.dumps(targets))
+    assert writes == {path: "Read-only file system" for path in targets}, writes
+
+    # 6. The agent keeps serving and nothing is lost.
+    after, ready, restarts = agent_state(cluster, namespace)
+    assert (after, ready) == (before, True)
+    assert not any(restarts.values()), restarts
+    reply = chat(cluster, namespace, session, ["Still there?"])
+    assert reply and reply[-1], reply
+    found = lcm_json(cluster, namespace, "grep", codeword)
+    assert found["results"], found
+    job = kube.run_job_from_cronjob(cluster, namespace, f"{FULLNAME}-backup")
+    assert job, "the backup job after the attack"
+    events = client.CoreV1Api(cluster.api).list_namespaced_event(namespace).items
+    stopped = [
+        f"{e.reason}: {e.message}"
+        for e in events
+        if e.involved_object.name == before and e.reason in ("Killing", "BackOff")
+    ]
+    assert not stopped, stopped
