@@ -1,18 +1,19 @@
-"""The agent entrypoint's settings: one dataclass, filled from the environment the chart sets."""
+"""The agent entrypoint's settings: one dataclass, filled from the environment the chart sets
+(each variable's rule is one line of a pydantic model, ``AgentEnv``)."""
 
 from __future__ import annotations
 
-import math
 import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TypeVar
+from typing import Annotated
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic_core import ErrorDetails
 
 from hermes_runtime.agent.handover import StopTimes
 from hermes_runtime.common.errors import RuntimeFailure
-
-N = TypeVar("N", int, float)
 
 DEFAULT_DATA_DIR = Path("/opt/data")
 DEFAULT_METRICS_PORT = 9090
@@ -174,81 +175,28 @@ class AgentSettings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> AgentSettings:
         """Read the env the chart sets; an unset or empty variable means the default.
 
-        ``HERMES_HOME``, ``HERMES_RUNTIME_PLUGIN_SPEC``, ``HERMES_RUNTIME_SEED_CONFIG``,
-        ``HERMES_RUNTIME_SEED_SOUL``, ``HERMES_RUNTIME_SECRETS_ENV``,
-        ``HERMES_RUNTIME_METRICS_PORT``, ``HERMES_RUNTIME_LOCK_TIMEOUT`` (seconds to wait for
-        the data dir lock), ``HERMES_RUNTIME_TERMINATION_GRACE_SECONDS`` and
-        ``HERMES_RUNTIME_PRESTOP_SECONDS`` (the pod's ``terminationGracePeriodSeconds`` and
-        how long it stays reachable after turning unready, from which the drain time follows),
-        ``HERMES_RUNTIME_HANDOVER_SECONDS`` (how long the preStop hook waits for a warm
-        successor pod), ``HERMES_RUNTIME_GATEWAY_PRELOAD`` (comma-separated modules the warm
-        gateway imports before the lock; ``none``: no warm gateway), ``HERMES_RUNTIME_POD_IP``
-        (this pod's address, which it tells the pod it replaces), ``API_SERVER_HOST`` and
-        ``API_SERVER_PORT`` (where clients connect: the front door), and
-        ``HERMES_RUNTIME_GATEWAY_PORT`` (the gateway's loopback port behind it; 0 turns the
-        front door off and lets the gateway listen on the API port itself), and
-        ``HERMES_RUNTIME_IDEMPOTENCY_TTL_SECONDS`` (how long the gateway keeps the answer to a
-        request with an ``Idempotency-Key`` on the data volume, ``idempotency.py``; 0 leaves
-        Hermes' in-memory cache, which a gateway crash empties),
-        ``HERMES_RUNTIME_CONTROL_SOCKET`` (the Unix socket the preStop hook, ``agent
-        pre-stop``, reaches the entrypoint on; ``control.py``) and
-        ``HERMES_RUNTIME_FRONT_DOOR_MAX_HELD`` (how many connections the front door holds at
-        once while no gateway accepts; more get an immediate 503), and
-        ``HERMES_RUNTIME_DATA_MIN_FREE_MIB`` (the data volume's reserve of free space: below
-        it ``/ready`` fails and new API connections get a 503; 0: off; ``datareserve.py``).
+        Each variable, its rule and its meaning are one line of ``AgentEnv`` below.
         """
         env = os.environ if env is None else env
-
-        def path(name: str) -> Path | None:
-            value = env.get(name, "").strip()
-            return Path(value) if value else None
-
-        return cls(
-            data_dir=path("HERMES_HOME") or DEFAULT_DATA_DIR,
-            plugin_spec=path("HERMES_RUNTIME_PLUGIN_SPEC"),
-            seed_config=path("HERMES_RUNTIME_SEED_CONFIG"),
-            seed_soul=path("HERMES_RUNTIME_SEED_SOUL"),
-            secrets_env=path("HERMES_RUNTIME_SECRETS_ENV"),
-            api_key_file=path("HERMES_RUNTIME_API_KEY_FILE"),
-            metrics_port=_port(env, "HERMES_RUNTIME_METRICS_PORT", DEFAULT_METRICS_PORT),
-            api_host=env.get("API_SERVER_HOST", "").strip() or "0.0.0.0",
-            api_port=_port(env, "API_SERVER_PORT", DEFAULT_API_PORT),
-            gateway_port=_port(env, "HERMES_RUNTIME_GATEWAY_PORT", DEFAULT_GATEWAY_PORT),
-            lock_timeout=_seconds(env, "HERMES_RUNTIME_LOCK_TIMEOUT", DEFAULT_LOCK_TIMEOUT),
-            grace_seconds=_seconds(
-                env, "HERMES_RUNTIME_TERMINATION_GRACE_SECONDS", DEFAULT_GRACE_SECONDS
-            ),
-            prestop_seconds=_seconds(env, "HERMES_RUNTIME_PRESTOP_SECONDS", 0.0),
-            handover_seconds=_seconds(env, "HERMES_RUNTIME_HANDOVER_SECONDS", 0.0),
-            pod_ip=env.get("HERMES_RUNTIME_POD_IP", "").strip(),
-            preload=_modules(env.get("HERMES_RUNTIME_GATEWAY_PRELOAD", "")),
-            idempotency_ttl=_seconds(
-                env, "HERMES_RUNTIME_IDEMPOTENCY_TTL_SECONDS", DEFAULT_IDEMPOTENCY_TTL
-            ),
-            control_socket=path("HERMES_RUNTIME_CONTROL_SOCKET") or DEFAULT_CONTROL_SOCKET,
-            front_door_max_held=_number(
-                env,
-                "HERMES_RUNTIME_FRONT_DOOR_MAX_HELD",
-                DEFAULT_FRONT_DOOR_MAX_HELD,
-                int,
-                "a number of connections",
-                lambda v: 1 <= v <= MAX_FRONT_DOOR_MAX_HELD,
-                f"1-{MAX_FRONT_DOOR_MAX_HELD}",
-            ),
-            data_min_free_mib=_number(
-                env,
-                "HERMES_RUNTIME_DATA_MIN_FREE_MIB",
-                DEFAULT_DATA_MIN_FREE_MIB,
-                int,
-                "a number of MiB",
-                lambda v: 0 <= v <= MAX_DATA_MIN_FREE_MIB,
-                f"0-{MAX_DATA_MIN_FREE_MIB}",
-            ),
-        )
+        defaults = {
+            AgentEnv.model_fields[f.name].alias: getattr(cls(), f.name)
+            for f in fields(cls)
+            if f.name in AgentEnv.model_fields
+        }
+        given = {
+            name: value.strip() for name, value in env.items() if name in defaults and value.strip()
+        }
+        try:
+            checked = AgentEnv.model_validate({**defaults, **given})
+        except ValidationError as exc:
+            raise RuntimeFailure(_message(exc.errors()[0])) from None
+        return cls(**checked.model_dump())
 
 
-def _modules(raw: str) -> tuple[str, ...]:
+def _modules(raw: object) -> object:
     """The preload list: empty means the default, ``none`` means no warm gateway."""
+    if not isinstance(raw, str):
+        return raw  # the default tuple
     names = tuple(name.strip() for name in raw.split(",") if name.strip())
     if not names:
         return DEFAULT_PRELOAD
@@ -256,40 +204,66 @@ def _modules(raw: str) -> tuple[str, ...]:
         return ()
     bad = [name for name in names if not all(part.isidentifier() for part in name.split("."))]
     if bad:
-        raise RuntimeFailure(
-            f"HERMES_RUNTIME_GATEWAY_PRELOAD: {', '.join(bad)} is no module name "
-            "(a comma-separated list of modules, or none)"
+        raise ValueError(
+            f"{', '.join(bad)} is no module name (a comma-separated list of modules, or none)"
         )
     return names
 
 
-def _port(env: Mapping[str, str], name: str, default: int) -> int:
-    return _number(env, name, default, int, "a port number", lambda v: 0 <= v <= 65535, "0-65535")
+Port = Annotated[int, Field(ge=0, le=65535)]
+Seconds = Annotated[float, Field(ge=0)]
+ModuleNames = Annotated[tuple[str, ...], BeforeValidator(_modules)]
 
 
-def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
-    return _number(
-        env, name, default, float, "a number of seconds", lambda v: 0 <= v < math.inf, ">= 0"
+class AgentEnv(BaseModel):
+    """The entrypoint's environment variables (the chart sets them), one rule each.
+
+    Every field is also a field of ``AgentSettings``, which holds the defaults; the chart's
+    values.schema.json states the same ranges (tests/chart/test_chart_runtime_rules.py).
+    """
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+
+    data_dir: Path = Field(alias="HERMES_HOME")
+    plugin_spec: Path | None = Field(alias="HERMES_RUNTIME_PLUGIN_SPEC")
+    seed_config: Path | None = Field(alias="HERMES_RUNTIME_SEED_CONFIG")
+    seed_soul: Path | None = Field(alias="HERMES_RUNTIME_SEED_SOUL")
+    # Rendered by the Vault sidecar; merged into the gateway's environment.
+    secrets_env: Path | None = Field(alias="HERMES_RUNTIME_SECRETS_ENV")
+    api_key_file: Path | None = Field(alias="HERMES_RUNTIME_API_KEY_FILE")
+    metrics_port: Port = Field(alias="HERMES_RUNTIME_METRICS_PORT")
+    # Where clients connect: the front door (or the gateway itself, gateway_port 0).
+    api_host: str = Field(alias="API_SERVER_HOST")
+    api_port: Port = Field(alias="API_SERVER_PORT")
+    gateway_port: Port = Field(alias="HERMES_RUNTIME_GATEWAY_PORT")
+    # Seconds to wait for the data dir lock a previous pod holds.
+    lock_timeout: float = Field(alias="HERMES_RUNTIME_LOCK_TIMEOUT", ge=1)
+    # The pod's terminationGracePeriodSeconds, how long it stays reachable after turning
+    # unready, and how long the preStop hook waits for a warm successor (handover.StopTimes).
+    grace_seconds: Seconds = Field(alias="HERMES_RUNTIME_TERMINATION_GRACE_SECONDS")
+    prestop_seconds: Seconds = Field(alias="HERMES_RUNTIME_PRESTOP_SECONDS")
+    handover_seconds: Seconds = Field(alias="HERMES_RUNTIME_HANDOVER_SECONDS")
+    # This pod's address, told to the pod it replaces (which forwards new clients here).
+    pod_ip: str = Field(alias="HERMES_RUNTIME_POD_IP")
+    # Comma-separated modules the warm gateway imports before the lock; ``none``: no warm one.
+    preload: ModuleNames = Field(alias="HERMES_RUNTIME_GATEWAY_PRELOAD")
+    # How long an Idempotency-Key's answer is kept on the data volume (idempotency.py); 0
+    # leaves Hermes' in-memory cache, which a gateway crash empties.
+    idempotency_ttl: Seconds = Field(alias="HERMES_RUNTIME_IDEMPOTENCY_TTL_SECONDS")
+    # The Unix socket the preStop hook (``agent pre-stop``) reaches the entrypoint on.
+    control_socket: Path = Field(alias="HERMES_RUNTIME_CONTROL_SOCKET")
+    # Connections the front door holds while no gateway accepts; more get an immediate 503.
+    front_door_max_held: int = Field(
+        alias="HERMES_RUNTIME_FRONT_DOOR_MAX_HELD", ge=1, le=MAX_FRONT_DOOR_MAX_HELD
+    )
+    # The data volume's reserve: below it /ready fails and new turns get a 503 (0: off).
+    data_min_free_mib: int = Field(
+        alias="HERMES_RUNTIME_DATA_MIN_FREE_MIB", ge=0, le=MAX_DATA_MIN_FREE_MIB
     )
 
 
-def _number(
-    env: Mapping[str, str],
-    name: str,
-    default: N,
-    convert: Callable[[str], N],
-    what: str,
-    valid: Callable[[N], bool],
-    allowed: str,
-) -> N:
-    """``env[name]`` as a number, ``default`` when unset or empty; the error names the variable."""
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = convert(raw)
-    except ValueError:
-        raise RuntimeFailure(f"{name}={raw!r} is not {what}") from None
-    if not valid(value):
-        raise RuntimeFailure(f"{name}={raw} is outside {allowed}")
-    return value
+def _message(error: ErrorDetails) -> str:
+    """One line naming the variable and the value: what an operator fixes in the values."""
+    name = ".".join(str(part) for part in error["loc"])
+    reason = error["msg"].removeprefix("Value error, ")
+    return f"{name}={error['input']!r} is refused: {reason}"

@@ -18,6 +18,7 @@ import yaml
 from chart_testlib import CHART, render, render_error
 from pydantic import TypeAdapter
 
+from hermes_runtime.agent.settings import AgentEnv
 from hermes_runtime.lcm.config import LcmSection
 from hermes_runtime.plugins import load_spec
 from hermes_runtime.plugins.spec import NAME_PATTERN, SpecItem
@@ -36,6 +37,16 @@ LCM_FIELDS = {
     ("embeddings", "baseUrl"): "embeddings_base_url",
     ("embeddings", "model"): "embeddings_model",
     ("embeddings", "dim"): "embeddings_dim",
+}
+# agent.* values rendered into the entrypoint's environment -> the field of AgentEnv
+AGENT_FIELDS = {
+    ("terminationGracePeriodSeconds",): "grace_seconds",
+    ("preStopSeconds",): "prestop_seconds",
+    ("handoverWaitSeconds",): "handover_seconds",
+    ("lockTimeoutSeconds",): "lock_timeout",
+    ("idempotencyTtlSeconds",): "idempotency_ttl",
+    ("frontDoorMaxHeld",): "front_door_max_held",
+    ("dataVolume", "minFreeMiB"): "data_min_free_mib",
 }
 PLUGIN_FIELDS = ("name", "subPath", "enabled", "maxSizeMiB")
 
@@ -79,6 +90,25 @@ def test_lcm_fields_have_the_same_rules(values_path: tuple[str, ...], field: str
     chart = constraints(chart_property("lcm", *values_path))
     runtime = constraints(model_property(LcmSection.model_json_schema(), field))
     assert chart == runtime
+
+
+def bounds(node: dict[str, Any]) -> dict[str, Any]:
+    return {key: node[key] for key in ("minimum", "maximum") if key in node}
+
+
+@pytest.mark.parametrize(("values_path", "field"), AGENT_FIELDS.items())
+def test_agent_fields_have_the_same_bounds(values_path: tuple[str, ...], field: str) -> None:
+    """Bounds only: the chart takes whole seconds where the runtime also takes fractions."""
+    chart = chart_property("agent", *values_path)
+    runtime = model_property(AgentEnv.model_json_schema(by_alias=False), field)
+    assert bounds(chart) == bounds(runtime)
+    assert chart["type"] == "integer" and runtime["type"] in ("integer", "number")
+
+
+def test_agent_fields_are_the_variables_the_chart_sets() -> None:
+    env = {e["name"] for e in render({}).container("agent")["env"]}
+    for field in AGENT_FIELDS.values():
+        assert AgentEnv.model_fields[field].alias in env
 
 
 def test_vault_variable_names_have_the_same_rule() -> None:
