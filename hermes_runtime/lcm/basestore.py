@@ -25,8 +25,9 @@ from hermes_runtime.lcm import fulltext, messagereads
 from hermes_runtime.lcm.checkpoints import Checkpointer
 from hermes_runtime.lcm.connections import LcmConnections
 from hermes_runtime.lcm.hoststates import EncodedStates
+from hermes_runtime.lcm.records import HostState
 from hermes_runtime.lcm.schema import fetch_one, fetch_value, write_transaction
-from hermes_runtime.lcm.writebehind import HostState, WriteBehind
+from hermes_runtime.lcm.writebehind import WriteBehind
 
 logger = logging.getLogger(__name__)
 

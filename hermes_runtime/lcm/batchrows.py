@@ -13,7 +13,7 @@ from typing import Any
 
 import apsw
 
-from hermes_runtime.lcm.writebehind import HostState
+from hermes_runtime.lcm.records import HostState
 
 INSERT_MESSAGES = (
     "INSERT INTO messages(id, session_id, seq, role, content, content_json, tool_calls, "

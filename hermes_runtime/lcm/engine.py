@@ -31,6 +31,7 @@ from hermes_runtime.lcm.embeddings import (
     VectorIndex,
 )
 from hermes_runtime.lcm.failedturns import TurnFailure
+from hermes_runtime.lcm.records import HostState, Job
 from hermes_runtime.lcm.replay import collapse_merged_replay
 from hermes_runtime.lcm.sessions import host_state, set_host_state
 from hermes_runtime.lcm.store import LcmStore
@@ -48,7 +49,6 @@ from hermes_runtime.lcm.syncstate import (
     next_host_state,
 )
 from hermes_runtime.lcm.tools import TOOL_NAMES, TOOL_SCHEMAS
-from hermes_runtime.lcm.writebehind import HostState, Job
 
 # The engine's own names, and those it re-exports from where they moved (issue 31):
 # callers keep importing them from here.

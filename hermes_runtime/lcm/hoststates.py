@@ -12,7 +12,7 @@ import json
 from collections import OrderedDict
 from typing import Any
 
-from hermes_runtime.lcm.writebehind import HostState
+from hermes_runtime.lcm.records import HostState
 
 ENCODED_STATES = 64  # sessions whose last committed host state is remembered as a dict
 

@@ -8,7 +8,7 @@ as JSON, so ``to_openai`` rebuilds exactly the dict that was ingested.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hermes_runtime.common.errors import RuntimeFailure
@@ -143,3 +143,23 @@ def validate_session_id(session_id: str) -> None:
     """Refuse a session id that is not a string of 1-256 characters (the field, quoted)."""
     if not isinstance(session_id, str) or not session_id or len(session_id) > 256:
         raise RuntimeFailure(f"LCM session id must be 1-256 characters, got {session_id!r}")
+
+
+# What the host holds: JSON text as stored, or the dict a sync made (encoded at commit,
+# once a batch per session: the hook does not pay a JSON encoding per turn).
+HostState = str | dict[str, Any]
+
+
+@dataclass
+class Job:
+    """One ingest: prepared rows of one session, and the host state saved with them
+    (written at once, or queued by group commit: ``writebehind.py``)."""
+
+    session_id: str
+    rows: list[dict[str, Any]]
+    stamp: float
+    host_state: HostState | None = None
+    replay_window: float = 0.0
+    merged: int = 0  # messages the sync collapsed as a host-merged replay (metrics)
+    ticket: int = 0
+    stored: list[Any] = field(default_factory=list)

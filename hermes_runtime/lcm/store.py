@@ -37,6 +37,8 @@ from hermes_runtime.lcm.connections import DEFAULT_BUSY_TIMEOUT_MS, LcmConnectio
 from hermes_runtime.lcm.hoststates import EncodedStates
 from hermes_runtime.lcm.records import (
     KNOWN_KEYS,
+    HostState,
+    Job,
     StoredMessage,
     message_text,
     message_tokens,
@@ -48,13 +50,7 @@ from hermes_runtime.lcm.schema import (
     fetch_value,
     write_transaction,
 )
-from hermes_runtime.lcm.writebehind import (
-    STORAGE_ERRORS,
-    HostState,
-    Job,
-    WriteBehind,
-    is_storage_error,
-)
+from hermes_runtime.lcm.writebehind import STORAGE_ERRORS, WriteBehind, is_storage_error
 
 logger = logging.getLogger(__name__)
 

@@ -51,13 +51,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 import apsw
 
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.lcm import metrics
+from hermes_runtime.lcm.records import HostState, Job
 
 logger = logging.getLogger(__name__)
 
@@ -90,25 +89,6 @@ def is_storage_error(exc: BaseException) -> bool:
     """Whether ``exc`` (or the SQLite error it wraps, ``RuntimeFailure(...) from``) is one
     of ``STORAGE_ERRORS``: the write is held and tried again, not dropped."""
     return isinstance(exc, STORAGE_ERRORS) or isinstance(exc.__cause__, STORAGE_ERRORS)
-
-
-# What the host holds: JSON text as stored, or the dict a sync made (encoded at commit,
-# once a batch per session: the hook does not pay a JSON encoding per turn).
-HostState = str | dict[str, Any]
-
-
-@dataclass
-class Job:
-    """One ingest: prepared rows of one session, and the host state saved with them."""
-
-    session_id: str
-    rows: list[dict[str, Any]]
-    stamp: float
-    host_state: HostState | None = None
-    replay_window: float = 0.0
-    merged: int = 0  # messages the sync collapsed as a host-merged replay (metrics)
-    ticket: int = 0
-    stored: list[Any] = field(default_factory=list)
 
 
 class WriteBehind:
