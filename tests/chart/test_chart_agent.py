@@ -20,6 +20,8 @@ from chart_testlib import (
     template,
 )
 
+from hermes_runtime.lcm.config import LcmConfig
+
 LLM = {"llm": {"baseUrl": "http://llm:8000/v1", "model": "m1", "existingSecret": "llm-key"}}
 
 
@@ -193,6 +195,16 @@ def test_seed_config_sets_the_model_provider_and_lcm_without_secrets() -> None:
     assert config["lcm"]["fresh_tail_messages"] == 10
     assert "lcm" in config["plugins"]["enabled"]
     assert config["agent"] == {"max_turns": 7}
+
+
+def test_group_commit_is_off_unless_asked_for() -> None:
+    """Off by default (a turn is committed before its answer); a value turns it on."""
+    default = yaml.safe_load(render({}).configmap_file("config.yaml"))
+    assert "commit_interval_ms" not in default["lcm"]
+    config = yaml.safe_load(render({"lcm": {"commitIntervalMs": 50}}).configmap_file("config.yaml"))
+    assert config["lcm"]["commit_interval_ms"] == 50
+    assert LcmConfig.for_home("/opt/data", config["lcm"]).commit_interval_ms == 50
+    assert "/lcm/commitIntervalMs" in render_error({"lcm": {"commitIntervalMs": 20_000}})
 
 
 def test_lcm_off_selects_hermes_compressor() -> None:

@@ -33,6 +33,7 @@ LCM_FIELDS = {
     ("thresholdPercent",): "threshold_percent",
     ("targetPercent",): "target_percent",
     ("freshTailMessages",): "fresh_tail_messages",
+    ("commitIntervalMs",): "commit_interval_ms",
     ("embeddings", "mode"): "embeddings",
     ("embeddings", "baseUrl"): "embeddings_base_url",
     ("embeddings", "model"): "embeddings_model",
