@@ -29,7 +29,7 @@ from hermes_runtime.lcm.operations import (
     search_history,
 )
 from hermes_runtime.lcm.retrieval import expand, grep
-from hermes_runtime.lcm.schema import NewerLcmSchema, NotAnLcmDatabase
+from hermes_runtime.lcm.schema import LcmVolumeRefused, NewerLcmSchema, NotAnLcmDatabase
 from hermes_runtime.lcm.store import LcmStore
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "LcmConfig",
     "LcmEngine",
     "LcmStore",
+    "LcmVolumeRefused",
     "NewerLcmSchema",
     "NotAnLcmDatabase",
     "SearchResult",

@@ -8,6 +8,7 @@ numbered step applied once, in a transaction, recorded in ``user_version``.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -174,6 +175,37 @@ class NotAnLcmDatabase(RuntimeFailure):
     """The file is a SQLite database of something else (Hermes' state.db, say): never touch it."""
 
 
+class LcmVolumeRefused(RuntimeFailure):
+    """The volume refused what reading the database needs: the file says nothing of its kind.
+
+    Opening a WAL database creates its ``-shm`` (and ``-wal``) file when they are gone (a
+    clean close removes them), so on a full or read-only data volume the first read fails
+    with an I/O error. Reported as a foreign or damaged file, that sent an operator after a
+    restore the database did not need (issue 30); the fix is space on the volume.
+    """
+
+
+# SQLite's answers that are the volume's, not the file's (a full, read-only or failing disk).
+VOLUME_ERRORS: tuple[type[apsw.Error], ...] = (
+    apsw.FullError,
+    apsw.IOError,
+    apsw.CantOpenError,
+    apsw.ReadOnlyError,
+)
+
+
+def volume_state(path: object) -> str:
+    """What the volume of ``path``'s folder is like: read-only, or its free bytes."""
+    folder = os.path.dirname(os.path.abspath(str(path)))
+    try:
+        stats = os.statvfs(folder)
+    except OSError as exc:
+        return f"the state of {folder} is unknown: {exc.strerror}"
+    if stats.f_flag & os.ST_RDONLY:
+        return "its volume is mounted read-only"
+    return f"{stats.f_bavail * stats.f_frsize} bytes free on its volume"
+
+
 class NewerLcmSchema(RuntimeFailure):
     """The database was written by a newer release: reading or migrating it could corrupt it."""
 
@@ -194,6 +226,12 @@ def check_lcm_database(conn: apsw.Connection, path: object, allow_empty: bool) -
     try:
         tables = {str(r[0]) for r in conn.execute("SELECT name FROM sqlite_schema")}
         version = schema_version(conn)
+    except VOLUME_ERRORS as exc:
+        raise LcmVolumeRefused(
+            f"{path}: the volume refused what opening the database needs ({exc}; "
+            f"{volume_state(path)}): a full or read-only data volume, not a damaged file; "
+            "make room or make it writable, then start again (the file was not changed)"
+        ) from exc
     except apsw.Error as exc:
         raise NotAnLcmDatabase(f"{path}: not a readable SQLite database: {exc}") from exc
     if not tables and version == 0:

@@ -68,3 +68,9 @@ def refuses_a_new_file(volume: Path) -> bool:
         return exc.errno == 28
     probe.unlink()
     return False
+
+
+def remount(volume: Path, mode: str) -> None:
+    """Remount the tmpfs at ``volume`` read-only (``ro``) or writable again (``rw``): every
+    file on it must be closed for ``ro``."""
+    subprocess.run(["mount", "-o", f"remount,{mode}", str(volume)], check=True, capture_output=True)

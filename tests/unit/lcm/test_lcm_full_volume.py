@@ -20,11 +20,11 @@ from typing import Any
 import apsw
 import pytest
 from prometheus_client import REGISTRY
-from support.fullvolume import fill, refuses_a_new_file, small_tmpfs
+from support.fullvolume import fill, refuses_a_new_file, remount, small_tmpfs
 from support.lcm_conversations import SYSTEM, make_hermes_engine
 
 from hermes_runtime.common.sqlite import connect
-from hermes_runtime.lcm import LcmStore, dag, messagereads, writebehind
+from hermes_runtime.lcm import LcmStore, LcmVolumeRefused, dag, messagereads, writebehind
 from hermes_runtime.lcm.hermes_plugin import LcmContextEngine
 
 OPENING = "conversation of client A"
@@ -203,3 +203,35 @@ def test_a_turn_whose_reply_the_host_lost_on_the_full_volume_is_stored_once(
     assert stored(db) == [m["content"] for m in asked]
     engine.engine.close()
     assert integrity(db) == "ok"
+
+
+def test_a_start_on_a_read_only_volume_blames_the_volume_not_the_file(volume: Path) -> None:
+    """Without its ``-shm`` file (the last connection's clean close removes it, as does a copy
+    of the database alone), opening a WAL database must create it, which a read-only volume
+    refuses. The error names the volume's state (it said "not a readable SQLite database",
+    which sends an operator after a restore), the file stays as it was, and the store opens
+    once the volume is writable again."""
+    db = volume / "lcm.db"
+    store = LcmStore(db)
+    store.stop_fulltext()
+    store.close()
+    for name in ("lcm.db", "lcm-fts.db"):  # everything into the database files, then no WAL
+        conn = connect(volume / name)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.close()
+    for leftover in [*volume.glob("*-wal"), *volume.glob("*-shm")]:
+        leftover.unlink()
+    before = db.read_bytes()
+    remount(volume, "ro")
+    try:
+        with pytest.raises(LcmVolumeRefused) as refused:
+            LcmStore(db)
+    finally:
+        remount(volume, "rw")
+    message = str(refused.value)
+    assert str(db) in message and "its volume is mounted read-only" in message
+    assert "not a readable SQLite database" not in message
+    assert db.read_bytes() == before
+    reopened = LcmStore(db)
+    reopened.stop_fulltext()
+    reopened.close()
