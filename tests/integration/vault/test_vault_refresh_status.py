@@ -40,6 +40,8 @@ def test_an_outage_is_noted_beside_the_file_and_exported_by_the_agent(tmp_path: 
         )
         settings = VaultSettings(addr=server.addr, auth="token", timeout=2)
         with refresher(settings, ["secret/data/hermes#KEY=K"], out, {"VAULT_TOKEN": "root"}) as log:
+            # The status is noted after the file is written: wait for it, not for the file.
+            wait_until(lambda: read_refresh_status(status_file) is not None, what="status noted")
             first = read_refresh_status(status_file)
             assert first is not None and first.last_attempt_ok, first
             assert refresh_series(status_file)["hermes_runtime_secrets_refresh_ok"] == 1
