@@ -49,7 +49,10 @@ def test_the_warm_gateway_preload_list_is_read_from_the_env() -> None:
     given = {"HERMES_RUNTIME_GATEWAY_PRELOAD": " openai, aiohttp.web "}
     assert AgentSettings.from_env(given).preload == ("openai", "aiohttp.web")
     assert AgentSettings.from_env({"HERMES_RUNTIME_GATEWAY_PRELOAD": "none"}).preload == ()
-    with pytest.raises(RuntimeFailure, match="HERMES_RUNTIME_GATEWAY_PRELOAD: open-ai"):
+    with pytest.raises(
+        RuntimeFailure,
+        match="HERMES_RUNTIME_GATEWAY_PRELOAD='open-ai' is refused: open-ai is no module",
+    ):
         AgentSettings.from_env({"HERMES_RUNTIME_GATEWAY_PRELOAD": "open-ai"})
 
 
