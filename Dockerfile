@@ -227,6 +227,10 @@ RUN HERMES_HOME=/tmp/version-check hermes --version && hermes-runtime --version 
 # the read-only cache the runtime reads: no pod builds it (~3 s of CPU) into its data volume.
 RUN python3 -c 'from hermes_runtime.lcm.e5onnx import E5Weights, model_file; w = E5Weights.load(); print([str(model_file(w, bits)) for bits in (8, 7)])' \
     && chmod -R a+rX /opt/hermes-runtime/models && ls -l /opt/hermes-runtime/models
+# One BLAS thread for numpy (OpenBLAS): LCM's embedding worker keeps one core busy, and a
+# search's numpy spread over both cores fought it: a turn's p99 while a backlog was embedded
+# was 1.89x idle, 1.06x with one thread (bench/lcm_time_to_searchable.py --turn-latency).
+ENV OPENBLAS_NUM_THREADS=1
 USER 10000:10000
 WORKDIR /opt/data
 EXPOSE 8642 9090
