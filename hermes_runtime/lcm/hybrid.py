@@ -86,7 +86,7 @@ def vector_search(
     limit: int,
     index: VectorIndex | None = None,
 ) -> list[Hit]:
-    """Nearest items by cosine similarity, only among vectors of the embedder's model."""
+    """Nearest items by cosine less hubness (vectorindex.py), among the model's own vectors."""
     found = _vector_ranking(store, embedder, query, session_id, limit, index)
     return [h for k, i, score in found if (h := hit_for(store, k, i, score)) is not None]
 
