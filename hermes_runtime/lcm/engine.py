@@ -20,7 +20,6 @@ from hermes_runtime.lcm.assembly import (
     context_within,
     summary_refs_in,
 )
-from hermes_runtime.lcm.compaction import CompactionReport
 from hermes_runtime.lcm.compactrun import Compactions
 from hermes_runtime.lcm.config import LcmConfig
 from hermes_runtime.lcm.dag import summary_sessions
@@ -99,6 +98,10 @@ class LcmEngine:
         self.vectors = VectorIndex()
         self._prints = FingerprintMemo()
         self._compactions = Compactions(self)
+        # One compaction of a session, and the context fitted to a budget (compacting as
+        # needed), each under the session's lock: compactrun.py's, with their signatures.
+        self.compact = self._compactions.compact
+        self.fitted_context = self._compactions.fitted_context
         self._views = hostview.HostViews()
         self.worker: EmbeddingWorker | None = None
         if start_worker and self.embedder is not None:
@@ -351,33 +354,8 @@ class LcmEngine:
 
     # -- compaction and assembly -------------------------------------------
 
-    def compact(
-        self,
-        session_id: str,
-        budget: int,
-        extra_tokens: int = 0,
-        force: bool = False,
-        focus: str = "",
-        defer: bool = False,
-    ) -> CompactionReport:
-        """One compaction of the session (``compactrun.Compactions.compact``); ``defer``: a
-        failing summary model stops it (``outage.py``)."""
-        return self._compactions.compact(session_id, budget, extra_tokens, force, focus, defer)
-
     def context(self, session_id: str) -> list[dict[str, Any]]:
         return assemble(self.store, session_id)
-
-    def fitted_context(
-        self,
-        session_id: str,
-        budget: int,
-        system_head: list[dict[str, Any]] | None = None,
-        focus: str = "",
-        defer: bool = False,
-    ) -> tuple[list[dict[str, Any]], CompactionReport]:
-        """Compact as needed, then assemble; the host's system messages ride in front.
-        ``defer``: see ``compact`` (``SummaryDeferred`` is raised, nothing handed out)."""
-        return self._compactions.fitted_context(session_id, budget, system_head, focus, defer)
 
     # -- tools -------------------------------------------------------------
 

@@ -210,8 +210,7 @@ class _ModelVectors:
 
     def nbytes(self) -> int:
         arrays = (self.kinds, self.items, self.sessions, self.scales, self.matrix, self.codes)
-        arrays += (self.hubs,)
-        return sum(int(a.nbytes) for a in arrays)
+        return sum(int(a.nbytes) for a in arrays) + int(self.hubs.nbytes)
 
     def exact_scores(self, rows: np.ndarray | slice, query: np.ndarray) -> np.ndarray:
         """Cosine similarities of ``rows`` with ``query``, converting int8 a block at a time."""
