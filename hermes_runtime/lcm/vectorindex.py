@@ -11,10 +11,10 @@ mean similarity of a row to its ``HUB_NEIGHBOURS`` nearest rows of a probe
 sample): the CSLS correction of Conneau et al. (2018, "Word translation
 without parallel data"). A small embedder puts some texts near everything
 (gibberish notes, one-line questions, boilerplate tool output); those "hubs"
-crowded the answers out of the top 5. On the retrieval eval the correction
-took e5's vector recall@5 from 26/30 to 28/30 on both halves, the 12-fact
-transcript from 9/12 to 11/12 and the agent transcript from 6/12 to 9/12
-(docs/benchmarks.md, "LCM: embeddings").
+crowded the answers out of the top 5. With e5 the correction found 28 and
+29 of 30 facts on the retrieval eval's halves (cosine: 26 and 26), 11 of 12
+on the 12-fact transcript (9) and 9 of 12 on the agent transcript (6):
+bench/lcm_recall_variants.py, docs/lcm.md "Hubness".
 """
 
 from __future__ import annotations
