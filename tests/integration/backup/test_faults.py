@@ -65,6 +65,7 @@ def start_create(target: BackupTarget, data_dir: Path) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,  # its own process group: restic's child with it
     )
 
 
@@ -211,7 +212,10 @@ def test_kill_9_during_create_lists_no_half_snapshot(data_dir: Path, tmp_path: P
     add_many_files(data_dir, count=1500)  # 60 MB of random data: several 16 MiB packs
     process = start_create(target, data_dir)
     wait_for_blobs(target, len(target.object_keys("data/")) + 1, process)
-    process.send_signal(signal.SIGKILL)
+    # As the kubelet kills a container (or the kernel a pod's PID namespace when its first
+    # process dies): every process in it. Killing our process alone left its restic child
+    # running for a while, holding the repository's lock when prune came (a flaky failure).
+    os.killpg(process.pid, signal.SIGKILL)
     process.communicate(timeout=30)
     assert listed(target) == [first]
     restored = tmp_path / "restored"
