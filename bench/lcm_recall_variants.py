@@ -36,6 +36,7 @@ from lcm_transcripts import keyword_set, transcript
 
 from hermes_runtime.lcm import LcmConfig, LcmEngine, LcmStore, embed_database, offline_embedder
 from hermes_runtime.lcm.embeddings import Embedder, VectorIndex, embed_all
+from hermes_runtime.lcm.hits import content_key
 from hermes_runtime.lcm.vectorindex import decode_vectors
 
 TOP = 5
@@ -54,7 +55,7 @@ class Case:
 class Corpus:
     store: LcmStore
     cases: list[Case]
-    texts: dict[int, str]  # message id -> content (copies fold by it)
+    texts: dict[int, str]  # message id -> content (copies fold by role and content)
     roles: dict[int, str]
     newest: int
     model: str
@@ -88,14 +89,15 @@ def transcript_set(home: Path, embedder: Embedder, keyword: bool) -> Corpus:
     return corpus(store, cases, embedder.model)
 
 
-def top_messages(found: list[tuple[str, int, float]], texts: dict[int, str]) -> list[int]:
+def top_messages(found: list[tuple[str, int, float]], data: Corpus) -> list[int]:
     """The first TOP distinct messages of a ranking (a summary or a copy takes no slot)."""
-    seen: set[str] = set()
+    seen: set[bytes] = set()
     top: list[int] = []
     for kind, item, _ in found:
-        if kind != "message" or texts.get(item, "") in seen or item in top:
+        key = content_key(data.roles.get(item), data.texts.get(item))  # as hybrid search folds
+        if kind != "message" or key in seen or item in top:
             continue
-        seen.add(texts.get(item, ""))
+        seen.add(key)
         top.append(item)
         if len(top) == TOP:
             break
@@ -107,7 +109,7 @@ def ranked(data: Corpus, query: np.ndarray, index: VectorIndex) -> list[tuple[st
 
 
 def plain(data: Corpus, query: np.ndarray, index: VectorIndex) -> list[int]:
-    return top_messages(ranked(data, query, index), data.texts)
+    return top_messages(ranked(data, query, index), data)
 
 
 def recency(data: Corpus, query: np.ndarray, index: VectorIndex) -> list[int]:
@@ -115,7 +117,7 @@ def recency(data: Corpus, query: np.ndarray, index: VectorIndex) -> list[int]:
         (kind, item, score + RECENCY_WEIGHT * item / data.newest)
         for kind, item, score in ranked(data, query, index)
     ]
-    return top_messages(sorted(found, key=lambda hit: -hit[2]), data.texts)
+    return top_messages(sorted(found, key=lambda hit: -hit[2]), data)
 
 
 def expanded(data: Corpus, query: np.ndarray, index: VectorIndex) -> list[int]:

