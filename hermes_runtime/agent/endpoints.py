@@ -39,14 +39,14 @@ from typing import Any
 
 import apsw
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from ruamel.yaml import YAML
 
 from hermes_runtime.agent.datareserve import OK, DataReserve
 from hermes_runtime.agent.httpget import http_get
 from hermes_runtime.agent.metrics import AgentMetrics
+from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.common.logs import log_event
 from hermes_runtime.common.sqlite import connect
-from hermes_runtime.lcm import LcmConfig
+from hermes_runtime.lcm import selected_config
 
 PROBE_TIMEOUT = 2.0  # seconds per check; the kubelet's own timeout is the outer bound
 MAX_DISCARDED_BODY = 64 * 1024  # a refused request's body read before closing
@@ -127,9 +127,13 @@ class Readiness:
     def _lcm(self) -> str:
         """With LCM as the context engine, ``lcm.db`` (once the engine made it) must be
         readable: read-only, so the probe never creates nor changes anything."""
-        if not _lcm_enabled(self.data_dir / "config.yaml"):
+        try:
+            config = selected_config(self.data_dir)
+        except RuntimeFailure as exc:  # a bad lcm: section: the engine refuses it too
+            return str(exc)
+        if config is None:
             return "ok"
-        db = LcmConfig.for_home(self.data_dir).db_path
+        db = config.db_path  # where the engine keeps it (``lcm.db_path`` moves it)
         if not db.exists():
             return "ok"  # created by the engine with the first session
         try:
@@ -141,15 +145,6 @@ class Readiness:
         except apsw.Error as exc:
             return f"{db}: {exc}"
         return "ok"
-
-
-def _lcm_enabled(config_yaml: Path) -> bool:
-    try:
-        config = YAML(typ="safe").load(config_yaml.read_text(encoding="utf-8")) or {}
-    except (OSError, ValueError):
-        return False
-    context = config.get("context") if isinstance(config, dict) else None
-    return isinstance(context, dict) and context.get("engine") == "lcm"
 
 
 class Endpoints:

@@ -1,7 +1,8 @@
 """Lossless Context Management: keep every message, fold old turns into expandable summaries.
 
-Public surface: ``LcmConfig``, ``LcmEngine`` (host-agnostic engine),
-``LcmStore`` (the database), ``CompactionPolicy``, ``make_summarizer``,
+Public surface: ``LcmConfig`` (and ``selected_config``: whether config.yaml picks
+LCM, with what settings), ``LcmEngine`` (host-agnostic engine), ``LcmStore`` (the
+database), ``CompactionPolicy``, ``make_summarizer``,
 ``validation_errors`` (is a message list valid for OpenAI APIs), and the
 operator's calls the CLI forwards to: ``open_readonly``, ``import_history``,
 ``context_within``, ``grep``, ``search_history``, ``expand``, ``stats``,
@@ -14,7 +15,7 @@ Hermes, since it needs Hermes' ``agent`` package).
 
 from hermes_runtime.lcm.assembly import validation_errors
 from hermes_runtime.lcm.compaction import CompactionPolicy, CompactionReport
-from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.config import LcmConfig, selected_config
 from hermes_runtime.lcm.doctor import doctor, rebuild_fts, remove_orphan_outputs, stats
 from hermes_runtime.lcm.embeddings import offline_embedder
 from hermes_runtime.lcm.embedjob import EmbedProgress, EmbedResult, embed_database, embedding_status
@@ -60,6 +61,7 @@ __all__ = [
     "rebuild_fts",
     "remove_orphan_outputs",
     "search_history",
+    "selected_config",
     "stats",
     "validation_errors",
 ]

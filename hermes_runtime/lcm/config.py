@@ -77,6 +77,44 @@ class LcmConfig:
         return {**own, **asdict(self.policy)}
 
 
+def read_lcm_section(home: Path) -> dict[str, Any]:
+    """The ``lcm:`` mapping of ``home/config.yaml`` ({} when absent or not a mapping)."""
+    section = _hermes_config(home).get("lcm")
+    return section if isinstance(section, dict) else {}
+
+
+def selected_config(home: Path) -> LcmConfig | None:
+    """LCM's settings when ``home/config.yaml`` selects it (``context.engine: lcm``), else None.
+
+    Why one reading for both questions: the pod's readiness probe and the plugin must
+    agree on where ``lcm.db`` is (``lcm.db_path`` moves it). A config.yaml that cannot be
+    read or parsed selects nothing (Hermes itself reports it); a bad ``lcm:`` section
+    raises ``RuntimeFailure`` naming the key, as the engine would.
+    """
+    from ruamel.yaml import YAMLError
+
+    try:
+        data = _hermes_config(home)
+    except (OSError, ValueError, YAMLError):
+        return None
+    context = data.get("context")
+    if not (isinstance(context, dict) and context.get("engine") == "lcm"):
+        return None
+    section = data.get("lcm")
+    return LcmConfig.for_home(home, section if isinstance(section, dict) else {})
+
+
+def _hermes_config(home: Path) -> dict[str, Any]:
+    """Hermes' ``home/config.yaml`` as a mapping ({} when absent or not a mapping)."""
+    from ruamel.yaml import YAML  # only the host process and the probe read it
+
+    path = home / "config.yaml"
+    if not path.exists():
+        return {}
+    data = YAML(typ="safe").load(path.read_text(encoding="utf-8")) or {}
+    return data if isinstance(data, dict) else {}
+
+
 def _expand_path(value: Any) -> Any:
     """``$VAR`` in a path is expanded, as Hermes does for its own paths."""
     return value if isinstance(value, Path) else Path(os.path.expandvars(str(value)))

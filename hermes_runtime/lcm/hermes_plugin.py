@@ -41,7 +41,7 @@ from hermes_runtime.compat import (
 from hermes_runtime.lcm import sessions
 from hermes_runtime.lcm.assembly import count_tokens
 from hermes_runtime.lcm.compaction import CompactionReport
-from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.config import LcmConfig, read_lcm_section
 from hermes_runtime.lcm.engine import TOOL_SCHEMAS, LcmEngine, make_summarizer
 from hermes_runtime.lcm.failedturns import TurnFailure
 from hermes_runtime.lcm.outage import SummaryDeferred, may_defer
@@ -53,7 +53,6 @@ from hermes_runtime.lcm.plugin_host import (
     hermes_home,
     in_background_review,
     open_existing_database,
-    read_lcm_section,
     serve_metrics,
     start_day_one_import,
     warm_static_embedder,

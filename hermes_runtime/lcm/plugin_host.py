@@ -1,10 +1,10 @@
 """What the LCM plugin does in the host process beside its engine.
 
-Split from ``hermes_plugin.py`` (which re-exports these names): reading the ``lcm:``
-section of Hermes' config.yaml, the metrics endpoint, the day-one import of Hermes'
-``state.db``, the static embedder's warm-up at gateway start, committing the queued
-turns at exit, telling the background review's thread apart, and the memory context a
-compaction hands back. Nothing here depends on Hermes' context-engine ABC.
+Split from ``hermes_plugin.py`` (which re-exports these names): the metrics endpoint,
+the day-one import of Hermes' ``state.db``, the static embedder's warm-up at gateway
+start, opening an existing ``lcm.db`` at start, committing the queued turns at exit,
+telling the background review's thread apart, and the memory context a compaction hands
+back. Nothing here depends on Hermes' context-engine ABC.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_runtime.compat import on_review_thread
-from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.config import read_lcm_section, selected_config
 from hermes_runtime.lcm.engine import LcmEngine
 
 METRICS_PORT_ENV = "HERMES_RUNTIME_LCM_METRICS_PORT"
@@ -29,31 +29,6 @@ logger = logging.getLogger("hermes_runtime.lcm.hermes_plugin")  # the plugin's o
 
 def hermes_home() -> Path:
     return Path(os.environ.get("HERMES_HOME") or Path.home() / ".hermes")
-
-
-def read_lcm_section(home: Path) -> dict[str, Any]:
-    """The ``lcm:`` mapping of ``$HERMES_HOME/config.yaml`` ({} when absent)."""
-    from ruamel.yaml import YAML
-
-    path = home / "config.yaml"
-    if not path.exists():
-        return {}
-    data = YAML(typ="safe").load(path.read_text(encoding="utf-8")) or {}
-    section = data.get("lcm") if isinstance(data, dict) else None
-    return section if isinstance(section, dict) else {}
-
-
-def lcm_selected(home: Path) -> bool:
-    """Whether ``config.yaml`` selects LCM as the context engine (``context.engine: lcm``)."""
-    from ruamel.yaml import YAML
-
-    path = home / "config.yaml"
-    try:
-        data = YAML(typ="safe").load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, ValueError):
-        return False
-    context = data.get("context") if isinstance(data, dict) else None
-    return isinstance(context, dict) and context.get("engine") == "lcm"
 
 
 def serve_metrics(port: str) -> None:
@@ -187,10 +162,8 @@ def open_existing_database(open_engine: Callable[[], object]) -> threading.Threa
     metrics port stays closed. A new volume keeps the lazy open: nothing creates ``lcm.db``
     before LCM is used (another context engine may be selected).
     """
-    home = hermes_home()
-    if not LcmConfig.for_home(home, read_lcm_section(home)).db_path.exists():
-        return None
-    if not lcm_selected(home):
+    config = selected_config(hermes_home())
+    if config is None or not config.db_path.exists():
         return None
 
     def open_now() -> None:

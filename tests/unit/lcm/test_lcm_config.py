@@ -10,7 +10,7 @@ import pytest
 
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.lcm import CompactionPolicy, LcmConfig
-from hermes_runtime.lcm.config import LcmSection
+from hermes_runtime.lcm.config import LcmSection, read_lcm_section, selected_config
 
 
 def test_booleans_written_as_strings_mean_what_they_say(tmp_path: Path) -> None:
@@ -75,3 +75,37 @@ def test_the_rules_cover_every_setting() -> None:
     plain = LcmConfig(db_path=Path("/data/lcm.db"), outputs_dir=Path("/data/outputs"))
     plain.validate()  # the defaults pass their own rules
     assert LcmConfig.for_home("/data") == plain
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",  # empty
+        "context:\n  engine: compressor\n",  # another engine
+        "context: lcm\n",  # not the mapping Hermes reads
+        "- context\n- lcm\n",  # no mapping at all
+        "context: {engine: lcm\n",  # no YAML: Hermes reports it, nothing is selected
+    ],
+)
+def test_a_config_yaml_that_does_not_pick_lcm_selects_nothing(tmp_path: Path, text: str) -> None:
+    (tmp_path / "config.yaml").write_text(text)
+    assert selected_config(tmp_path) is None
+    assert selected_config(tmp_path / "no-such-home") is None
+
+
+def test_the_selected_config_is_the_one_the_lcm_section_makes(tmp_path: Path) -> None:
+    """Where lcm.db is comes from the section: the readiness probe reads the file the engine
+    writes, not the default path."""
+    moved = tmp_path / "elsewhere" / "memory.db"
+    config_yaml = tmp_path / "config.yaml"
+    config_yaml.write_text(
+        f"context:\n  engine: lcm\nlcm:\n  db_path: {moved}\n  threshold_percent: 0.6\n"
+    )
+    config = selected_config(tmp_path)
+    assert config is not None
+    assert (config.db_path, config.threshold_percent) == (moved, 0.6)
+    assert config == LcmConfig.for_home(tmp_path, read_lcm_section(tmp_path))
+
+    config_yaml.write_text("context:\n  engine: lcm\nlcm:\n  threshold_percent: 2\n")
+    with pytest.raises(RuntimeFailure, match=r"config\.yaml lcm\.threshold_percent: value 2"):
+        selected_config(tmp_path)
