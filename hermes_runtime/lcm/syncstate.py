@@ -135,7 +135,12 @@ def aligned_prefix(known: list[str], prints: list[str]) -> int:
 
     Those messages are already stored; the rest of ``prints`` is new. A
     prefix (not any run) because hosts only append after what they hold.
+    The usual turn (the host appended to all it held) is settled by one list
+    comparison: joining and searching every print cost a turn O(transcript)
+    string work.
     """
+    if prints[: len(known)] == known:  # no longer prefix fits in ``known``
+        return len(known)
     haystack = "|" + "|".join(known) + "|"
     for k in range(min(len(known), len(prints)), 0, -1):
         if "|" + "|".join(prints[:k]) + "|" in haystack:
