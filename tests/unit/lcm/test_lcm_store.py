@@ -130,37 +130,43 @@ def test_ingest_queues_embeddings_and_fts(store: LcmStore) -> None:
     assert json.loads(json.dumps(store.counts()))["messages"] == 1
 
 
-def test_a_batch_is_stored_with_the_same_statements_whatever_its_size(store: LcmStore) -> None:
-    """FTS5 writes its pending postings at every statement: a statement a row paid it a row.
+def test_a_batch_is_stored_with_a_few_statements_of_a_fixed_set(store: LcmStore) -> None:
+    """Not a statement a row, nor a statement text for every batch size.
 
-    Every row comes back as the batch returned it (ids in order, exact write
-    time), its context item and embedding job included.
+    A multi-row INSERT the size of each batch made a new text for nearly every
+    batch, and compiling those pushed the store's other statements out of apsw's
+    statement cache. Chunks of a power of two rows: 40 rows are 32 + 8, 63 are
+    32 + 16 + 8 + 4 + 2 + 1. Every row comes back as the batch returned it (ids in
+    order, exact write time), its context item and embedding job included.
     """
     statements: list[str] = []
 
     def trace(_cursor: apsw.Cursor, sql: str, _bindings: Any) -> bool:
-        statements.append(sql.split("(")[0].strip())
+        statements.append(sql)
         return True
 
     store.ingest_many("s", [{"role": "user", "content": "warm up"}])
-    inserts_by_size = {}
-    for size in (1, 40):
+    chunks_by_size = {}
+    for size in (1, 40, 63):
         statements.clear()
         store.conn.exec_trace = trace
         batch = [{"role": "user", "content": f'row {n} "quoted"\n✓'} for n in range(size)]
         stored = store.ingest_many("s", batch, created_at=1764878400.123456789)
         store.conn.exec_trace = None
-        inserts_by_size[size] = sorted(s for s in statements if s.startswith("INSERT"))
+        inserts = [sql for sql in statements if sql.startswith("INSERT")]
+        chunks_by_size[size] = [
+            sql.count("), (") + 1 for sql in inserts if sql.startswith("INSERT INTO messages")
+        ]
+        assert len(inserts) == 2 * len(chunks_by_size[size]) + 1  # + the embedding queue's
         assert [messagereads.message(store, m.id) for m in stored] == stored
         assert [m.id for m in stored] == list(range(stored[0].id, stored[0].id + size))
         assert [messagereads.full_message(store, m)["content"] for m in stored] == [
             m["content"] for m in batch
         ]
-    assert inserts_by_size[1] == inserts_by_size[40]
-    assert len(inserts_by_size[40]) == 3
+    assert chunks_by_size == {1: [1], 40: [32, 8], 63: [32, 16, 8, 4, 2, 1]}
     items = fetch_all(store.conn, "SELECT message_id FROM context_items ORDER BY position")
-    assert [r[0] for r in items] == list(range(1, 43))
-    assert store.counts()["embed_queue"] == 42
+    assert [r[0] for r in items] == list(range(1, 106))
+    assert store.counts()["embed_queue"] == 105
 
 
 def test_a_batch_longer_than_a_statement_carries_is_stored_whole_and_in_order(
