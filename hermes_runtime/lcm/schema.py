@@ -8,6 +8,7 @@ numbered step applied once, in a transaction, recorded in ``user_version``.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -224,8 +225,14 @@ def check_lcm_database(conn: apsw.Connection, path: object, allow_empty: bool) -
     only the engine and ``lcm import`` create the schema, only there.
     """
     try:
-        tables = {str(r[0]) for r in conn.execute("SELECT name FROM sqlite_schema")}
-        version = schema_version(conn)
+        # One statement, one snapshot: read apart, a process creating the schema between
+        # the two reads made a fresh file look like a foreign one (no tables, a version).
+        row = conn.execute(
+            "SELECT json_group_array(name), (SELECT user_version FROM pragma_user_version) "
+            "FROM sqlite_schema"
+        ).fetchone()
+        assert row is not None  # an aggregate always answers one row
+        tables, version = {str(name) for name in json.loads(row[0])}, int(row[1])
     except VOLUME_ERRORS as exc:
         raise LcmVolumeRefused(
             f"{path}: the volume refused what opening the database needs ({exc}; "
