@@ -9,7 +9,10 @@ One module per verb: ``create``, ``snapshots`` (list), ``verify``, ``restore`` (
 builds the tree ``create`` stores, ``manifest`` is our file inside it, ``snapshot_tree``
 restores a tree and checks its databases for ``restore`` and ``verify``.
 
-Public surface: ``open_repository``, ``create_backup``, ``list_snapshots``,
+Every verb acts on one agent's snapshots and replicas (``agents``): a fleet may share a target.
+
+Public surface: ``open_repository``, ``create_backup``, ``list_snapshots`` (and
+``repository_listing``: every agent's),
 ``verify_snapshot``, ``restore_snapshot``, ``prune_snapshots`` (with ``PrunePolicy``),
 ``write_backup_metrics`` and the status record the agent's ``/metrics`` exports
 (``record_backup_outcome``, ``read_backup_status``). Continuous replication with Litestream:
@@ -37,7 +40,7 @@ from hermes_runtime.backup.reports import (
 from hermes_runtime.backup.restic import PASSWORD_VARIABLES, ResticRepository, open_repository
 from hermes_runtime.backup.restore import restore_snapshot
 from hermes_runtime.backup.selection import DEFAULT_EXCLUDES
-from hermes_runtime.backup.snapshots import list_snapshots
+from hermes_runtime.backup.snapshots import Listing, list_snapshots, repository_listing
 from hermes_runtime.backup.status import (
     BackupStatus,
     backup_status_path,
@@ -52,6 +55,7 @@ __all__ = [
     "PASSWORD_VARIABLES",
     "BackupStatus",
     "BackupSummary",
+    "Listing",
     "PrunePolicy",
     "PruneReport",
     "ReplicaLocation",
@@ -72,6 +76,7 @@ __all__ = [
     "replica_location",
     "replicas_location",
     "replicate",
+    "repository_listing",
     "restore_snapshot",
     "verify_snapshot",
     "write_backup_metrics",

@@ -23,8 +23,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -260,18 +262,35 @@ def replicate(
         )
     scratch = Path(work_dir or os.environ.get("TMPDIR") or "/tmp")
     scratch.mkdir(parents=True, exist_ok=True)
-    replicator = Replicator(
-        data_dir.resolve(),
-        location,
-        scratch / "hermes-litestream.yml",
-        settings or ReplicationSettings(),
-    )
-    with (
-        stop_on_signals(replicator.stop),
-        replication_lock(replicator.data_dir, lambda: replicator.stopping) as held,
-    ):
-        if held:
-            replicator.run()
+    with private_folder(scratch) as config_dir:
+        replicator = Replicator(
+            data_dir.resolve(),
+            location,
+            config_dir / "litestream.yml",
+            settings or ReplicationSettings(),
+        )
+        with (
+            stop_on_signals(replicator.stop),
+            replication_lock(replicator.data_dir, lambda: replicator.stopping) as held,
+        ):
+            if held:
+                replicator.run()
+
+
+@contextlib.contextmanager
+def private_folder(scratch: Path) -> Iterator[Path]:
+    """A new folder in ``scratch`` only this process's user can enter, removed afterwards.
+
+    Litestream runs whatever its config's ``exec:`` names, with the bucket keys in its
+    environment: whoever can replace the config between our write and Litestream's read owns
+    those keys. A fresh ``mkdtemp`` folder (mode 0700, a name nobody can guess or pre-create)
+    leaves no moment where another user can swap the file, even in a shared ``/tmp``.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="hermes-litestream-", dir=scratch))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @contextlib.contextmanager

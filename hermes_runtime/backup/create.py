@@ -22,6 +22,7 @@ from typing import Any, TextIO
 from hermes_runtime.backup.manifest import TreeManifest
 from hermes_runtime.backup.reports import BackupSummary
 from hermes_runtime.backup.restic import (
+    RETRY_LOCK,
     ResticRepository,
     require_folder,
     run_restic,
@@ -33,7 +34,6 @@ from hermes_runtime.backup.snapshots import (
     BACKUP_ID_TAG,
     DATABASES_TAG,
     FILES_TAG,
-    HOST,
     TAG,
     find_snapshot,
     label_tag,
@@ -119,7 +119,7 @@ def _upload(
     """``restic backup`` of the staged tree: restic's summary record."""
     require_folder(repo)  # an unmounted backup volume fails; restic init would fill the mount point
     # Shown by list, no dump needed.
-    args = ["backup", "--json", "--host", HOST, "--tag", TAG]
+    args = [*RETRY_LOCK, "backup", "--json", "--host", repo.agent, "--tag", TAG]
     args += ["--tag", f"{DATABASES_TAG}{len(manifest.databases)}"]
     args += ["--tag", f"{FILES_TAG}{manifest.files + len(manifest.databases)}"]
     args += ["--tag", f"{BACKUP_ID_TAG}{manifest.backup_id}"]

@@ -1,18 +1,19 @@
 """Litestream as the continuous replica: where its replicas live on our target, and how to run it.
 
 Why Litestream: it ships a database's WAL frames to the target every second, so a lost volume
-costs seconds of commits instead of everything since the last scheduled backup. It is the
-tool people already run for this, and its replicas restore with ``litestream restore`` alone.
+costs seconds of commits instead of everything since the last scheduled backup. It is the tool
+people already run for this, and its replicas restore with ``litestream restore`` alone.
 
-Layout: every database ``D/<relpath>`` replicates to ``<target>/litestream/<relpath>`` (a
-folder of LTX files), beside the restic repository of the same target and never inside one
-of restic's own folders (``data``, ``index``, ``keys``, ``locks``, ``snapshots``). Litestream
-0.5 does not encrypt replicas: the target's own protection (bucket encryption, access
-policies, a private volume) is what guards them; docs/backup.md says so.
+Layout: every database ``D/<relpath>`` of agent ``A`` (``agents``) replicates to
+``<target>/litestream/A/<relpath>`` (a folder of LTX files), beside the restic repository of the
+same target and never inside one of restic's own folders (``data``, ``index``, ``keys``,
+``locks``, ``snapshots``). Litestream 0.5 does not encrypt replicas: the target's own protection
+(bucket encryption, access policies, a private volume) is what guards them; docs/backup.md says
+so.
 
 Credentials reach Litestream the standard AWS way, through the environment
-(``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, IRSA, ...): never in its config file nor
-in its arguments. The config file holds paths, the bucket, the endpoint and the region only.
+(``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, IRSA, ...): never in its config file nor in
+its arguments. The config file holds paths, the bucket, the endpoint and the region only.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
+from hermes_runtime.backup.agents import LEGACY, checked_agent
 from hermes_runtime.backup.binaries import find_binary
 from hermes_runtime.common.errors import RuntimeFailure
 
@@ -58,7 +60,11 @@ class ReplicaPlan:
 
 @dataclass(frozen=True)
 class ReplicaLocation:
-    """Our target URL mapped to Litestream's replica settings, one folder per database."""
+    """Our target URL mapped to Litestream's replica settings, one folder per database.
+
+    ``agent``'s databases live under ``<target>/litestream/<agent>/`` (``agents``): a fleet
+    sharing one target never replicates into, nor restores from, another agent's folder.
+    """
 
     url: str
     kind: str  # "file" or "s3"
@@ -67,24 +73,27 @@ class ReplicaLocation:
     endpoint: str | None = None
     region: str = DEFAULT_REGION
     env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    agent: str = LEGACY
 
     def replica_path(self, relpath: str) -> str:
         """The folder (file) or key prefix (s3) of one database's replica."""
-        if self.kind == "file":
-            return str(PurePosixPath(self.root) / REPLICA_PREFIX / relpath)
-        return "/".join(part for part in (self.prefix, REPLICA_PREFIX, relpath) if part)
+        return self.replicas_root() + relpath
 
     def replicas_root(self) -> str:
-        """The folder (file) or key prefix (s3, with a trailing slash) all replicas live under."""
+        """The folder or key prefix, with a trailing slash, the agent's replicas live under."""
         if self.kind == "file":
-            return str(PurePosixPath(self.root) / REPLICA_PREFIX)
-        return "/".join(part for part in (self.prefix, REPLICA_PREFIX) if part) + "/"
+            return str(PurePosixPath(self.root) / REPLICA_PREFIX / self.agent) + "/"
+        return "/".join(part for part in (self.prefix, REPLICA_PREFIX, self.agent) if part) + "/"
 
     def replicas_url(self) -> str:
-        """The URL of the replicas' root (``<target>/litestream``), as ``--replicas`` takes it."""
+        """Every agent's replicas, ``<target>/litestream``: the URL ``--replicas`` takes."""
         if self.kind == "file":
-            return f"file://{self.replicas_root()}"
-        return f"s3://{self.root}/{self.replicas_root().rstrip('/')}"
+            return f"file://{PurePosixPath(self.root) / REPLICA_PREFIX}"
+        return f"s3://{self.root}/" + "/".join(p for p in (self.prefix, REPLICA_PREFIX) if p)
+
+    def agent_url(self) -> str:
+        """The URL of this agent's replicas, for messages."""
+        return f"{self.replicas_url()}/{self.agent}"
 
     def replica_url(self, relpath: str) -> str:
         """A URL ``litestream restore`` and ``litestream ltx`` take (no secret in it)."""
@@ -111,23 +120,34 @@ class ReplicaLocation:
 
 
 def replica_location(
-    url: str, s3_endpoint: str | None = None, environ: Mapping[str, str] | None = None
+    url: str,
+    s3_endpoint: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    agent: str = LEGACY,
 ) -> ReplicaLocation:
-    """Map ``file:///path`` or ``s3://bucket/prefix`` (the backup's target) to replica settings."""
+    """Map ``file:///path`` or ``s3://bucket/prefix`` (the backup's target) to ``agent``'s
+    replica settings."""
+    checked_agent(agent)
     env = dict(os.environ if environ is None else environ)
     parts = urlsplit(url)
     if parts.scheme == "file" and parts.path and not parts.netloc:
-        return ReplicaLocation(url, "file", parts.path.rstrip("/") or "/", "", env=env)
+        root = parts.path.rstrip("/") or "/"
+        return ReplicaLocation(url, "file", root, "", env=env, agent=agent)
     if parts.scheme == "s3" and parts.netloc:
         endpoint = s3_endpoint or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
         region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
         prefix = parts.path.strip("/")
-        return ReplicaLocation(url, "s3", parts.netloc, prefix, endpoint or None, region, env)
+        return ReplicaLocation(
+            url, "s3", parts.netloc, prefix, endpoint or None, region, env, agent
+        )
     raise RuntimeFailure(f"--target {url}: expected file:///path or s3://bucket/prefix")
 
 
 def replicas_location(
-    url: str, s3_endpoint: str | None = None, environ: Mapping[str, str] | None = None
+    url: str,
+    s3_endpoint: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    agent: str = LEGACY,
 ) -> ReplicaLocation:
     """The replicas at ``url``: what ``backup replicate --target T`` writes, ``T/litestream``.
 
@@ -141,6 +161,7 @@ def replicas_location(
         f"s3://bucket/prefix/{REPLICA_PREFIX} (the target of backup replicate, "
         f"then /{REPLICA_PREFIX})"
     )
+    checked_agent(agent)
     parts = urlsplit(url)
     path = parts.path.rstrip("/")
     named = path.startswith("/") and path.rsplit("/", 1)[-1] == REPLICA_PREFIX
@@ -148,7 +169,7 @@ def replicas_location(
         raise refused
     target = urlunsplit((parts.scheme, parts.netloc, path[: -len(REPLICA_PREFIX)], "", ""))
     try:
-        location = replica_location(target, s3_endpoint, environ)
+        location = replica_location(target, s3_endpoint, environ, agent)
     except RuntimeFailure:
         raise refused from None
     return replace(location, url=location.replicas_url())

@@ -1,16 +1,23 @@
-"""``backup prune``: ``restic forget --prune`` with our keep flags, on our snapshots only.
+"""``backup prune``: ``restic forget --prune`` with our keep flags, on the agent's snapshots only.
 
-Grouped by host (always ``hermes-runtime``: pods change names), after ``restic unlock``, which
-removes only stale locks (a killed backup's). restic's repository locks keep a prune from
-deleting data a running backup needs. The report holds what ``forget --json`` says, the
-snapshots kept and removed, and nothing more: restic gives no machine-readable count of the
+Only snapshots with our tag and the agent's host (``agents``) are considered: in a repository a
+fleet shares, one agent's keep rules never forget another agent's snapshots. After ``restic
+unlock``, which removes only stale locks (a killed backup's). restic's repository locks keep a
+prune from deleting data a running backup needs. The report holds what ``forget --json`` says,
+the snapshots kept and removed, and nothing more: restic gives no machine-readable count of the
 blobs or bytes a prune frees.
 """
 
 from __future__ import annotations
 
 from hermes_runtime.backup.reports import PrunePolicy, PruneReport
-from hermes_runtime.backup.restic import ResticRepository, json_document, logged, run_restic
+from hermes_runtime.backup.restic import (
+    RETRY_LOCK,
+    ResticRepository,
+    json_document,
+    logged,
+    run_restic,
+)
 from hermes_runtime.backup.snapshots import TAG
 
 
@@ -18,7 +25,8 @@ def prune_snapshots(
     repo: ResticRepository, policy: PrunePolicy, *, dry_run: bool = False
 ) -> PruneReport:
     """Forget the snapshots ``policy`` does not keep and prune the data only they used."""
-    args = ["forget", "--json", "--tag", TAG, "--group-by", "host"]
+    args = [*RETRY_LOCK, "forget", "--json", "--tag", TAG, "--host", repo.agent]
+    args += ["--group-by", "host"]
     args += ["--keep-last", str(policy.keep_last)]
     if policy.keep_daily:
         args += ["--keep-daily", str(policy.keep_daily)]

@@ -125,7 +125,7 @@ def replica_files(location: ReplicaLocation) -> dict[str, list[LtxFile]]:
         )
     else:
         keys = _list_s3_keys(location)
-    return ltx_files(keys, location.replicas_url())
+    return ltx_files(keys, location.agent_url())
 
 
 def ltx_files(keys: Iterable[str], root_url: str) -> dict[str, list[LtxFile]]:

@@ -33,6 +33,7 @@ class SnapshotInfo:
     status: str  # "ok": restic lists only snapshots it finished writing
     # What `create --label KEY=VALUE` attached, e.g. {"pre-upgrade": "to 0.2.0, revision 5"}.
     labels: dict[str, str] = field(default_factory=dict)
+    agent: str = ""  # whose snapshot (restic's host; ``agents``)
 
 
 @dataclass

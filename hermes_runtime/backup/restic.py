@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from hermes_runtime.backup.agents import LEGACY, checked_agent
 from hermes_runtime.backup.binaries import find_binary
 from hermes_runtime.backup.restic_errors import (
     NO_REPOSITORY,
@@ -44,12 +45,18 @@ STDERR_LINES_KEPT = 400  # restic may retry for minutes: the failure message nee
 CONNECT_TIMEOUT_SECONDS = 10.0
 STOP_GRACE_SECONDS = 30.0  # after SIGINT at the time limit, before SIGKILL
 NO_LOCK = "--no-lock"  # restic's flag for commands that only read the repository
+# For commands that lock: a fleet shares one repository, and a prune holds it exclusively
+# while it runs; another agent's backup then waits for the lock instead of failing at once.
+# A run's time limit (``with_time_limit``) still ends the wait.
+RETRY_LOCK = ("--retry-lock", "30m")
 
 
 @dataclass(frozen=True)
 class ResticRepository:
     """One repository: our URL, restic's repository string, and the environment to run with.
 
+    ``agent``: whose snapshots the verbs act on (``agents``): restic's host of every snapshot
+    ``create`` makes, the only snapshots ``prune`` forgets and ``latest`` names.
     ``on_stderr`` gets each line restic prints to stderr while it runs. restic retries a
     failing store (full, refusing writes, gone) for up to 15 minutes and says so only there:
     an operation that relays the lines shows the operator why it waits.
@@ -59,6 +66,7 @@ class ResticRepository:
     repository: str
     env: Mapping[str, str] = field(repr=False)
     options: tuple[str, ...] = ()
+    agent: str = LEGACY
     on_stderr: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
     # time.monotonic() by which every restic run must have ended (``with_time_limit``).
     deadline: float | None = field(default=None, compare=False)
@@ -90,12 +98,17 @@ def restic_binary() -> str:
 
 
 def open_repository(
-    url: str, s3_endpoint: str | None = None, environ: Mapping[str, str] | None = None
+    url: str,
+    s3_endpoint: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    agent: str = LEGACY,
 ) -> ResticRepository:
-    """Map ``file:///path`` or ``s3://bucket/prefix`` to a restic repository.
+    """Map ``file:///path`` or ``s3://bucket/prefix`` to a restic repository, for ``agent``.
 
-    A missing password is refused here, before anything runs, with the variables named.
+    A missing password and a bad agent name are refused here, before anything runs, naming
+    the variables or the name.
     """
+    checked_agent(agent)
     env = dict(os.environ if environ is None else environ)
     parts = urlsplit(url)
     if not (parts.scheme == "file" and parts.path and not parts.netloc) and not (
@@ -108,7 +121,7 @@ def open_repository(
             "(restic encrypts every repository; losing the password loses the backups)"
         )
     if parts.scheme == "file":
-        return ResticRepository(url, parts.path, env)
+        return ResticRepository(url, parts.path, env, agent=agent)
     endpoint = s3_endpoint or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
     base = (endpoint or "https://s3.amazonaws.com").rstrip("/")
     prefix = parts.path.strip("/")
@@ -117,7 +130,7 @@ def open_repository(
         env["AWS_DEFAULT_REGION"] = env["AWS_REGION"]
     # Self-hosted S3 (SeaweedFS, MinIO, Ceph) serves path-style buckets.
     options = ("-o", "s3.bucket-lookup=path") if endpoint else ()
-    return ResticRepository(url, repository, env, options)
+    return ResticRepository(url, repository, env, options, agent)
 
 
 def _command(repo: ResticRepository, args: Sequence[str]) -> list[str]:

@@ -34,7 +34,7 @@ from hermes_runtime.backup.reports import RestoreReport, SnapshotInfo
 from hermes_runtime.backup.restic import NO_LOCK, ResticRepository, logged
 from hermes_runtime.backup.selection import STAGING_PREFIX
 from hermes_runtime.backup.snapshot_tree import LatestTagged, RestoredTree, restore_tree
-from hermes_runtime.backup.snapshots import find_snapshot, list_snapshots, listed_snapshots
+from hermes_runtime.backup.snapshots import find_snapshot, repository_listing
 from hermes_runtime.backup.swap import data_dir_entries, remove_stale_stages, staging_root, swap_in
 from hermes_runtime.common.errors import RuntimeFailure, name_list
 from hermes_runtime.common.logs import log_event
@@ -129,10 +129,10 @@ def _snapshot_to_restore(
     """The snapshot; None only for ``latest`` with replicas and no snapshot in the repository."""
     if replicas is None or snapshot != "latest":
         return find_snapshot(repo, snapshot)
-    infos = list_snapshots(repo)  # listed once: every restic run derives the key
-    if not infos and list_replicas(replicas):
+    listing = repository_listing(repo)  # listed once: every restic run derives the key
+    if not listing.own and list_replicas(replicas):
         return None
-    return find_snapshot(repo, snapshot, infos)
+    return find_snapshot(repo, snapshot, listing)
 
 
 def _restore_latest_beside_listing(
@@ -150,15 +150,15 @@ def _restore_latest_beside_listing(
     """
     quiet = repo.with_messages_to(lambda line: None)  # a failure here is redone and reported
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="restic-list") as pool:
-        listing = pool.submit(listed_snapshots, repo)
+        listing_done = pool.submit(repository_listing, repo)
         staged: RestoredTree | None
         try:
-            staged = restore_tree(quiet, LatestTagged(), stage, [NO_LOCK])
+            staged = restore_tree(quiet, LatestTagged(repo.agent), stage, [NO_LOCK])
         except (OSError, RuntimeFailure) as exc:
             staged, reason = None, str(exc)
-        listed = listing.result()
-    found = find_snapshot(repo, "latest", [entry.info for entry in listed])
-    newest = listed[-1].backup_id
+        listing = listing_done.result()
+    found = find_snapshot(repo, "latest", listing)
+    newest = listing.own[-1].backup_id
     if staged is not None and newest and staged.manifest.backup_id == newest:
         return found, staged
     if staged is not None:

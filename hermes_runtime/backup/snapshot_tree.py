@@ -33,14 +33,16 @@ FULL_CHECK = "sha256+integrity_check"
 
 @dataclass(frozen=True)
 class LatestTagged:
-    """The newest of our snapshots as restic resolves it when it runs (``latest --tag``).
+    """The agent's newest snapshot as restic resolves it when it runs (``latest --tag --host``).
 
     Not tied to any listing: a backup may land between a listing and this run, so whoever
     restores it compares the manifest's backup id with the listing's (``restore``).
     """
 
+    agent: str
+
     def restic_args(self) -> list[str]:
-        return ["latest", "--tag", TAG]
+        return ["latest", "--tag", TAG, "--host", self.agent]
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,17 @@
 """``backup list``: our snapshots in the repository, and how one is named.
 
-Every snapshot ``create`` makes carries the tag ``hermes-runtime`` and the fixed host
-``hermes-runtime`` (pods change names, and ``forget`` groups by host), plus tags that let a
-listing say what it holds without reading it: the number of databases, of files, and the
-create's random backup id (also in the manifest: it ties a restored tree to its listing).
+Every snapshot ``create`` makes carries the tag ``hermes-runtime`` and its agent's name as
+restic's host (``agents``: pods change names, agents do not, and ``forget`` groups by host),
+plus tags that let a listing say what it holds without reading it: the number of databases,
+of files, and the create's random backup id (also in the manifest: it ties a restored tree
+to its listing). A listing is the repository's agent's snapshots; the other agents sharing
+the repository are counted (``Listing.others``), never acted on.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 from hermes_runtime.backup.reports import SnapshotInfo
@@ -23,7 +26,6 @@ from hermes_runtime.backup.restic_errors import raise_failed, repository_missing
 from hermes_runtime.common.errors import RuntimeFailure
 
 TAG = "hermes-runtime"
-HOST = "hermes-runtime"  # fixed: pods change names, and forget groups by host
 DATABASES_TAG = "hermes-databases="
 FILES_TAG = "hermes-files="  # the data dir's files and databases
 BACKUP_ID_TAG = "hermes-backup-id="
@@ -39,26 +41,44 @@ class Listed:
     backup_id: str
 
 
+@dataclass(frozen=True)
+class Listing:
+    """Every snapshot of ours in a repository (oldest first), seen as ``agent``'s."""
+
+    agent: str
+    entries: list[Listed]
+
+    @property
+    def own(self) -> list[Listed]:
+        return [entry for entry in self.entries if entry.info.agent == self.agent]
+
+    @property
+    def others(self) -> dict[str, int]:
+        """How many snapshots each other agent sharing the repository has."""
+        counts = Counter(e.info.agent for e in self.entries if e.info.agent != self.agent)
+        return dict(sorted(counts.items()))
+
+
 def list_snapshots(repo: ResticRepository) -> list[SnapshotInfo]:
-    """Our snapshots in the repository, oldest first; none when it does not exist yet.
+    """The agent's snapshots in the repository, oldest first; none when it does not exist yet.
 
     Without restic's lock (``--no-lock``): a listing changes nothing, and the runbook's shell
     pod mounts the backup volume read-only, where restic would retry writing its lock for
     minutes. A prune running at the same time may still list a snapshot it is removing.
     """
-    return [listed.info for listed in listed_snapshots(repo)]
+    return [listed.info for listed in repository_listing(repo).own]
 
 
-def listed_snapshots(repo: ResticRepository) -> list[Listed]:
-    """``list_snapshots`` with each snapshot's backup id."""
+def repository_listing(repo: ResticRepository) -> Listing:
+    """Every snapshot of ours in the repository (one restic run), as the repository's agent's."""
     require_folder(repo)
     args = [NO_LOCK, "snapshots", "--json", "--tag", TAG]
     done = run_restic(repo, args, check=False)
     if done.returncode != 0:
         if repository_missing(done):
-            return []
+            return Listing(repo.agent, [])
         raise_failed(repo.url, args, done)
-    listed = []
+    listed: list[Listed] = []
     for snap in json_document(done.stdout) or []:
         summary = snap.get("summary") or {}
         tags = snap.get("tags") or []
@@ -70,10 +90,11 @@ def listed_snapshots(repo: ResticRepository) -> list[Listed]:
             bytes=int(summary.get("total_bytes_processed", 0)),
             status="ok",
             labels=_labels(tags),
+            agent=str(snap.get("hostname") or ""),
         )
         ids = [t.removeprefix(BACKUP_ID_TAG) for t in tags if t.startswith(BACKUP_ID_TAG)]
         listed.append(Listed(info, ids[0] if ids else ""))
-    return listed
+    return Listing(repo.agent, listed)
 
 
 def _tag_count(tags: list[str], prefix: str, default: int) -> int:
@@ -84,20 +105,37 @@ def _tag_count(tags: list[str], prefix: str, default: int) -> int:
 
 
 def find_snapshot(
-    repo: ResticRepository, snapshot: str, infos: list[SnapshotInfo] | None = None
+    repo: ResticRepository, snapshot: str, listing: Listing | None = None
 ) -> SnapshotInfo:
-    """``latest`` or an id (or its unique prefix) among our snapshots (``infos``, else listed)."""
-    infos = list_snapshots(repo) if infos is None else infos
+    """``latest`` or an id (or its unique prefix) among the agent's snapshots.
+
+    ``listing``: the repository's, when the caller listed it already. Another agent's
+    snapshot is refused, naming that agent: acting on it takes ``--agent`` with its name.
+    """
+    listing = repository_listing(repo) if listing is None else listing
+    infos = [listed.info for listed in listing.own]
     if not infos:
         raise RuntimeFailure(
-            f"backup repository {repo.url} holds no snapshot (asked for {snapshot})"
+            f"backup repository {repo.url} holds no snapshot of agent {repo.agent} "
+            f"(asked for {snapshot}){_others_hint(listing.others)}"
         )
     if snapshot == "latest":
         return infos[-1]
     matches = [i for i in infos if i.id.startswith(snapshot)]
     if len(matches) != 1:
-        raise RuntimeFailure(f"backup repository {repo.url}: no single snapshot {snapshot!r}")
+        raise RuntimeFailure(
+            f"backup repository {repo.url}: no single snapshot {snapshot!r} of agent "
+            f"{repo.agent}{_others_hint(listing.others)}"
+        )
     return matches[0]
+
+
+def _others_hint(others: dict[str, int]) -> str:
+    """Where another agent's snapshots are, so the operator can name that agent."""
+    if not others:
+        return ""
+    counts = ", ".join(f"{agent} ({count})" for agent, count in others.items())
+    return f"; it holds snapshots of other agents: {counts} (pass --agent NAME to act on one)"
 
 
 def _labels(tags: list[str]) -> dict[str, str]:

@@ -15,7 +15,13 @@ import tempfile
 from pathlib import Path
 
 from hermes_runtime.backup.reports import VerifyReport
-from hermes_runtime.backup.restic import NO_LOCK, ResticRepository, logged, run_restic
+from hermes_runtime.backup.restic import (
+    NO_LOCK,
+    RETRY_LOCK,
+    ResticRepository,
+    logged,
+    run_restic,
+)
 from hermes_runtime.backup.snapshot_tree import restore_tree
 from hermes_runtime.backup.snapshots import find_snapshot
 
@@ -32,7 +38,7 @@ def verify_snapshot(
     ``lock=False`` (``verify --no-lock``) works on a read-only repository: restic's
     ``--no-lock``, at the price of not excluding a concurrent prune.
     """
-    no_lock = [] if lock else [NO_LOCK]
+    no_lock = list(RETRY_LOCK) if lock else [NO_LOCK]
     repo = repo.with_messages_to(logged("backup.verify.restic"))
     found = find_snapshot(repo, snapshot)
     run_restic(repo, [*no_lock, "check", "--read-data"])

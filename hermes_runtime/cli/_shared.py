@@ -257,6 +257,11 @@ def add_server_url(parser: argparse.ArgumentParser, flag: str, help_text: str) -
     parser.add_argument(flag, type=http_url, metavar="URL", help=help_text)
 
 
+def env_text(name: str) -> str | None:
+    """The environment variable ``name``, stripped; None when unset or blank."""
+    return os.environ.get(name, "").strip() or None
+
+
 def env_url(*names: str) -> str | None:
     """The first of the environment variables ``names`` that is set, checked as a URL.
 

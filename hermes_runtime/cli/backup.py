@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,9 @@ from hermes_runtime.cli._shared import (
     add_number,
     add_server_url,
     add_verb,
+    capability_type,
     emit,
+    env_text,
     env_url,
 )
 from hermes_runtime.common.errors import RuntimeFailure
@@ -36,6 +39,14 @@ def _target_args(parser: argparse.ArgumentParser) -> None:
         required=True,
         metavar="URL",
         help="where snapshots live: file:///backup or s3://bucket/prefix",
+    )
+    parser.add_argument(
+        "--agent",
+        type=capability_type("hermes_runtime.backup.agents", "checked_agent"),
+        metavar="NAME",
+        help="whose snapshots and replicas: each agent sharing a target acts on its own only "
+        "(default: $HERMES_RUNTIME_AGENT, else hermes-runtime; the chart sets "
+        "<namespace>.<release>)",
     )
     add_server_url(
         parser,
@@ -65,6 +76,16 @@ def _exclude_arg(parser: argparse.ArgumentParser, help_text: str) -> None:
     parser.add_argument("--exclude", action="append", default=[], metavar="GLOB", help=help_text)
 
 
+def _agent(args: argparse.Namespace) -> str:
+    """``--agent``, else ``$HERMES_RUNTIME_AGENT`` (checked, naming the variable), else legacy."""
+    if args.agent:
+        return str(args.agent)
+    from hermes_runtime.backup.agents import ENV, LEGACY, checked_agent
+
+    named = env_text(ENV)
+    return checked_agent(named, ENV) if named else LEGACY
+
+
 def _endpoint(args: argparse.Namespace) -> str | None:
     return args.s3_endpoint or env_url("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 
@@ -73,7 +94,7 @@ def _target(args: argparse.Namespace) -> Any:
     from hermes_runtime.backup import open_repository
 
     # The password comes from restic's own variables (RESTIC_PASSWORD*): never from argv.
-    return open_repository(args.target, _endpoint(args))
+    return open_repository(args.target, _endpoint(args), agent=_agent(args))
 
 
 NAME = "backup"
@@ -116,8 +137,13 @@ def register(verbs: Any) -> None:
         "pre-upgrade backup sets pre-upgrade=<release revision> (docs/backup.md)",
     )
 
-    listing = add_verb(verbs, "list", "list complete snapshots", _list)
+    listing = add_verb(verbs, "list", "list the agent's complete snapshots", _list)
     _target_args(listing)
+    listing.add_argument(
+        "--all-agents",
+        action="store_true",
+        help="list every agent's snapshots in the repository, each with its agent",
+    )
 
     verify = add_verb(verbs, "verify", "download a snapshot and check every byte", _verify)
     _target_args(verify)
@@ -223,7 +249,7 @@ def _replicate(args: argparse.Namespace) -> int:
     from hermes_runtime.backup import ReplicationSettings, replica_location, replicate
 
     settings = ReplicationSettings(args.sync_interval, args.rescan_seconds, tuple(args.exclude))
-    location = replica_location(args.target, _endpoint(args))
+    location = replica_location(args.target, _endpoint(args), agent=_agent(args))
     replicate(args.data_dir, location, settings=settings, work_dir=args.work_dir)
     return 0
 
@@ -262,18 +288,31 @@ def _create(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from hermes_runtime.backup import list_snapshots
+    from hermes_runtime.backup import repository_listing
 
-    infos = list_snapshots(_target(args))
-    emit(args, [dataclasses.asdict(i) for i in infos], "\n".join(map(_snapshot_line, infos)))
+    repo = _target(args)
+    listing = repository_listing(repo)
+    entries = listing.entries if args.all_agents else listing.own
+    infos = [entry.info for entry in entries]
+    lines = [_snapshot_line(info, args.all_agents) for info in infos]
+    others = {} if args.all_agents else listing.others
+    if others:  # said on stderr: stdout stays the agent's snapshots, one a line
+        counts = ", ".join(f"{agent} ({count})" for agent, count in others.items())
+        print(
+            f"note: {repo.url} is shared: it also holds snapshots of {counts}; "
+            "list them with --all-agents",
+            file=sys.stderr,
+        )
+    emit(args, [dataclasses.asdict(i) for i in infos], "\n".join(lines))
     return 0
 
 
-def _snapshot_line(info: SnapshotInfo) -> str:
+def _snapshot_line(info: SnapshotInfo, with_agent: bool) -> str:
     labels = "".join(f"  {key}={value}" for key, value in sorted(info.labels.items()))
+    agent = f"  agent={info.agent}" if with_agent else ""
     return (
         f"{info.id}  {info.created_at}  {info.files:>6} files  {info.databases:>3} db  "
-        f"{info.bytes:>14} B  {info.status}{labels}"
+        f"{info.bytes:>14} B  {info.status}{agent}{labels}"
     )
 
 
@@ -314,7 +353,7 @@ def _restore(args: argparse.Namespace) -> int:
     if args.replicas is not None:
         endpoint = _endpoint(args)  # a bad variable is no usage error: it fails naming itself
         try:
-            replicas = replicas_location(args.replicas, endpoint)
+            replicas = replicas_location(args.replicas, endpoint, agent=_agent(args))
         except RuntimeFailure as exc:
             raise UsageError(str(exc)) from exc
     if args.data_dir.exists() and not args.data_dir.is_dir():

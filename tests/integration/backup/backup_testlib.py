@@ -20,9 +20,9 @@ from support.restic import TEST_PASSWORD
 from support.seaweedfs import SeaweedServer
 
 from hermes_runtime.backup import open_repository
+from hermes_runtime.backup.agents import LEGACY
 from hermes_runtime.backup.manifest import MANIFEST_RELPATH
 from hermes_runtime.backup.restic import restic_binary
-from hermes_runtime.backup.snapshots import HOST
 from hermes_runtime.common.sqlite import connect
 
 Manifest = dict[str, Any]
@@ -204,22 +204,24 @@ def restage(target: BackupTarget, work: Path, change: Callable[[Path, Manifest],
     (tree / MANIFEST_RELPATH).write_text(json.dumps(manifest))
     (latest,) = json.loads(restic(target, "snapshots", "--json", "latest"))
     tags = [arg for tag in latest["tags"] for arg in ("--tag", tag)]
-    restic(target, "backup", "--host", HOST, *tags, ".", cwd=tree)
+    restic(target, "backup", "--host", LEGACY, *tags, ".", cwd=tree)
     (crafted,) = json.loads(restic(target, "snapshots", "--json", "latest"))
     return str(crafted["id"])
 
 
 @contextlib.contextmanager
 def replicating(
-    target: BackupTarget, data_dir: Path, log: Path
+    target: BackupTarget, data_dir: Path, log: Path, *extra: str
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """``backup replicate`` in its own process group: SIGKILL of the group is a pod kill."""
+    """``backup replicate`` (``extra``: more options) in its own process group: SIGKILL of the
+    group is a pod kill."""
     with log.open("ab") as out:
         process = subprocess.Popen(
             [
                 *(sys.executable, "-m", "hermes_runtime", "backup", "replicate"),
                 *("--data-dir", str(data_dir), "--target", target.url),
                 *("--rescan-seconds", "0.5", "--work-dir", str(log.parent / "replicate-work")),
+                *extra,
             ],
             env={**os.environ, **target.env},
             stdout=out,
@@ -234,6 +236,7 @@ def replicating(
         process.wait()
 
 
-def replica_keys(target: BackupTarget, relpath: str) -> list[str]:
-    """The LTX files of one replica (file: ``<db>/ltx/<level>/``, S3: ``<db>/<level>/``)."""
-    return [k for k in target.object_keys(f"litestream/{relpath}/") if k.endswith(".ltx")]
+def replica_keys(target: BackupTarget, relpath: str, agent: str = LEGACY) -> list[str]:
+    """The LTX files of one agent's replica (file: ``<db>/ltx/<level>/``, S3: ``<db>/<level>/``)."""
+    keys = target.object_keys(f"litestream/{agent}/{relpath}/")
+    return [k for k in keys if k.endswith(".ltx")]

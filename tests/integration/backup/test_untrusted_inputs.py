@@ -236,7 +236,7 @@ def test_a_replica_put_through_a_symlink_member_of_the_snapshot_fails(
     with pytest.raises(RuntimeFailure) as raised:
         restore_with_replicas(target, volume / "data")
 
-    replica = replica_location(target.url, environ={}).replicas_url() + "/link/state.db"
+    replica = replica_location(target.url, environ={}).agent_url() + "/link/state.db"
     assert_replica_refused(raised, volume, before, outside, f"Litestream replica {replica}")
     assert f"unsafe path 'link/state.db': it leads to {outside}/state.db" in str(raised.value)
 

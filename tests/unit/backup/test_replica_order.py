@@ -32,7 +32,15 @@ COPIES = ResticCopies(BACKUP, {"lcm.db": LCM_ENDED})
 
 def write_ltx(root: Path, level: int, low: int, high: int, at: datetime) -> Path:
     """An LTX file's header as Litestream writes it (file replica layout: ``ltx/<level>``)."""
-    path = root / "litestream" / "lcm.db" / "ltx" / str(level) / f"{low:016x}-{high:016x}.ltx"
+    path = (
+        root
+        / "litestream"
+        / "hermes-runtime"
+        / "lcm.db"
+        / "ltx"
+        / str(level)
+        / f"{low:016x}-{high:016x}.ltx"
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     millis = int(at.timestamp() * 1000)
     header = struct.pack(">4sIIIQQq", b"LTX1", 2, 4096, 10, low, high, millis)

@@ -126,7 +126,7 @@ def test_replicas_are_named_by_where_backup_replicate_writes_them(
     location = replicas_location(url, environ={})
     assert (location.root, location.prefix) == (root, prefix)
     assert location.url == url.replace("//litestream/", "/litestream")
-    assert location.replica_path("lcm.db").endswith("litestream/lcm.db")
+    assert location.replica_path("lcm.db").endswith("litestream/hermes-runtime/lcm.db")
 
 
 @pytest.mark.parametrize(
