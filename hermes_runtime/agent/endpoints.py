@@ -23,6 +23,17 @@ framework); the checks that block on the filesystem (a write to the data volume,
 ``lcm.db``) and ``/metrics`` (its collectors read the volume) run on worker threads, so a
 hung volume never stalls the loop, which also carries every API client (``frontdoor.py``).
 One request per connection, as before (HTTP/1.0: the answer closes it).
+
+The kubelet's readiness probe must get its answer while other pods flood the port or hold
+connections open byte by byte: connections are admitted under ``common/boundedhttp.py``'s caps
+(total, per peer, time to send the request head; a newcomer takes the slot of the oldest
+connection still sending its head), and the work behind the answers is shared: concurrent
+``/ready`` requests wait for one run of the checks, concurrent ``/metrics`` for one rendering,
+so a flood never queues work ahead of the probe on the worker threads.
+
+A third path, ``/successor-proof?nonce=N``, answers a stopping pod of the release that is about
+to relay its clients here (``successor.py``): a keyed proof that this pod is the one at the
+address it announced. It reads nothing and changes nothing.
 """
 
 from __future__ import annotations
@@ -32,10 +43,11 @@ import contextlib
 import json
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
+from urllib.parse import parse_qs
 
 import apsw
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -43,6 +55,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from hermes_runtime.agent.datareserve import OK, DataReserve
 from hermes_runtime.agent.httpget import http_get
 from hermes_runtime.agent.metrics import AgentMetrics
+from hermes_runtime.agent.successor import SUCCESSOR_PROOF_PATH, valid_nonce
+from hermes_runtime.common.boundedhttp import REFUSAL, ServerLimits, Slots
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.common.logs import log_event
 from hermes_runtime.common.sqlite import connect
@@ -50,7 +64,7 @@ from hermes_runtime.lcm import selected_config
 
 PROBE_TIMEOUT = 2.0  # seconds per check; the kubelet's own timeout is the outer bound
 MAX_DISCARDED_BODY = 64 * 1024  # a refused request's body read before closing
-REQUEST_SECONDS = 10.0  # to send the request line and headers
+DISCARD_SECONDS = 2.0  # to send that body
 MAX_HEADERS = 100
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
 REASONS[503] = "Service Unavailable"
@@ -148,57 +162,115 @@ class Readiness:
 
 
 class Endpoints:
-    """``/metrics`` and ``/ready`` on ``port``; ``start`` binds (an ``OSError`` when taken)."""
+    """``/metrics`` and ``/ready`` on ``port``; ``start`` binds (an ``OSError`` when taken).
+
+    ``prove(nonce)`` answers ``/successor-proof`` (None: this pod cannot prove, 404)."""
 
     def __init__(
-        self, metrics: AgentMetrics, readiness: Readiness, port: int, host: str = "0.0.0.0"
+        self,
+        metrics: AgentMetrics,
+        readiness: Readiness,
+        port: int,
+        host: str = "0.0.0.0",
+        *,
+        limits: ServerLimits | None = None,
+        prove: Callable[[str], str | None] = lambda _nonce: None,
     ) -> None:
         self._metrics = metrics
-        self._readiness = readiness
         self._address = (host, port)
         self._server: asyncio.Server | None = None
+        self.slots = Slots(limits or ServerLimits(), name=f"metrics port {port}")
+        self._prove = prove
+        self._checks = Shared(readiness.checks)
+        self._rendering = Shared(lambda: asyncio.to_thread(generate_latest, metrics.registry))
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, *self._address)
+        self._server = await asyncio.start_server(self._handle, *self._address, backlog=512)
 
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername") or ("?",)
+        slot = self.slots.admit(str(peer[0]), writer.transport.abort)
+        if slot is None:  # every slot serves a complete request: no at once, no queue
+            writer.write(REFUSAL)
+            writer.close()
+            return
         try:
             try:
-                request = await asyncio.wait_for(_read_request(reader), REQUEST_SECONDS)
+                request = await asyncio.wait_for(
+                    _read_request(reader), self.slots.limits.head_seconds
+                )
             except (TimeoutError, ValueError, asyncio.IncompleteReadError):
                 request = None
+            if writer.is_closing():
+                return  # evicted for a newcomer while it trickled its head
             if request is None:
                 await _send(writer, "GET", 400, {"error": "no HTTP request"})
                 return
-            method, path, headers = request
-            if method != "GET":
-                await _discard_body(reader, headers)
-                await _send(
-                    writer, method, 405, {"error": f"{method} not allowed: read-only, GET only"}
-                )
-            elif path == "/metrics":
-                body = await asyncio.to_thread(generate_latest, self._metrics.registry)
-                await _send_bytes(writer, method, 200, body, CONTENT_TYPE_LATEST)
-            elif path == "/ready":
-                checks = await self._readiness.checks()
-                ok = all(verdict == "ok" for verdict in checks.values())
-                await _send(writer, method, 200 if ok else 503, {"ready": ok, "checks": checks})
-            else:
-                await _send(writer, method, 404, {"error": f"no such path {path}"})
+            slot.head_complete()
+            await self._answer(reader, writer, *request)
         except OSError:
             pass  # the client went away
         except Exception as exc:  # a bug: log it, never end the entrypoint for it
             log_event("agent.endpoints.failed", level="error", error=repr(exc))
         finally:
+            slot.release()
             writer.close()
+
+    async def _answer(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        method: str,
+        target: str,
+        headers: dict[str, str],
+    ) -> None:
+        path, _, query = target.partition("?")
+        if method != "GET":
+            await _discard_body(reader, headers)
+            await _send(
+                writer, method, 405, {"error": f"{method} not allowed: read-only, GET only"}
+            )
+        elif path == "/metrics":
+            body = await self._rendering()
+            await _send_bytes(writer, method, 200, body, CONTENT_TYPE_LATEST)
+        elif path == "/ready":
+            checks = await self._checks()
+            ok = all(verdict == "ok" for verdict in checks.values())
+            await _send(writer, method, 200 if ok else 503, {"ready": ok, "checks": checks})
+        elif path == SUCCESSOR_PROOF_PATH:
+            nonce = parse_qs(query).get("nonce", [""])[0]
+            proof = self._prove(nonce) if valid_nonce(nonce) else None
+            if proof is None:
+                await _send(writer, method, 404, {"error": "no successor proof here"})
+            else:
+                await _send(writer, method, 200, {"proof": proof})
+        else:
+            await _send(writer, method, 404, {"error": f"no such path {path}"})
+
+
+T = TypeVar("T")
+
+
+class Shared(Generic[T]):
+    """One run of ``work`` shared by every caller that comes while it runs: a flood of
+    requests costs one run at a time, never a queue of them."""
+
+    def __init__(self, work: Callable[[], Awaitable[T]]) -> None:
+        self._work = work
+        self._running: asyncio.Future[T] | None = None
+
+    async def __call__(self) -> T:
+        if self._running is None or self._running.done():
+            self._running = asyncio.ensure_future(self._work())
+        return await asyncio.shield(self._running)
 
 
 async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str]] | None:
-    """``(method, path without query, headers)`` of one request; None when malformed."""
+    """``(method, target, headers)`` of one request; None when malformed."""
     words = (await reader.readline()).decode("latin-1").split()
     if len(words) != 3 or not words[2].startswith("HTTP/"):
         return None
@@ -206,7 +278,7 @@ async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, dict[st
     for _ in range(MAX_HEADERS):
         line = (await reader.readline()).decode("latin-1")
         if line in ("\r\n", "\n", ""):
-            return words[0], words[1].split("?", 1)[0], headers
+            return words[0], words[1], headers
         name, _, value = line.partition(":")
         headers[name.strip().lower()] = value.strip()
     return None
@@ -220,7 +292,7 @@ async def _discard_body(reader: asyncio.StreamReader, headers: dict[str, str]) -
         return
     if 0 < length <= MAX_DISCARDED_BODY:
         with contextlib.suppress(asyncio.IncompleteReadError, TimeoutError):
-            await asyncio.wait_for(reader.readexactly(length), REQUEST_SECONDS)
+            await asyncio.wait_for(reader.readexactly(length), DISCARD_SECONDS)
 
 
 async def _send(

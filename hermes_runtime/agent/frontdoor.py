@@ -37,6 +37,15 @@ stores nothing, and the kubelet's liveness probe (``GET /health`` on this port) 
 restart a container whose LCM holds turns in memory until the volume has room. Connections
 already forwarded finish; once space is freed new ones are forwarded again.
 
+Every connection, held or forwarded, is bounded too (``common/boundedhttp.py``): at most
+``limits.max_connections`` open at once and ``limits.max_per_peer`` from one address (past
+them a newcomer takes the slot of the oldest connection that has not finished its request
+head, or gets a ``503`` at once, counted as ``refused``), and a client must finish its first
+request head (the bytes up to the first empty line) within ``limits.head_seconds`` of
+connecting, or the connection is closed, counted as ``slow``. The head is watched as it passes
+(read while the connection is held), never parsed nor changed. Idle keep-alive connections
+after that first request are the gateway's to close (aiohttp's keep-alive timeout).
+
 It runs on the entrypoint's event loop. Knocking is polling (``retry_seconds``): a port that
 starts to listen sends no event, so a held client tries to connect again and again.
 """
@@ -55,6 +64,7 @@ from dataclasses import dataclass
 from hermes_runtime.agent.datareserve import OK, DataReserve
 from hermes_runtime.agent.handover import Route
 from hermes_runtime.agent.metrics import AgentMetrics
+from hermes_runtime.common.boundedhttp import REFUSAL, ServerLimits, Slot, Slots
 from hermes_runtime.common.logs import log_event
 
 Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
@@ -65,6 +75,10 @@ REFUSAL_IO_SECONDS = 1.0  # writing the 503 and reading the request: a slow clie
 # What still passes on a full data volume: reads store nothing (the kubelet's liveness probe,
 # GET /health on this port, must not restart the container: LCM holds turns in memory).
 READ_ONLY = (b"GET ", b"HEAD ")
+HEAD_END = b"\r\n\r\n"
+BARE_LIMITS = ServerLimits(max_connections=4096, max_per_peer=0, head_seconds=10.0)
+MAX_HEAD = 64 * 1024  # past this many bytes without an empty line, the head counts as sent
+LATE_READ_SECONDS = 0.05  # past the head time: only what the client has sent already
 
 
 @dataclass(frozen=True)
@@ -76,6 +90,9 @@ class DoorPolicy:
     relay_connect_seconds: float = 1.0  # per knock on a successor pod (another host)
     max_held: int = 256  # connections waiting for a gateway at once; more get a 503
     retry_after_seconds: int = 5  # what a refused client is told: about one gateway start
+    # Connections at once, per address (no per-address cap in a bare policy: tests and local
+    # runs come from one address), and the time to send the first request head.
+    limits: ServerLimits = BARE_LIMITS
 
 
 class FrontDoor:
@@ -103,6 +120,7 @@ class FrontDoor:
         self._idle = asyncio.Event()  # set while no connection is open
         self._idle.set()
         self._refused_logged = -math.inf  # when the last refusal was logged (monotonic)
+        self.slots = Slots(self._policy.limits, name=f"API port {listen[1]}")
 
     @property
     def active(self) -> int:
@@ -140,23 +158,39 @@ class FrontDoor:
         await self._idle.wait()
 
     async def _handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        peer = client_w.get_extra_info("peername") or ("?",)
+        slot = self.slots.admit(str(peer[0]), lambda: self._evict(client_w))
+        if slot is None:  # every slot serves a complete request: no at once, no queue
+            self._count("refused", time.monotonic())
+            self._log_refusal("refused", "the API port holds its maximum of connections")
+            client_w.write(REFUSAL)
+            client_w.close()
+            return
         self._active += 1
         self._idle.clear()
         try:
-            await self._serve_client(client_r, client_w)
+            await self._serve_client(client_r, client_w, HeadWatch(slot, self._policy.limits))
         finally:
+            slot.release()
             self._active -= 1
             if self._active == 0:
                 self._idle.set()
 
+    def _evict(self, client_w: asyncio.StreamWriter) -> None:
+        """A connection closed for a newcomer or past its head time: it was still sending
+        its request head."""
+        self._count("slow", None)
+        client_w.transport.abort()
+
     async def _serve_client(
-        self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter
+        self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter, watch: HeadWatch
     ) -> None:
         arrived = time.monotonic()
         first = b""  # what was read of the request before it was forwarded
         full = self._reserve.verdict() if self._reserve is not None else OK
         if full != OK:
             first = await _first_bytes(client_r)
+            watch.feed(first)
             if not first.startswith(READ_ONLY):  # a turn answered now could not be stored
                 await self._refuse(client_r, client_w, arrived, "full", full)
                 return
@@ -169,21 +203,91 @@ class FrontDoor:
             await self._refuse(client_r, client_w, arrived, "refused", why)
             return
         if upstream is None:
-            upstream = await self._held_until_upstream(arrived)
+            upstream, first = await self._hold(client_r, client_w, watch, arrived, first)
         if upstream is None:
-            self._count("gave_up", arrived)
+            if not client_w.is_closing():
+                self._count("gave_up", arrived)
             with contextlib.suppress(OSError):
                 client_w.close()
             return
+        await self._forward(client_r, client_w, upstream, watch, first)
+
+    async def _forward(
+        self,
+        client_r: asyncio.StreamReader,
+        client_w: asyncio.StreamWriter,
+        upstream: Connection,
+        watch: HeadWatch,
+        first: bytes,
+    ) -> None:
         gateway_r, gateway_w = upstream
+        if client_w.is_closing():  # evicted while it waited for the gateway
+            _close_connection(upstream)
+            return
         if first:
             gateway_w.write(first)
-        await asyncio.gather(
-            _pipe(client_r, gateway_w), _pipe(gateway_r, client_w), return_exceptions=True
-        )
+        request = self._pipe_request(client_r, client_w, gateway_w, watch)
+        await asyncio.gather(request, _pipe(gateway_r, client_w), return_exceptions=True)
         for writer in (client_w, gateway_w):
             with contextlib.suppress(OSError):
                 writer.close()
+
+    async def _pipe_request(
+        self,
+        client_r: asyncio.StreamReader,
+        client_w: asyncio.StreamWriter,
+        gateway_w: asyncio.StreamWriter,
+        watch: HeadWatch,
+    ) -> None:
+        """Client to gateway; the first request head must pass within the head time."""
+        try:
+            while not watch.done:
+                chunk = await watch.read(client_r)
+                if chunk is None:
+                    self._slow(client_w, gateway_w)
+                    return
+                if not chunk:
+                    break  # the client's EOF: ``_pipe`` passes it on
+                gateway_w.write(chunk)
+                await gateway_w.drain()
+                watch.feed(chunk)
+        except OSError:
+            gateway_w.close()
+            return
+        await _pipe(client_r, gateway_w)
+
+    def _slow(self, *writers: asyncio.StreamWriter) -> None:
+        self._count("slow", None)
+        for writer in writers:
+            writer.transport.abort()
+
+    async def _hold(
+        self,
+        client_r: asyncio.StreamReader,
+        client_w: asyncio.StreamWriter,
+        watch: HeadWatch,
+        arrived: float,
+        first: bytes,
+    ) -> tuple[Connection | None, bytes]:
+        """``_held_until_upstream`` while the client's head is read meanwhile (the head time
+        runs for held clients too); the connection (None: none, or the client too slow) and
+        the bytes read so far."""
+        buffer = bytearray(first)
+        head = asyncio.ensure_future(_read_head(client_r, watch, buffer))
+        connect = asyncio.ensure_future(self._held_until_upstream(arrived))
+        done, _ = await asyncio.wait({head, connect}, return_when=asyncio.FIRST_COMPLETED)
+        if head in done and not head.result():
+            if head.result() is None:
+                self._slow(client_w)
+            connect.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                connection = await connect
+                _close_connection(connection)
+            return None, b""
+        head.cancel()  # done, or the gateway came first: the pipe watches the rest
+        with contextlib.suppress(asyncio.CancelledError):
+            await head
+        return await connect, bytes(buffer)
 
     async def _knock(self, arrived: float) -> Connection | None:
         """One try, without waiting: a gateway that accepts at once takes the client."""
@@ -246,11 +350,7 @@ class FrontDoor:
         of waiting in a queue that holds ``max_held`` already, or for an answer the agent
         could not store (``outcome`` ``full``: the data volume)."""
         self._count(outcome, arrived)
-        now = time.monotonic()
-        if now - self._refused_logged >= REFUSAL_LOG_SECONDS:  # at most one line a while
-            self._refused_logged = now
-            event = "agent.front_door.volume_full" if outcome == "full" else "agent.front_door.full"
-            log_event(event, level="warning", held=self._held, reason=why)
+        self._log_refusal(outcome, why)
         body = json.dumps(
             {"error": why, "retry_after_seconds": self._policy.retry_after_seconds}
         ).encode()
@@ -272,14 +372,77 @@ class FrontDoor:
         with contextlib.suppress(OSError):
             client_w.close()
 
+    def _log_refusal(self, outcome: str, why: str) -> None:
+        now = time.monotonic()
+        if now - self._refused_logged >= REFUSAL_LOG_SECONDS:  # at most one line a while
+            self._refused_logged = now
+            event = "agent.front_door.volume_full" if outcome == "full" else "agent.front_door.full"
+            log_event(event, level="warning", held=self._held, reason=why)
+
     def _gauge(self) -> None:
         if self._metrics is not None:
             self._metrics.front_door_held.set(self._held)
 
-    def _count(self, outcome: str, arrived: float) -> None:
+    def _count(self, outcome: str, arrived: float | None) -> None:
         if self._metrics is not None:
             self._metrics.front_door_connections.labels(outcome=outcome).inc()
-            self._metrics.front_door_wait.observe(time.monotonic() - arrived)
+            if arrived is not None:
+                self._metrics.front_door_wait.observe(time.monotonic() - arrived)
+
+
+class HeadWatch:
+    """A client's first request head as it passes: complete once an empty line (or
+    ``MAX_HEAD`` bytes) went by, due ``limits.head_seconds`` after the connection came."""
+
+    def __init__(self, slot: Slot, limits: ServerLimits) -> None:
+        self.slot = slot
+        self.deadline = slot.admitted + limits.head_seconds
+        self._tail = b""
+        self._size = 0
+
+    @property
+    def done(self) -> bool:
+        return self.slot.head_done
+
+    def feed(self, data: bytes) -> None:
+        if HEAD_END in self._tail + data or self._size + len(data) >= MAX_HEAD:
+            self.slot.head_complete()
+        self._tail = (self._tail + data)[-3:]
+        self._size += len(data)
+
+    async def read(self, reader: asyncio.StreamReader) -> bytes | None:
+        """The client's next bytes (b"" at its EOF); None once the head time is over. Past
+        it, bytes already received still count (the gateway may have been slow to accept)."""
+        left = max(self.deadline - time.monotonic(), LATE_READ_SECONDS)
+        try:
+            return await asyncio.wait_for(reader.read(CHUNK), left)
+        except TimeoutError:
+            return None
+
+
+async def _read_head(
+    reader: asyncio.StreamReader, watch: HeadWatch, into: bytearray
+) -> bool | None:
+    """Read the client's head into ``into`` (a held client): True once complete, None when
+    too slow, False when the client went away."""
+    try:
+        while not watch.done:
+            chunk = await watch.read(reader)
+            if chunk is None:
+                return None
+            if not chunk:
+                return False
+            into += chunk
+            watch.feed(chunk)
+    except OSError:
+        return False
+    return True
+
+
+def _close_connection(connection: Connection | None) -> None:
+    if connection is not None:
+        with contextlib.suppress(OSError):
+            connection[1].close()
 
 
 async def _first_bytes(reader: asyncio.StreamReader) -> bytes:

@@ -21,13 +21,23 @@ serving until a successor is ready to take over. A stop, step by step:
    hook (the grace period plus a margin) was started by hand (``kubectl exec``) or from inside
    the container; it is undone, phase back to ``SERVING`` (``agent.pre_stop.abandoned``), so
    the pod does not stay out of the Service until someone deletes it.
+   Only the first hook of a stop counts: another one before its SIGTERM or its undo is
+   answered at once and ignored (``agent.pre_stop.ignored``), and never re-arms the timer.
+   The kubelet runs the hook once per stop, so a repeated or abandoned hook comes from a
+   shell as the agent's user (which can reach the socket): after one abandoned stop, a later
+   hook no longer turns the pod unready before SIGTERM (``agent.pre_stop.deferred``; it still
+   waits for and relays to a successor, which keeps it ready), so calling ``pre-stop`` in a
+   loop cannot keep the pod out of the Service. A real stop is then unready from its SIGTERM.
 3. The kubelet sends SIGTERM: ``HandOver.terminate``, which tells the supervisor
    (``stop_gateway``): the gateway gets Hermes' planned-stop marker and SIGTERM, drains its
    in-flight turns (``StopTimes.drain_timeout``) and exits, or is killed after
    ``StopTimes.stop_budget``. From now on the front door asks ``route``: in ``RELAYING``
    every new client goes to the successor's front door (which holds it until its own gateway
    answers); otherwise to the draining gateway while it runs, then closed at once.
-   ``RELAYING`` also starts asking the successor's ``/ready``, every ``RELAY_POLL_SECONDS``.
+   ``RELAYING`` also starts asking the successor, every ``RELAY_POLL_SECONDS``: first for its
+   proof that it is a pod of this release at the address it announced (``successor.py``,
+   ``RelayPolicy``; until then new clients are held here, no byte leaves; a wrong proof ends
+   the relay: ``LEAVING``), then for its ``/ready``.
 4. The gateway exits; the entrypoint kills what is left of its process group and releases the
    data dir lock: the successor takes it, seeds, and tells its warm gateway to go.
 5. The successor's ``/ready`` answers 200: ``RELAYING`` -> ``LEAVING`` (``/ready`` 503 now,
@@ -53,7 +63,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from hermes_runtime.agent.httpget import http_get
-from hermes_runtime.agent.successor import Successor, waiting_successor
+from hermes_runtime.agent.successor import RelayPolicy, Successor, waiting_successor
 from hermes_runtime.common.logs import log_event
 
 EXIT_MARGIN_SECONDS = 2.0  # after killing the gateway: our own exit, before the kubelet's SIGKILL
@@ -164,8 +174,10 @@ class HandOver:
         *,
         poll_seconds: float = 0.1,
         probe: Callable[[Successor], Awaitable[bool]] = successor_ready,
+        relay: RelayPolicy | None = None,
     ) -> None:
         self._times = times
+        self._policy = relay or RelayPolicy()  # without a key: never relay
         self._state_dir = state_dir
         self._stop_gateway = stop_gateway
         self._poll_seconds = poll_seconds
@@ -174,8 +186,11 @@ class HandOver:
         self._terminated = asyncio.Event()  # the kubelet's SIGTERM came: nothing is undone
         self._left = asyncio.Event()  # phase reached LEAVING
         self._relay: Successor | None = None
+        self._proven = False  # the relay's address proved it is a pod of this release
+        self._refused: set[Successor] = set()  # announcements refused (logged once each)
+        self._stop_started: float | None = None  # the counted hook's start, until its undo
+        self._distrusted = False  # a stop was abandoned: hooks no longer turn us unready
         self._leave_at = 0.0  # monotonic: when the pod may vanish (in LEAVING)
-        self._answer: asyncio.Future[dict[str, Any]] | None = None  # the running hook's
         self._abandon: asyncio.TimerHandle | None = None
         self._prober: asyncio.Task[None] | None = None
 
@@ -191,21 +206,28 @@ class HandOver:
     # -- 1, 2: the preStop hook ----------------------------------------------------------------
     async def pre_stop(self) -> dict[str, Any]:
         """The hook: wait (still serving) for a warm successor, then stop; the hook's answer.
-        A second hook meanwhile gets the first one's answer; one after it re-arms the timer."""
-        if self._answer is not None:
-            return await asyncio.shield(self._answer)
-        if self.phase is not Phase.SERVING:
-            self._arm_abandon(time.monotonic())
-            return {"stopping": True, "successor": self._relay is not None, "waited_seconds": 0}
-        self._answer = asyncio.get_running_loop().create_future()
-        try:
-            answer = await self._wait_then_stop()
-            self._answer.set_result(answer)
-            return answer
-        finally:
-            if not self._answer.done():
-                self._answer.cancel()
-            self._answer = None
+        Another hook before this stop's SIGTERM or undo is ignored (module docstring)."""
+        if self._stop_started is not None or self.terminating:
+            return self._ignored()
+        self._stop_started = time.monotonic()
+        return await self._wait_then_stop()
+
+    def _ignored(self) -> dict[str, Any]:
+        started = self._stop_started
+        since = round(time.monotonic() - started, 2) if started is not None else None
+        log_event(
+            "agent.pre_stop.ignored",
+            level="warning",
+            phase=self.phase.value,
+            since_seconds=since,
+            reason="a stop is under way: only its first hook counts (the kubelet runs one)",
+        )
+        return {
+            "stopping": True,
+            "ignored": True,
+            "successor": self._relay is not None,
+            "waited_seconds": 0,
+        }
 
     async def _wait_then_stop(self) -> dict[str, Any]:
         started = time.monotonic()
@@ -213,9 +235,12 @@ class HandOver:
         successor = await self._look_for_successor(started + self._times.handover_seconds)
         waited = round(time.monotonic() - started, 2)
         relay = successor if successor is not None and successor.reachable else None
+        deferred = relay is None and self._distrusted
         if self.phase is Phase.WAITING_FOR_SUCCESSOR:  # a SIGTERM may have decided already
             if relay is not None:
                 self._relay_to(relay)
+            elif deferred:
+                self._defer()
             else:
                 self._leave(time.monotonic() + self._times.prestop_seconds)
         log_event(
@@ -226,18 +251,41 @@ class HandOver:
             waited_seconds=waited,
         )
         self._arm_abandon(started)
-        return {"stopping": True, "successor": successor is not None, "waited_seconds": waited}
+        answer = {"stopping": True, "successor": successor is not None, "waited_seconds": waited}
+        return {**answer, "deferred": True} if deferred else answer
+
+    def _defer(self) -> None:
+        """A hook after an abandoned stop, no successor: stay ready until a SIGTERM."""
+        log_event(
+            "agent.pre_stop.deferred",
+            level="warning",
+            reason="an earlier stop was abandoned (no SIGTERM followed its hook): the pod "
+            "turns unready at the SIGTERM a real stop sends, not at the hook",
+        )
+        self._enter(Phase.SERVING)
 
     async def _look_for_successor(self, deadline: float) -> Successor | None:
-        """The successor's announcement, looked at until ``deadline`` or a SIGTERM."""
+        """The successor's announcement, looked at until ``deadline`` or a SIGTERM; one whose
+        address the relay policy refuses counts as none."""
         while True:
             # A file on the data volume (maybe NFS): off the loop, which carries the clients.
-            successor = await asyncio.to_thread(waiting_successor, self._state_dir)
+            successor = self._admitted(await asyncio.to_thread(waiting_successor, self._state_dir))
             left = deadline - time.monotonic()
             if successor is not None or self.terminating or left <= 0:
                 return successor
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._terminated.wait(), min(self._poll_seconds, left))
+
+    def _admitted(self, successor: Successor | None) -> Successor | None:
+        if successor is None or not successor.reachable:
+            return successor
+        why = self._policy.refusal(successor)
+        if why is None:
+            return successor
+        if successor not in self._refused:
+            self._refused.add(successor)
+            self._refuse_log(successor, why)
+        return None
 
     def _arm_abandon(self, hook_started: float) -> None:
         """Undo this stop if no SIGTERM came ``abandon_seconds`` after the hook began (a later
@@ -251,15 +299,18 @@ class HandOver:
 
     def _undo(self) -> None:
         self._abandon = None
-        if self.terminating or self.phase not in (Phase.RELAYING, Phase.LEAVING):
+        if self.terminating or self.phase not in (Phase.SERVING, Phase.RELAYING, Phase.LEAVING):
             return
         log_event(
             "agent.pre_stop.abandoned",
             level="warning",
             after_seconds=self._times.abandon_seconds,
             reason="no SIGTERM followed the preStop hook: started by hand, not by the kubelet",
+            effect="later hooks no longer turn the pod unready before a SIGTERM",
         )
         self._relay = None
+        self._stop_started = None
+        self._distrusted = True
         self._left.clear()
         self._enter(Phase.SERVING)
 
@@ -280,8 +331,10 @@ class HandOver:
     def route(self, gateway: GatewayView) -> Route:
         """The front door's decision for a new client (see ``Route``)."""
         if self.terminating:
-            if self._relay is not None:
+            if self._relay is not None and self._proven:
                 return Route("relay", (self._relay.host, self._relay.api_port))
+            if self._relay is not None:
+                return HOLD  # no client byte leaves before the successor's proof
             return GATEWAY if gateway.running else CLOSE
         return HOLD if gateway.replacing else GATEWAY
 
@@ -300,12 +353,42 @@ class HandOver:
             self._prober = asyncio.get_running_loop().create_task(self._until_ready(relay))
 
     async def _until_ready(self, relay: Successor) -> None:
+        if not await self._until_proven(relay):
+            return
         while self.phase is Phase.RELAYING:
             if await self._probe(relay):
                 log_event("agent.handover.successor_ready", successor=relay.host)
                 self._leave(time.monotonic() + self._times.prestop_seconds)
                 return
             await asyncio.sleep(RELAY_POLL_SECONDS)
+
+    async def _until_proven(self, relay: Successor) -> bool:
+        """Ask the successor for its proof until it gives one (True), gives a wrong one (the
+        relay ends: ``LEAVING``) or the phase moves on."""
+        while self.phase is Phase.RELAYING:
+            try:
+                why = await self._policy.verify(relay, PROBE_TIMEOUT)
+            except OSError:  # not listening yet: it starts once our lock is released
+                await asyncio.sleep(RELAY_POLL_SECONDS)
+                continue
+            if why is None:
+                self._proven = True
+                log_event("agent.handover.successor_proven", successor=relay.host)
+                return True
+            self._refuse_log(relay, why)
+            self._relay = None
+            self._leave(time.monotonic() + self._times.prestop_seconds)
+            return False
+        return False
+
+    def _refuse_log(self, successor: Successor, why: str) -> None:
+        log_event(
+            "agent.handover.successor_refused",
+            level="warning",
+            successor=f"{successor.host}:{successor.api_port}",
+            reason=why,
+            effect="no client is relayed there",
+        )
 
     async def linger(self, budget: float, door: Connections | None) -> None:
         """After the gateway's exit: stay reachable until the pod may vanish (``LEAVING``'s

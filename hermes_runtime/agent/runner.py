@@ -17,7 +17,8 @@ import dataclasses
 import functools
 import os
 import subprocess
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +39,7 @@ from hermes_runtime.agent.hook import PRE_STOP
 from hermes_runtime.agent.metrics import AgentMetrics
 from hermes_runtime.agent.seed import SeedResult, seed_config, seed_soul
 from hermes_runtime.agent.settings import AgentSettings
-from hermes_runtime.agent.successor import Announcement, Successor
+from hermes_runtime.agent.successor import Announcement, RelayPolicy, Successor, answer_proof
 from hermes_runtime.agent.supervisor import (
     FirstGateway,
     GatewayLaunch,
@@ -128,7 +129,7 @@ def run_agent(settings: AgentSettings, metrics: AgentMetrics | None = None) -> i
     path = lock_path(settings.state_dir)
     # One gateway per data volume: wait for the one before us (a pod being replaced) to exit
     # before touching config.yaml, the plugin links or the databases.
-    me = Successor(settings.pod_ip, settings.api_port, settings.metrics_port)
+    me = _announced(settings)
     with open_lock_file(path) as fd, _warm_gateway(settings, fd) as zygote:
         ready = zygote.warm if zygote is not None else (lambda: True)
         with (
@@ -211,14 +212,18 @@ async def _serve(
         SupervisorPolicy(stop_timeout=settings.stop_budget, drain_dir=settings.data_dir),
         metrics=metrics,
     )
-    handover = HandOver(settings.stop_times, settings.state_dir, supervisor.request_stop)
+    api_key = _api_key(settings)
+    relay = RelayPolicy(api_key, _announced(settings), settings.relay_cidrs)
+    handover = HandOver(
+        settings.stop_times, settings.state_dir, supervisor.request_stop, relay=relay
+    )
     supervisor.install_signal_handlers(on_stop=handover.terminate)
-    policy = DoorPolicy(max_held=settings.front_door_max_held)
+    policy = DoorPolicy(max_held=settings.front_door_max_held, limits=settings.front_door_limits)
     reserve = DataReserve(settings.data_dir, settings.data_min_free_bytes)
     async with contextlib.AsyncExitStack() as servers:
         door = await _front_door(servers, settings, handover, supervisor, policy, metrics, reserve)
         readiness = _readiness(settings, supervisor, handover, policy.hold_seconds, reserve)
-        await _endpoints(servers, settings, metrics, readiness)
+        await _endpoints(servers, settings, metrics, readiness, api_key)
         await _control(servers, settings, handover)
         async with watching(settings, supervisor, metrics, plugins):
             status = await supervisor.run(first)
@@ -289,11 +294,21 @@ async def _endpoints(
     settings: AgentSettings,
     metrics: AgentMetrics,
     readiness: Readiness,
+    api_key: Callable[[], str],
 ) -> None:
-    """``/metrics`` and ``/ready`` on the metrics port (0 disables them)."""
+    """``/metrics`` and ``/ready`` on the metrics port (0 disables them), and the proof a
+    stopping pod asks of its successor before relaying (``successor.py``)."""
     if settings.metrics_port == 0:
         return
-    endpoints = Endpoints(metrics, readiness, settings.metrics_port, settings.metrics_host)
+    me = _announced(settings)
+    endpoints = Endpoints(
+        metrics,
+        readiness,
+        settings.metrics_port,
+        settings.metrics_host,
+        limits=settings.http_limits,
+        prove=lambda nonce: answer_proof(api_key(), nonce, me),
+    )
     try:
         await endpoints.start()
     except OSError as exc:
@@ -326,3 +341,31 @@ async def _control(
         )
         return
     servers.push_async_callback(server.stop)
+
+
+KEY_REREAD_SECONDS = 5.0
+
+
+def _announced(settings: AgentSettings) -> Successor:
+    """Where this pod says it can be reached, as a successor (``host`` empty: nowhere)."""
+    return Successor(settings.pod_ip, settings.api_port, settings.metrics_port)
+
+
+def _api_key(settings: AgentSettings) -> Callable[[], str]:
+    """The release's API key as the gateway gets it (env, key file, secrets file; never the
+    data dir's ``.env``, which the agent writes), for successor proofs: read again at most
+    every ``KEY_REREAD_SECONDS``, since the proof path is open to every pod ("": none)."""
+    cached: dict[str, tuple[float, str]] = {}
+
+    def read() -> str:
+        now = time.monotonic()
+        if "key" in cached and now - cached["key"][0] < KEY_REREAD_SECONDS:
+            return cached["key"][1]
+        try:
+            key = gateway_env(settings).get("API_SERVER_KEY", "")
+        except RuntimeFailure:
+            key = ""
+        cached["key"] = (now, key)
+        return key
+
+    return read

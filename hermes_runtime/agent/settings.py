@@ -9,10 +9,18 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BeforeValidator, ConfigDict, Field, IPvAnyNetwork, ValidationError
 from pydantic_core import ErrorDetails
 
 from hermes_runtime.agent.handover import StopTimes
+from hermes_runtime.agent.successor import IPNetwork
+from hermes_runtime.common.boundedhttp import (
+    DEFAULT_HEAD_SECONDS,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_PER_PEER,
+    HttpLimitsEnv,
+    ServerLimits,
+)
 from hermes_runtime.common.errors import RuntimeFailure
 
 DEFAULT_DATA_DIR = Path("/opt/data")
@@ -30,6 +38,12 @@ DEFAULT_CONTROL_SOCKET = Path("/run/hermes-runtime/agent.sock")
 # socket and a task for up to its hold time, and anyone who reaches the API port can open them.
 DEFAULT_FRONT_DOOR_MAX_HELD = 256
 MAX_FRONT_DOOR_MAX_HELD = 100_000
+# Connections open on the API port at once, and from one address: each is two sockets and a
+# task. The per-address cap keeps room for the kubelet's liveness probe when one pod floods
+# the port; it is high because clients behind an ingress controller share its address.
+DEFAULT_FRONT_DOOR_MAX_CONNECTIONS = 4096
+DEFAULT_FRONT_DOOR_MAX_PER_PEER = 1024
+MAX_FRONT_DOOR_CONNECTIONS = 1_000_000
 # Free space the data volume keeps for the turns in flight (datareserve.py): below it /ready
 # fails and the front door refuses new connections (503), so no turn is answered that cannot
 # be stored (issue 30). 64 MiB: a few hundred turns with their WAL growth; 0 turns it off.
@@ -122,6 +136,28 @@ class AgentSettings:
     control_socket: Path = DEFAULT_CONTROL_SOCKET  # where the preStop hook reaches us
     front_door_max_held: int = DEFAULT_FRONT_DOOR_MAX_HELD
     data_min_free_mib: int = DEFAULT_DATA_MIN_FREE_MIB  # 0: no reserve
+    # The caps of the metrics port and of LCM's (common/boundedhttp.py), and the time every
+    # port, the API port included, gives a connection to send its request head.
+    http_max_connections: int = DEFAULT_MAX_CONNECTIONS
+    http_max_per_peer: int = DEFAULT_MAX_PER_PEER  # 0: no per-address cap
+    http_head_seconds: float = DEFAULT_HEAD_SECONDS
+    front_door_max_connections: int = DEFAULT_FRONT_DOOR_MAX_CONNECTIONS
+    front_door_max_per_peer: int = DEFAULT_FRONT_DOOR_MAX_PER_PEER  # 0: no per-address cap
+    relay_cidrs: tuple[IPNetwork, ...] = ()  # where a successor may be (empty: anywhere)
+
+    @property
+    def http_limits(self) -> ServerLimits:
+        """The metrics port's caps."""
+        return ServerLimits(
+            self.http_max_connections, self.http_max_per_peer, self.http_head_seconds
+        )
+
+    @property
+    def front_door_limits(self) -> ServerLimits:
+        """The API port's caps."""
+        return ServerLimits(
+            self.front_door_max_connections, self.front_door_max_per_peer, self.http_head_seconds
+        )
 
     @property
     def data_min_free_bytes(self) -> int:
@@ -210,16 +246,26 @@ def _modules(raw: object) -> object:
     return names
 
 
+def _cidrs(raw: object) -> object:
+    """A comma-separated list of CIDRs (empty: none)."""
+    if not isinstance(raw, str):
+        return raw  # the default tuple
+    return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
 Port = Annotated[int, Field(ge=0, le=65535)]
 Seconds = Annotated[float, Field(ge=0)]
 ModuleNames = Annotated[tuple[str, ...], BeforeValidator(_modules)]
+Networks = Annotated[tuple[IPvAnyNetwork, ...], BeforeValidator(_cidrs)]
 
 
-class AgentEnv(BaseModel):
+class AgentEnv(HttpLimitsEnv):
     """The entrypoint's environment variables (the chart sets them), one rule each.
 
     Every field is also a field of ``AgentSettings``, which holds the defaults; the chart's
-    values.schema.json states the same ranges (tests/chart/test_chart_runtime_rules.py).
+    values.schema.json states the same ranges (tests/chart/test_chart_runtime_rules.py). The
+    small HTTP ports' caps come from ``HttpLimitsEnv`` (``common/boundedhttp.py``), which the
+    gateway process reads too, for LCM's port.
     """
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
@@ -260,6 +306,15 @@ class AgentEnv(BaseModel):
     data_min_free_mib: int = Field(
         alias="HERMES_RUNTIME_DATA_MIN_FREE_MIB", ge=0, le=MAX_DATA_MIN_FREE_MIB
     )
+    # The API port's caps: connections at once, and from one address (0: no such cap).
+    front_door_max_connections: int = Field(
+        alias="HERMES_RUNTIME_FRONT_DOOR_MAX_CONNECTIONS", ge=1, le=MAX_FRONT_DOOR_CONNECTIONS
+    )
+    front_door_max_per_peer: int = Field(
+        alias="HERMES_RUNTIME_FRONT_DOOR_MAX_PER_PEER", ge=0, le=MAX_FRONT_DOOR_CONNECTIONS
+    )
+    # Comma-separated CIDRs of the pod network: a successor's announced address must be in one.
+    relay_cidrs: Networks = Field(alias="HERMES_RUNTIME_RELAY_CIDRS")
 
 
 def _message(error: ErrorDetails) -> str:

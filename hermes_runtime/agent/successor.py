@@ -15,6 +15,32 @@ its ``flock`` with its process, so a stale record is never taken for a waiting p
 the data dir lock, the only writes to the volume are these two lock files. Two pods waiting
 at once (a delete during a rollout): the first to be ready holds it, the other simply waits
 for the data dir lock.
+
+The record is not trusted (``RelayPolicy``). The agent's shell runs as the entrypoint's user
+and writes the data volume, so it can hold the lock and write any address into the record;
+a stopping pod that relayed there would hand it its clients, bearer key and all. So a stopping
+pod relays only to an address that proves, before the first client byte, that a pod of this
+release answers there:
+
+- the address rules: an IP address (never a name), never a multicast or unspecified one,
+  inside ``HERMES_RUNTIME_RELAY_CIDRS`` when the chart gives the pod network's ranges; and
+  when this pod knows its own address (``HERMES_RUNTIME_POD_IP``, always in the chart) never
+  that one or a loopback one, on the same API and metrics ports as ours (one release renders
+  one set of ports), so no listener the shell opens inside this pod can qualify;
+- the proof: the stopping pod sends a fresh random nonce to the claimed address's metrics
+  port (``GET /successor-proof?nonce=N``, served by ``endpoints.py``), and relays only if the
+  answer is HMAC-SHA256, keyed with the release's API key, over the nonce and the address and
+  ports the record claims. The answerer computes it over its own announced address, so a
+  listener that forwards the nonce to a real pod gets a proof for that pod's address, not
+  for its own, and is refused.
+
+Why the API key: without the Kubernetes API the runtime has no other secret that every pod of
+the release holds and no outsider does. Its limit: the shell of the pod runs as the user that
+reads the key, so a shell that also controls a host the pod can reach on the API port passes
+the proof; then it already holds the key the relayed clients would show it. The relay's
+NetworkPolicy egress (the release's own pods only) closes that last step where a CNI enforces
+it. Not used: the holder of the ``flock`` (``/proc/locks`` shows a pid of our own namespace
+only while the process that took the lock lives, so a shell that forks past it hides).
 """
 
 from __future__ import annotations
@@ -22,16 +48,24 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import hashlib
+import hmac
+import ipaddress
 import json
 import os
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from hermes_runtime.agent.httpget import http_get
 from hermes_runtime.common.flock import try_flock
 from hermes_runtime.common.logs import log_event
 
 SUCCESSOR_LOCK_NAME = "successor.lock"
+SUCCESSOR_PROOF_PATH = "/successor-proof"
+NONCE_HEX = 64  # 32 random bytes
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 @dataclass(frozen=True)
@@ -110,3 +144,80 @@ class Announcement:
             os.ftruncate(fd, 0)
             os.pwrite(fd, record, 0)
         log_event("agent.lock.successor", lock=str(self._path), **dataclasses.asdict(self._me))
+
+
+def ip_address_of(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """``host`` as an address (an IPv4-mapped IPv6 one as IPv4); None for a name."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def valid_nonce(nonce: str) -> bool:
+    """A nonce as ``RelayPolicy`` sends it: 64 lowercase hex digits, nothing else."""
+    return len(nonce) == NONCE_HEX and all(c in "0123456789abcdef" for c in nonce)
+
+
+def successor_proof(key: str, nonce: str, who: Successor) -> str:
+    """HMAC-SHA256 keyed with the API key over the nonce and the address it vouches for."""
+    message = f"hermes-runtime successor proof\n{nonce}\n{who.host}\n{who.api_port}\n"
+    message += str(who.metrics_port)
+    return hmac.new(key.encode(), message.encode(), hashlib.sha256).hexdigest()
+
+
+def answer_proof(key: str, nonce: str, me: Successor) -> str | None:
+    """The successor's answer to a nonce: the proof for its own announced address; None
+    when it announces none (no pod IP) or has no key."""
+    if not key or not me.reachable or not me.metrics_port or not valid_nonce(nonce):
+        return None
+    return successor_proof(key, nonce, me)
+
+
+@dataclass(frozen=True)
+class RelayPolicy:
+    """Which announced successor a stopping pod may relay clients to (the module's rules):
+    ``refusal`` checks the address, ``verify`` asks for the proof."""
+
+    key: Callable[[], str] = lambda: ""  # the release's API key ("": none, never relay)
+    own: Successor = Successor()  # this pod's own address and ports (host "": unknown)
+    networks: tuple[IPNetwork, ...] = ()  # the pod network's ranges (empty: not checked)
+
+    def refusal(self, successor: Successor) -> str | None:
+        """Why ``successor``'s address is refused; None when it may be asked for a proof."""
+        address = ip_address_of(successor.host)
+        if address is None:
+            return f"{successor.host!r} is no IP address"
+        if address.is_multicast or address.is_unspecified or address.is_link_local:
+            return f"{successor.host}: no pod address"
+        if not successor.metrics_port:
+            return f"{successor.host}: no metrics port to ask for a proof on"
+        own = self.own
+        if own.host and (address.is_loopback or address == ip_address_of(own.host)):
+            return f"{successor.host} is this pod's own address"
+        if self.networks and not any(address in network for network in self.networks):
+            return f"{successor.host} is outside HERMES_RUNTIME_RELAY_CIDRS"
+        ports = (successor.api_port, successor.metrics_port)
+        if own.host and ports != (own.api_port, own.metrics_port):
+            return f"ports {ports} are not this release's {(own.api_port, own.metrics_port)}"
+        return None
+
+    async def verify(self, successor: Successor, timeout: float) -> str | None:
+        """None once the pod at ``successor``'s address proved it belongs to the release; why
+        not otherwise. ``OSError`` while nothing answers there yet (ask again)."""
+        key = self.key()
+        if not key:
+            return "this pod has no API key to check a proof with"
+        nonce = secrets.token_hex(NONCE_HEX // 2)
+        path = f"{SUCCESSOR_PROOF_PATH}?nonce={nonce}"
+        status, body = await http_get(successor.host, successor.metrics_port, path, timeout)
+        if status != 200:
+            return f"{successor.host}:{successor.metrics_port} answered the proof with {status}"
+        with contextlib.suppress(ValueError, TypeError, KeyError):
+            proof = str(json.loads(body)["proof"])
+            if hmac.compare_digest(proof, successor_proof(key, nonce, successor)):
+                return None
+        return f"{successor.host}:{successor.metrics_port} gave no valid proof for its address"

@@ -17,6 +17,7 @@ from hermes_runtime.lcm.embedders import Embedder
 from hermes_runtime.lcm.ftsquery import quoted_terms
 from hermes_runtime.lcm.hits import MAX_IDS, OVERSAMPLE, Hit, content_key, hit_for, ref
 from hermes_runtime.lcm.store import LcmStore
+from hermes_runtime.lcm.textsearch import MAX_RESULTS
 from hermes_runtime.lcm.vectorindex import VectorIndex
 
 Ranking = list[tuple[str, int, float]]  # (kind, id, score), best first
@@ -108,6 +109,7 @@ def hybrid_search(
     twenty. Rankings carry ids only; rows, snippets and ``covered_by`` are
     fetched for the ``limit`` results returned, not for every candidate.
     """
+    limit = max(1, min(limit, MAX_RESULTS))  # the model picks it: bounded like lcm_grep's
     depth = max(limit * 3, fusion.depth)
     pool = depth * OVERSAMPLE
     rankings: list[tuple[float, Ranking]] = []

@@ -39,29 +39,38 @@ def serve_metrics(port: str) -> None:
     set, they are served there on ``GET /metrics`` and nothing else (404 for any
     other path, 501 for any other method: prometheus_client's own server answers
     every path). A busy port is logged, not fatal: metrics must never stop the agent.
+
+    The server runs in the gateway's process, so each connection's thread and time
+    are bounded (``common/boundedhttp.py``: connections at once and per address, the
+    time to send the request head), with the entrypoint's own caps for its metrics
+    port, read from the environment the gateway inherits.
     """
     if not port:
         return
-    from http.server import ThreadingHTTPServer
     from urllib.parse import urlsplit
 
     from prometheus_client import MetricsHandler
 
+    from hermes_runtime.common.boundedhttp import (
+        BoundedHTTPServer,
+        HeadCompleteMixin,
+        http_limits_from_env,
+    )
     from hermes_runtime.common.logs import log_event
 
-    class MetricsOnly(MetricsHandler):
+    class MetricsOnly(HeadCompleteMixin, MetricsHandler):
         def do_GET(self) -> None:
             if urlsplit(self.path).path != "/metrics":
                 self.send_error(404, "only /metrics is served here")
                 return
             super().do_GET()
 
+    limits = http_limits_from_env(os.environ)
     try:
-        server = ThreadingHTTPServer(("0.0.0.0", int(port)), MetricsOnly)
+        server = BoundedHTTPServer(("0.0.0.0", int(port)), MetricsOnly, limits)
     except (OSError, ValueError) as exc:
         log_event("lcm.metrics.unavailable", port=port, error=str(exc))
         return
-    server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="lcm-metrics", daemon=True).start()
 
 

@@ -11,9 +11,11 @@ import http.client
 import json
 import os
 import shutil
+import signal
 import socket
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -92,26 +94,37 @@ def test_no_request_on_the_metrics_or_api_port_changes_readiness(tmp_path: Path)
 
 
 def test_an_abandoned_pre_stop_turns_the_pod_ready_again(tmp_path: Path) -> None:
-    """The hook run by hand (``kubectl exec``), no SIGTERM after it: once the grace period
-    and the margin have passed, the pod is ready again, and says why."""
+    """The hook run by hand (``kubectl exec``, or the agent's shell), no SIGTERM after it:
+    repeated hooks meanwhile are ignored and do not extend it; once the grace period and the
+    margin have passed, the pod is ready again, and says why; a hook after that no longer
+    turns it unready before a SIGTERM, so a loop of hooks cannot keep it out of the Service."""
     data = tmp_path / "data"
     data.mkdir()
     agent = start_entrypoint(data, tmp_path, "agent", HERMES_RUNTIME_TERMINATION_GRACE_SECONDS="1")
     try:
         wait_for(lambda: agent.get("/ready")[0] == 200, what="ready")
         status, answer = agent.pre_stop(timeout=30)
-        assert status == 0 and answer["stopping"] is True
+        first_hook = time.monotonic()
+        assert status == 0 and answer["stopping"] is True and "ignored" not in answer
         assert ready(agent)["checks"] == {"stopping": "the pod is stopping"}
+        for _ in range(3):  # the shell's loop: answered at once, ignored, logged
+            status, answer = agent.pre_stop(timeout=30)
+            assert status == 0 and answer["ignored"] is True
+        assert agent.output().count('"agent.pre_stop.ignored"') == 3
         wait_for(lambda: "agent.pre_stop.abandoned" in agent.output(), what="the abandon")
+        # Undone on the first hook's timer (11 s), not re-armed by the ignored ones.
+        assert time.monotonic() - first_hook < 11.0 + 5.0
         assert ready(agent) == {"status": 200, **READY}
         assert len(started(data, "agent")) == 1
-        # A real stop later still hands over as before.
         status, answer = agent.pre_stop(timeout=30)
-        assert status == 0 and answer["stopping"] is True
-        assert ready(agent)["status"] == 503
+        assert status == 0 and answer["deferred"] is True
+        assert ready(agent) == {"status": 200, **READY}  # still in the Service
+        assert "agent.pre_stop.deferred" in agent.output()
+        agent.proc.send_signal(signal.SIGTERM)  # a real stop's SIGTERM still stops it
+        assert agent.proc.wait(60) == 0, agent.output()[-2000:]
     finally:
-        assert agent.stop() == 0, agent.output()[-2000:]
-    (line,) = [json.loads(x) for x in agent.output().splitlines() if "pre_stop.abandoned" in x]
+        agent.proc.kill()
+    (line, *_) = [json.loads(x) for x in agent.output().splitlines() if "pre_stop.abandoned" in x]
     assert line["after_seconds"] == 11.0  # the grace period (1 s) + the 10 s margin
 
 

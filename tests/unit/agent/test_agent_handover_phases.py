@@ -3,7 +3,8 @@ each, and when the pod may vanish.
 
 Real pieces only: the successor's announcement is a real ``flock`` on a real
 ``successor.lock`` (``successor.Announcement``, as a waiting pod holds it), the successor's
-``/ready`` a real HTTP server on loopback, the gateway's state the supervisor's two flags.
+``/ready`` and ``/successor-proof`` a real HTTP server on loopback (the proof computed as
+``endpoints.py`` does, with the release's key), the gateway's state the supervisor's two flags.
 The entrypoint tests (test_agent_handover.py, test_agent_warm_handover.py,
 test_agent_control.py) run the same object inside ``hermes-runtime agent run``.
 """
@@ -11,6 +12,7 @@ test_agent_control.py) run the same object inside ``hermes-runtime agent run``.
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import time
 from collections.abc import AsyncIterator
@@ -19,7 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermes_runtime.agent.handover import HandOver, Phase, Route, StopTimes
-from hermes_runtime.agent.successor import Announcement, Successor
+from hermes_runtime.agent.successor import Announcement, RelayPolicy, Successor, answer_proof
+
+KEY = "k" * 40  # the release's API key, which both pods read
 
 
 @dataclass
@@ -42,20 +46,29 @@ class Door:
 
 
 @asynccontextmanager
-async def successor_ready_endpoint(answers: list[int]) -> AsyncIterator[int]:
+async def successor_ready_endpoint(answers: list[int], api_port: int = 18000) -> AsyncIterator[int]:
     """A successor's metrics port: ``GET /ready`` answers the next status of ``answers``
-    (the last one once they run out); yields the port."""
+    (the last one once they run out), ``GET /successor-proof`` the proof for 127.0.0.1 on
+    ``api_port`` and this port; yields the port."""
+    port = 0
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        status = answers.pop(0) if len(answers) > 1 else answers[0]
-        writer.write(f"HTTP/1.0 {status} X\r\nContent-Length: 0\r\n\r\n".encode())
+        head = await reader.readuntil(b"\r\n\r\n")
+        target = head.split()[1].decode()
+        if target.startswith("/successor-proof?nonce="):
+            me = Successor("127.0.0.1", api_port, port)
+            body = json.dumps({"proof": answer_proof(KEY, target.split("=", 1)[1], me)})
+            status = 200
+        else:
+            status, body = (answers.pop(0) if len(answers) > 1 else answers[0]), ""
+        writer.write(f"HTTP/1.0 {status} X\r\n\r\n{body}".encode())
         await writer.drain()
         writer.close()
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
     async with server:
-        yield server.sockets[0].getsockname()[1]
+        yield port
 
 
 def test_a_stop_with_a_warm_successor_relays_until_it_is_ready_then_leaves(
@@ -64,7 +77,8 @@ def test_a_stop_with_a_warm_successor_relays_until_it_is_ready_then_leaves(
     async def scenario() -> None:
         stopped: list[int] = []
         times = StopTimes(grace_seconds=60, handover_seconds=30, prestop_seconds=0.5)
-        handover = HandOver(times, tmp_path, stopped.append, poll_seconds=0.02)
+        relay = RelayPolicy(key=lambda: KEY)
+        handover = HandOver(times, tmp_path, stopped.append, poll_seconds=0.02, relay=relay)
         gateway = Gateway()
         assert handover.phase is Phase.SERVING and handover.stop_verdict() is None
         assert handover.route(gateway) == Route("gateway")
@@ -83,6 +97,10 @@ def test_a_stop_with_a_warm_successor_relays_until_it_is_ready_then_leaves(
             assert handover.route(gateway) == Route("gateway")  # ours serves until SIGTERM
             handover.terminate(signal.SIGTERM)
             assert stopped == [signal.SIGTERM]  # the supervisor stops the gateway
+            # Held here until the successor proved it is a pod of the release at its address.
+            assert handover.route(gateway) == Route("hold")
+            while handover.route(gateway) == Route("hold"):
+                await asyncio.sleep(0.01)
             assert handover.route(gateway) == Route("relay", ("127.0.0.1", 18000))
             gateway.running = False  # the gateway exited; still relaying
             assert handover.route(gateway) == Route("relay", ("127.0.0.1", 18000))
