@@ -1,10 +1,10 @@
-"""The Kubernetes API as a pod's own ServiceAccount sees it: three calls on Secrets.
+"""The Kubernetes API as a pod's own ServiceAccount sees it: read, create and mark a Secret.
 
 Why not the ``kubernetes`` client: the agent image would carry it (and google-auth,
-websocket-client, oauthlib, ...) for one GET and one POST, in the image whose main process
-runs shell commands a model chose. httpx is already there; the calls below are the documented
-REST paths (``/api/v1/namespaces/{ns}/secrets``), authenticated with the projected token and
-checked against the cluster's CA, as every in-cluster client does.
+websocket-client, oauthlib, ...) for one GET, one POST and one PATCH, in the image whose
+main process runs shell commands a model chose. httpx is already there; the calls are the
+documented REST paths (``/api/v1/namespaces/{ns}/secrets``), authenticated with the projected
+token and checked against the cluster's CA, as every in-cluster client does.
 """
 
 from __future__ import annotations

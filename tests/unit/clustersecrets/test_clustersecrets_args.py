@@ -1,7 +1,7 @@
 """`secrets ensure`'s inputs: names checked as Kubernetes checks them, no cluster needed.
 
 Creating and keeping the Secrets runs against a real API server in the e2e tier
-(tests/e2e/test_gitops.py)."""
+(tests/e2e/test_gitops.py); which existing Secret is kept, test_clustersecrets_ownership.py."""
 
 from __future__ import annotations
 
@@ -46,3 +46,20 @@ def test_a_bad_label_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> Non
         main(["secrets", "ensure", "--secret", "x/y", "--label", "novalue"])
     assert exit_info.value.code == 2
     assert "--label 'novalue' is not KEY=VALUE" in capsys.readouterr().err
+
+
+def test_only_a_secret_the_command_would_create_can_be_adopted(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["secrets", "ensure", "--secret", "a/k", "--secret", "b/k", "--adopt", "c"])
+    assert exit_info.value.code == 2
+    assert "--adopt c: not the NAME of a --secret (a, b)" in capsys.readouterr().err
+
+
+def test_an_adopted_name_is_accepted_and_the_command_still_needs_its_pod(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert main(["secrets", "ensure", "--secret", "a/k", "--adopt", "a"]) == 1
+    assert "KUBERNETES_SERVICE_HOST" in capsys.readouterr().err
