@@ -100,7 +100,9 @@ def test_writable_volumes_are_exactly_data_and_tmp() -> None:
     assert mounts["/etc/hermes-runtime"]["readOnly"] is True
     volumes = {v["name"]: v for v in manifest.agent_pod["volumes"]}
     assert not [name for name in volumes if name.startswith("secrets")]
-    assert "emptyDir" in volumes["tmp"]
+    # Its own /tmp: no other role of the pod mounts it (test_chart_roles.py).
+    assert mounts["/tmp"]["name"] == "tmp-agent"
+    assert "emptyDir" in volumes["tmp-agent"]
     # The control socket of the exec preStop hook: in memory, and the agent container's alone.
     assert mounts["/run/hermes-runtime"]["name"] == "control"
     assert volumes["control"]["emptyDir"]["medium"] == "Memory"
@@ -296,8 +298,8 @@ def test_service_account_token_not_mounted_by_default() -> None:
     assert agent_sa["automountServiceAccountToken"] is False
     assert manifest.agent_pod["serviceAccountName"] == FULLNAME
     assert not [b for b in manifest.all("RoleBinding") if b["subjects"][0]["name"] == FULLNAME]
-    # Only the secrets Job's pod holds a token, of its own ServiceAccount, which may read its
-    # two Secrets by name and create Secrets: nothing else.
+    # Only the secrets Job's pod holds a token, of its own ServiceAccount, which may read and
+    # mark its two Secrets by name and create Secrets: nothing else.
     tokens = [
         (where, pod["serviceAccountName"])
         for where, pod in pod_specs(manifest)
@@ -310,7 +312,7 @@ def test_service_account_token_not_mounted_by_default() -> None:
             "apiGroups": [""],
             "resources": ["secrets"],
             "resourceNames": [f"{FULLNAME}-api", f"{FULLNAME}-backup-password"],
-            "verbs": ["get"],
+            "verbs": ["get", "patch"],
         },
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
     ]
@@ -507,6 +509,7 @@ def test_each_helper_container_has_its_own_resources() -> None:
                 "enabled": True,
                 "address": "https://vault:8200",
                 "role": "r",
+                "backupRole": "r-backup",
                 "secrets": [{"path": "p", "key": "k", "env": "X"}],
                 "resources": small,
                 "refresher": {"enabled": True},
@@ -573,6 +576,7 @@ def test_catatonit_stays_pid_1_in_every_container_of_ours() -> None:
             "enabled": True,
             "address": "https://vault:8200",
             "role": "hermes",
+            "backupRole": "hermes-backup",
             "secrets": [{"path": "secret/data/h", "key": "api", "env": "API_SERVER_KEY"}],
         },
         "restore": {"fromSnapshot": "latest"},

@@ -50,7 +50,23 @@ def test_cronjob_snapshots_to_an_ephemeral_volume_sized_like_the_data_volume() -
     script = container["args"][2]  # the image entrypoint (catatonit) stays PID 1
     assert env_map(container)["BACKUP_WORK_DIR"] == "/scratch"
     assert '--work-dir "$BACKUP_WORK_DIR"' in script
-    assert '--status-file "$HERMES_HOME/.hermes-runtime/backup-status.json"' in script
+    assert '--status-file "$BACKUP_STATUS_FILE"' in script
+    # The data volume read-only, and the record's folder alone read-write (test_chart_roles.py).
+    status_file = env_map(container)["BACKUP_STATUS_FILE"]
+    assert status_file == "/run/hermes/backup-status/backup-status.json"
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert mounts["/opt/data"] == {"name": "data", "mountPath": "/opt/data", "readOnly": True}
+    assert mounts["/run/hermes/backup-status"] == {
+        "name": "data",
+        "mountPath": "/run/hermes/backup-status",
+        "subPath": ".hermes-runtime",
+    }
+    writable = _cron_pod({"backup": {"dataVolumeReadOnly": False}})["containers"][0]
+    env = env_map(writable)
+    assert env["BACKUP_STATUS_FILE"] == "/opt/data/.hermes-runtime/backup-status.json"
+    assert [m for m in writable["volumeMounts"] if m["name"] == "data"] == [
+        {"name": "data", "mountPath": "/opt/data"}
+    ]
 
 
 def test_scratch_size_and_class_can_be_set() -> None:
@@ -432,6 +448,7 @@ def test_a_password_listed_in_vault_secrets_replaces_the_generated_secret() -> N
             "enabled": True,
             "address": "https://vault:8200",
             "role": "r",
+            "backupRole": "r-backup",
             "secrets": [{"path": "secret/data/backup", "key": "pw", "env": "RESTIC_PASSWORD"}],
         }
     }

@@ -50,6 +50,12 @@ def _pod_env(container: dict, dirs: dict[str, Path]) -> dict[str, str]:
         env["RESTIC_CACHE_DIR"] = str(dirs["tmp"] / "restic-cache")
     if "RESTIC_PASSWORD" in env_map(container):  # from the chart's Secret in a pod
         env.update(restic_env())
+    if "BACKUP_STATUS_FILE" in env:  # the data volume's .hermes-runtime, mounted by subPath
+        status = Path(env["BACKUP_STATUS_FILE"])
+        if status.parent == Path("/run/hermes/backup-status"):
+            env["BACKUP_STATUS_FILE"] = str(dirs["data"] / ".hermes-runtime" / status.name)
+        else:
+            env["BACKUP_STATUS_FILE"] = str(dirs["data"] / status.relative_to("/opt/data"))
     if "HERMES_RUNTIME_SECRETS_ENV" in env:
         env["HERMES_RUNTIME_SECRETS_ENV"] = str(dirs["tmp"] / "secrets.env")
     env["PATH"] = f"{BIN}:{os.environ['PATH']}"
@@ -152,6 +158,7 @@ def test_backup_script_reads_settings_from_the_vault_env_file(dirs: dict[str, Pa
             "enabled": True,
             "address": "https://vault:8200",
             "role": "r",
+            "backupRole": "r-backup",
             "secrets": [{"path": "secret/data/s3", "key": "id", "env": "AWS_ACCESS_KEY_ID"}],
         }
     }
@@ -178,6 +185,7 @@ def test_restore_with_vault_passes_arguments_through_unchanged(dirs: dict[str, P
             "enabled": True,
             "address": "https://vault:8200",
             "role": "r",
+            "backupRole": "r-backup",
             "secrets": [{"path": "secret/data/s3", "key": "id", "env": "AWS_ACCESS_KEY_ID"}],
         },
     }

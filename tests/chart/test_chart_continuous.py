@@ -28,6 +28,7 @@ VAULT = {
         "enabled": True,
         "address": "https://vault.example:8200",
         "role": "hermes",
+        "backupRole": "hermes-backup",
         "secrets": [{"path": "secret/data/s3", "key": "id", "env": "AWS_ACCESS_KEY_ID"}],
     }
 }

@@ -32,6 +32,7 @@ VALUES: dict[str, Any] = {
         "enabled": True,
         "address": "https://vault.secrets.svc.cluster.local:8200",
         "role": "r",
+        "backupRole": "r-backup",
         "secrets": [{"path": "p", "key": "k", "env": "X"}],
     },
 }
@@ -140,8 +141,6 @@ def test_no_policy_lets_the_api_server_metadata_or_cluster_addresses_through(
 ) -> None:
     manifest = render(overrides, examples=() if example == "defaults" else (example,))
     never = NEVER
-    if example == "production":  # its endpoints are the VPC 10/8, less its API server's address
-        never = [a for a in NEVER if not a.startswith("10.")] + ["10.0.0.10"]
     assert len(manifest.all("NetworkPolicy")) == len(POLICIES)
     for np in manifest.all("NetworkPolicy"):
         if np["metadata"]["name"] in API_CLIENTS:
@@ -151,6 +150,21 @@ def test_no_policy_lets_the_api_server_metadata_or_cluster_addresses_through(
         for address in never:
             for port in (443, 6443, 80, 8080):
                 assert not reaches(np, address, port), (np["metadata"]["name"], address, port)
+
+
+@pytest.mark.parametrize("example", EXAMPLE_NAMES)
+def test_examples_name_each_endpoint_never_a_private_range(example: str) -> None:
+    """A private range (the production example's VPC 10/8 once) holds the pods of every
+    namespace: an example names its endpoints by exact address, or by namespace and pod
+    labels, or as public addresses (0.0.0.0/0 less every private range)."""
+    manifest = render(examples=(example,))
+    for name in (FULLNAME, f"{FULLNAME}-backup"):
+        for rule in policy(manifest, name.removeprefix(FULLNAME))["spec"]["egress"]:
+            for peer in rule.get("to", []):
+                cidr = peer.get("ipBlock", {}).get("cidr")
+                if cidr is None or cidr == "0.0.0.0/0":
+                    continue
+                assert ipaddress.ip_network(cidr).num_addresses == 1, (example, name, cidr)
 
 
 def test_every_except_lies_inside_its_cidr() -> None:
@@ -275,6 +289,7 @@ def test_the_agent_pod_reaches_vault_only_when_it_runs_a_vault_container() -> No
         "enabled": True,
         "address": "https://10.7.7.7:8200",
         "role": "r",
+        "backupRole": "r-backup",
         "secrets": [{"path": "p", "key": "k", "env": "AWS_ACCESS_KEY_ID"}],  # backup's only
     }
     backup = {"target": {"type": "s3", "s3": {"bucket": "bkt", "existingSecret": ""}}}
@@ -509,19 +524,22 @@ def test_backup_policy_absent_without_backup_pods_and_all_absent_when_off() -> N
 
 def test_the_secrets_job_reaches_the_api_server_only() -> None:
     """No ingress, no DNS (it dials KUBERNETES_SERVICE_HOST, an address), the API server's
-    ports; with kubeApi.cidrs only those addresses."""
+    ports; with kubeApi.cidrs only those addresses, without them private addresses only (never
+    a public one, never cloud metadata)."""
     np = policy(render(), "-secrets")
     assert np["spec"]["ingress"] == []
-    assert np["spec"]["egress"] == [
-        {"ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}]}
-    ]
+    (rule,) = np["spec"]["egress"]
+    assert rule["ports"] == [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}]
+    assert reaches(np, "172.18.0.2", 6443)  # kind's API server
+    for address in ("8.8.8.8", "203.0.113.5", "169.254.169.254"):
+        assert not reaches(np, address, 443), address
     assert not reaches(np, "10.96.0.10", 53, "UDP")
     narrowed = policy(
         render({"networkPolicy": {"kubeApi": {"cidrs": ["10.0.0.10/32"]}}}), "-secrets"
     )
     assert reaches(narrowed, "10.0.0.10", 6443)
-    assert not reaches(narrowed, "169.254.169.254", 443)
-    assert not reaches(narrowed, "8.8.8.8", 443)
+    for address in ("10.0.0.11", "172.18.0.2", "169.254.169.254", "8.8.8.8"):
+        assert not reaches(narrowed, address, 443), address
 
 
 def test_metrics_have_their_own_cluster_ip_service() -> None:

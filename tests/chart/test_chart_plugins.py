@@ -6,7 +6,14 @@ import re
 
 import pytest
 import yaml
-from chart_testlib import NEWEST_KUBE, all_containers, container_names, env_map, render
+from chart_testlib import (
+    NEWEST_KUBE,
+    all_containers,
+    container_names,
+    env_map,
+    render,
+    render_error,
+)
 
 WEATHER = {"name": "weather", "repo": "https://git.example.com/weather.git", "ref": "v1"}
 TICKETS = {
@@ -57,7 +64,11 @@ def test_git_sync_runs_as_65533_sharing_files_through_fs_group() -> None:
     assert context["readOnlyRootFilesystem"] is True
     assert manifest.agent_pod["securityContext"]["fsGroup"] == 10000
     mounts = {m["mountPath"]: m for m in manifest.container("git-sync-weather")["volumeMounts"]}
-    assert mounts["/opt/data/.git-sync/weather"]["subPath"] == "weather"  # its own tree only
+    # Its own tree only: the plugin's own emptyDir.
+    assert mounts["/opt/data/.git-sync/weather"] == {
+        "name": "plugin-weather",
+        "mountPath": "/opt/data/.git-sync/weather",
+    }
     assert mounts["/tmp"]["subPath"] == "weather"  # HOME for git config, per plugin
 
 
@@ -130,36 +141,64 @@ def test_each_git_sync_sees_only_its_own_tree_and_the_agent_reads_them_read_only
     kube: str,
 ) -> None:
     """git-sync never mounts the data volume (conversations, lcm.db, state.db): each one
-    writes only its own directory of the `git-sync` emptyDir, mounted where GITSYNC_ROOT
-    points (the same path the agent reads, so the worktree paths git writes resolve there
-    too); the agent mounts the whole tree read-only over /opt/data/.git-sync, so its shell
-    cannot change a plugin's code."""
-    manifest = render({**PLUGINS, "gitSync": {"sizeLimit": "300Mi"}}, kube_version=kube)
+    writes only its plugin's own emptyDir, mounted where GITSYNC_ROOT points (the same path
+    the agent reads, so the worktree paths git writes resolve there too); the agent mounts
+    each tree read-only at /opt/data/.git-sync/<name>, the path the linker expects, so its
+    shell cannot change a plugin's code."""
+    manifest = render(PLUGINS, kube_version=kube)
     pod = manifest.agent_pod
     volumes = {v["name"]: v for v in pod["volumes"]}
-    assert volumes["git-sync"] == {"name": "git-sync", "emptyDir": {"sizeLimit": "300Mi"}}
     git_syncs = [c for c in all_containers(pod) if c["name"].startswith("git-sync-")]
     assert len(git_syncs) == 4 if kube == "1.28.0" else 2
+    agent_mounts = manifest.container("agent")["volumeMounts"]
     for container in git_syncs:
         plugin = "weather" if "weather" in container["name"] else "tickets"
         root = env_map(container)["GITSYNC_ROOT"]
         mounts = {m["name"]: m for m in container["volumeMounts"]}
         assert "data" not in mounts, f"{container['name']} mounts the data volume"
-        assert mounts["git-sync"] == {"name": "git-sync", "mountPath": root, "subPath": plugin}
+        own = f"plugin-{plugin}"
+        assert mounts[own] == {"name": own, "mountPath": root}
         assert root == f"/opt/data/.git-sync/{plugin}"
-    agent_mounts = [m for m in manifest.container("agent")["volumeMounts"]]
-    assert {"name": "git-sync", "mountPath": "/opt/data/.git-sync", "readOnly": True} in (
-        agent_mounts
-    )
-    # Nothing but a plugin's own git-sync writes into the tree.
+        assert "emptyDir" in volumes[own]
+        assert {"name": own, "mountPath": root, "readOnly": True} in agent_mounts
+        others = {f"plugin-{p}" for p in ("weather", "tickets")} - {own}
+        assert not others & set(mounts), f"{container['name']} mounts another plugin's tree"
+    # Nothing but a plugin's own git-sync writes into its tree.
     writers = {
-        c["name"]
+        (c["name"], m["name"])
         for c in all_containers(pod)
         for m in c.get("volumeMounts", [])
-        if m["name"] == "git-sync" and not m.get("readOnly")
+        if m["name"].startswith("plugin-") and not m.get("readOnly")
     }
-    assert writers == {c["name"] for c in git_syncs}
+    assert writers == {
+        (c["name"], "plugin-weather" if "weather" in c["name"] else "plugin-tickets")
+        for c in git_syncs
+    }
     # Without plugins, no tree and no mount.
     bare = render(kube_version=kube)
-    assert "git-sync" not in {v["name"] for v in bare.agent_pod["volumes"]}
-    assert "git-sync" not in {m["name"] for m in bare.container("agent")["volumeMounts"]}
+    assert not [v for v in bare.agent_pod["volumes"] if v["name"].startswith("plugin-")]
+    assert not [m for m in bare.container("agent")["volumeMounts"] if "git-sync" in m["mountPath"]]
+
+
+def test_each_plugin_tree_is_sized_from_its_own_cap() -> None:
+    """4 x maxSizeMiB + 64 MiB: two worktrees and two commits' objects during a sync, plus
+    git's own files; the default cap (100 MiB, the runtime's) gives 464Mi."""
+    big = {**TICKETS, "maxSizeMiB": 300}
+    volumes = {v["name"]: v for v in render({"plugins": [WEATHER, big]}).agent_pod["volumes"]}
+    assert volumes["plugin-weather"]["emptyDir"] == {"sizeLimit": "464Mi"}
+    assert volumes["plugin-tickets"]["emptyDir"] == {"sizeLimit": "1264Mi"}
+    # The one shared tree of before is gone, and its value is refused naming the replacement.
+    assert "git-sync" not in volumes
+    error = render_error({**PLUGINS, "gitSync": {"sizeLimit": "300Mi"}})
+    assert "gitSync.sizeLimit" in error and "plugins[].maxSizeMiB" in error
+
+
+def test_submodules_are_off_unless_a_plugin_asks() -> None:
+    """git-sync's own default clones every submodule, recursively: content the plugin's size
+    cap never saw coming. Off (`--submodules=off`) unless `submodules: true`."""
+    manifest = render({"plugins": [WEATHER, {**TICKETS, "submodules": True}]})
+    assert env_map(manifest.container("git-sync-weather"))["GITSYNC_SUBMODULES"] == "off"
+    assert env_map(manifest.container("git-sync-tickets"))["GITSYNC_SUBMODULES"] == "recursive"
+    off = render({"plugins": [{**WEATHER, "submodules": False}]})
+    assert env_map(off.container("git-sync-weather"))["GITSYNC_SUBMODULES"] == "off"
+    assert "submodules" in render_error({"plugins": [{**WEATHER, "submodules": "yes"}]})

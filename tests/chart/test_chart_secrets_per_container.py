@@ -29,6 +29,7 @@ VAULT = {
     "enabled": True,
     "address": "https://vault.example:8200",
     "role": "hermes",
+    "backupRole": "hermes-backup",
     "secrets": [
         {"path": "secret/data/agent", "key": "llm", "env": "LLM_API_KEY"},
         {"path": "secret/data/agent", "key": "api", "env": "API_SERVER_KEY"},

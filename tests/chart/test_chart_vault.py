@@ -10,6 +10,7 @@ VAULT = {
         "enabled": True,
         "address": "https://vault.example:8200",
         "role": "hermes",
+        "backupRole": "hermes-backup",
         "authPath": "k8s-prod",
         "audience": "vault-prod",
         "caSecret": "vault-ca",

@@ -165,9 +165,9 @@ def check_staged_on_scratch(cluster: kube.Cluster, namespace: str, run: JobRun) 
     assert mounts.get(str(scratch.parent)) == "backup-scratch", (
         f"staged in {scratch}, not on the scratch volume (mounts: {mounts})"
     )
-    assert mounts.get("/tmp") == "tmp"
+    assert mounts.get("/tmp") == "tmp-backup"  # the backup container's own
     volumes = {v.name: v for v in run.pod.spec.volumes}
-    assert volumes["tmp"].empty_dir.size_limit == f"{TMP_LIMIT_MIB}Mi"
+    assert volumes["tmp-backup"].empty_dir.size_limit == f"{TMP_LIMIT_MIB}Mi"
     claim = cluster.core.read_namespaced_persistent_volume_claim(
         f"{run.pod.metadata.name}-backup-scratch", namespace
     )

@@ -67,9 +67,14 @@ OPENBAO_CA = "/tmp/tls/vault-ca.pem"  # tests/e2e/charts/openbao with tls=true
 VAULT_CA_SECRET = "vault-ca"  # the chart's vault.caSecret (key ca.crt) in the TLS test
 AUTH_PATH = "kubernetes"
 AUDIENCE = "vault"  # the chart's default vault.audience
-ROLE = "hermes-agent"
+ROLE = "hermes-agent"  # the agent pod's (vault.role)
 WRONG_ROLE = "no-such-role"
 POLICY = "hermes-agent"
+# The backup pods' own role and policy (vault.backupRole), bound to their own ServiceAccounts:
+# the agent pod's role cannot read BACKUP_PATH, the backup's cannot read the agent's paths.
+BACKUP_ROLE = "hermes-agent-backup"
+BACKUP_POLICY = "hermes-backup"
+BACKUP_SERVICE_ACCOUNTS = ["hermes-hermes-agent-backup", "hermes-hermes-agent-pre-upgrade"]
 KV_MOUNT = "secret"  # the dev server's KV v2 mount
 AGENT_PATH = "hermes/agent"  # KV v2 paths (the API path adds data/)
 BACKUP_PATH = "hermes/backup"
@@ -103,6 +108,7 @@ def vault_values(
             "enabled": True,
             "address": address,
             "role": role,
+            "backupRole": BACKUP_ROLE,
             "authPath": AUTH_PATH,
             "audience": AUDIENCE,
             "caSecret": ca_secret,
@@ -218,26 +224,33 @@ def configure_openbao(
 ) -> None:
     """The platform team's steps (docs/vault.md "Tested end to end"), via the HTTP API.
 
-    `kv` maps each KV v2 path to the fields planted there; the policy reads exactly those.
+    `kv` maps each KV v2 path to the fields planted there. Two roles with two policies: the
+    agent pod's (`service_account`) reads every path but BACKUP_PATH, the backup pods' reads
+    BACKUP_PATH alone.
     """
     bao.sys.enable_auth_method("kubernetes", path=AUTH_PATH)
     # In a pod OpenBao reads its own ServiceAccount token and the cluster CA.
     bao.auth.kubernetes.configure(
         kubernetes_host="https://kubernetes.default.svc", mount_point=AUTH_PATH
     )
-    policy = "".join(
-        f'path "{KV_MOUNT}/data/{path}" {{\n  capabilities = ["read"]\n}}\n' for path in kv
-    )
-    bao.sys.create_or_update_policy(POLICY, policy)
-    bao.auth.kubernetes.create_role(
-        ROLE,
-        bound_service_account_names=[service_account],
-        bound_service_account_namespaces=[namespace],
-        audience=AUDIENCE,
-        policies=[POLICY],
-        ttl="1h",
-        mount_point=AUTH_PATH,
-    )
+    identities = [
+        (ROLE, POLICY, [service_account], [path for path in kv if path != BACKUP_PATH]),
+        (BACKUP_ROLE, BACKUP_POLICY, BACKUP_SERVICE_ACCOUNTS, [BACKUP_PATH]),
+    ]
+    for role, policy, accounts, paths in identities:
+        rules = "".join(
+            f'path "{KV_MOUNT}/data/{path}" {{\n  capabilities = ["read"]\n}}\n' for path in paths
+        )
+        bao.sys.create_or_update_policy(policy, rules)
+        bao.auth.kubernetes.create_role(
+            role,
+            bound_service_account_names=accounts,
+            bound_service_account_namespaces=[namespace],
+            audience=AUDIENCE,
+            policies=[policy],
+            ttl="1h",
+            mount_point=AUTH_PATH,
+        )
     for path, fields in kv.items():
         bao.secrets.kv.v2.create_or_update_secret(path, secret=fields, mount_point=KV_MOUNT)
 
@@ -577,6 +590,31 @@ def test_backup_cronjob_takes_its_s3_credentials_from_openbao(
         assert value not in logs, "a Vault value is in the backup job's log"
         assert value not in manifest, "a Vault value is in the helm release"
     assert_agent_cannot_read(cluster, namespace, [access_key, secret_key])
+    assert_agent_role_is_refused_the_backup_path(cluster, namespace, bao)
+
+
+def assert_agent_role_is_refused_the_backup_path(
+    cluster: kube.Cluster, namespace: str, bao: OpenBao
+) -> None:
+    """The agent pod's Vault identity (a token of its ServiceAccount for Vault's audience,
+    logged in as ROLE) reads the agent's path and is refused the backup's: Vault itself,
+    not the chart, keeps the S3 keys from the agent pod's Vault token."""
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=[AUDIENCE], expiration_seconds=600)
+    )
+    issued = cluster.core.create_namespaced_service_account_token(
+        SERVICE_ACCOUNT, namespace, request
+    )
+    with openbao_client(cluster, namespace, bao) as root:
+        agent = hvac.Client(url=root.url)
+        agent.auth.kubernetes.login(role=ROLE, jwt=issued.status.token, mount_point=AUTH_PATH)
+        agent.secrets.kv.v2.read_secret_version(
+            path=AGENT_PATH, mount_point=KV_MOUNT, raise_on_deleted_version=True
+        )
+        with pytest.raises(hvac.exceptions.Forbidden):
+            agent.secrets.kv.v2.read_secret_version(
+                path=BACKUP_PATH, mount_point=KV_MOUNT, raise_on_deleted_version=True
+            )
 
 
 def assert_agent_cannot_read(cluster: kube.Cluster, namespace: str, values: list[str]) -> None:

@@ -30,6 +30,7 @@ from kubernetes import client
 from ruamel.yaml import YAML
 
 from . import images, kube
+from .test_network_policy import api_server_endpoint
 from .test_scenario_vault import (
     install_openbao,
     openbao_client,
@@ -253,6 +254,15 @@ def prepare_production(setup: Setup) -> dict[str, Any]:
         "agent": {"resources": {"requests": {"cpu": "250m"}}},
         "backup": {"target": {"s3": {"endpoint": S3_ENDPOINT}}},
         "vault": {"address": VAULT_ADDRESS},
+        "networkPolicy": {
+            # "replace: kubectl get endpoints kubernetes -n default": the secrets Job's policy
+            # reaches only these addresses, and is in place before the Job runs.
+            "kubeApi": {"cidrs": [f"{api_server_endpoint(setup.cluster)[0]}/32"]},
+            # The example names its endpoints by address (a VPC) and Vault by namespace
+            # `vault`; here they are Services of the test's namespace: empty lists take the
+            # peers of the URLs' hosts.
+            "egress": {"llm": [], "git": [], "s3": [], "vault": []},
+        },
     }
 
 
@@ -261,11 +271,13 @@ def configure_vault(
 ) -> None:
     """What the production comment asks of the Vault team (docs/vault.md's commands).
 
-    The Kubernetes auth method at vault.authPath, a policy reading vault.secrets' paths, a
-    role vault.role bound to ServiceAccount hermes-hermes-agent with audience vault.audience,
+    The Kubernetes auth method at vault.authPath; two roles with audience vault.audience, each
+    with a policy of its own: vault.role bound to ServiceAccount hermes-hermes-agent reading the
+    paths of the agent's variables, vault.backupRole bound to the backup pods' ServiceAccounts
+    reading the paths of the backup's (AWS_*, RESTIC_PASSWORD: the chart's defaults by name);
     and the KV v2 secrets at the paths and keys vault.secrets lists.
     """
-    mount, auth_path, role = "secret", vault["authPath"], vault["role"]
+    mount, auth_path = "secret", vault["authPath"]
     listed = {(s["path"], s["key"]) for s in vault["secrets"]}
     planted = {(f"{mount}/data/{path}", key) for path, fields in kv.items() for key in fields}
     assert listed == planted, f"vault.secrets lists {listed}, the test plants {planted}"
@@ -273,18 +285,25 @@ def configure_vault(
     bao.auth.kubernetes.configure(
         kubernetes_host="https://kubernetes.default.svc", mount_point=auth_path
     )
-    paths = sorted({path for path, _ in listed})
-    policy = "".join(f'path "{p}" {{\n  capabilities = ["read"]\n}}\n' for p in paths)
-    bao.sys.create_or_update_policy(role, policy)
-    bao.auth.kubernetes.create_role(
-        role,
-        bound_service_account_names=[FULLNAME],
-        bound_service_account_namespaces=[namespace],
-        audience=vault["audience"],
-        policies=[role],
-        ttl="1h",
-        mount_point=auth_path,
-    )
+    backup_env = ("AWS_", "RESTIC_PASSWORD")
+    backup_paths = {s["path"] for s in vault["secrets"] if s["env"].startswith(backup_env)}
+    agent_paths = {s["path"] for s in vault["secrets"]} - backup_paths
+    identities = [
+        (vault["role"], [FULLNAME], agent_paths),
+        (vault["backupRole"], [f"{FULLNAME}-backup", f"{FULLNAME}-pre-upgrade"], backup_paths),
+    ]
+    for role, accounts, paths in identities:
+        policy = "".join(f'path "{p}" {{\n  capabilities = ["read"]\n}}\n' for p in sorted(paths))
+        bao.sys.create_or_update_policy(role, policy)
+        bao.auth.kubernetes.create_role(
+            role,
+            bound_service_account_names=accounts,
+            bound_service_account_namespaces=[namespace],
+            audience=vault["audience"],
+            policies=[role],
+            ttl="1h",
+            mount_point=auth_path,
+        )
     for path, fields in kv.items():
         bao.secrets.kv.v2.create_or_update_secret(path, secret=fields, mount_point=mount)
 

@@ -4,11 +4,13 @@ Pass (dict "root" $ "plugin" $p "index" $i "mode" "native"|"init"|"sidecar").
   native:  init container with restartPolicy Always + startup probe (first sync done before the agent starts)
   init:    one-shot init container (--one-time) for clusters without native sidecars
   sidecar: regular container that keeps syncing (paired with "init")
-It sees only its own tree: the subPath <name> of the `git-sync` emptyDir, mounted at the
-same path the agent reads it from (/opt/data/.git-sync/<name>, read-only there), never the
-data volume with the conversations and databases. The kubelet creates the subPath directory
-with the mode of the emptyDir's root (world-writable, setgid to fsGroup), so git-sync (UID
+It sees only its own tree: its plugin's own emptyDir (`plugin-<name>`, sized from the plugin's
+maxSizeMiB: hermes-agent.gitSyncSizeLimit), mounted at the same path the agent reads it from
+(/opt/data/.git-sync/<name>, read-only there), never the data volume with the conversations
+and databases. The emptyDir's root is world-writable and setgid to fsGroup, so git-sync (UID
 65533) can write it; the worktree paths git writes are the same in both containers.
+Submodules are off unless the plugin asks (`submodules: true`): upstream's default clones
+every submodule a repository names, recursively, which its size cap never saw coming.
 */}}
 {{- define "hermes-agent.gitSyncContainer" -}}
 {{- $root := .root -}}
@@ -39,6 +41,8 @@ with the mode of the emptyDir's root (world-writable, setgid to fsGroup), so git
       value: {{ $g.maxFailures | toString | quote }}
     - name: GITSYNC_GROUP_WRITE
       value: "true"
+    - name: GITSYNC_SUBMODULES
+      value: {{ ternary "recursive" "off" (eq (toString $p.submodules) "true") | quote }}
     {{- /* Its root is a directory the kubelet made (the subPath), owned by root: git refuses
     it as "dubious ownership" unless it is named safe. git-sync v4.7 trusts every directory
     itself (safe.directory '*'); its main branch no longer does, so name the one root here. */}}
@@ -99,13 +103,12 @@ with the mode of the emptyDir's root (world-writable, setgid to fsGroup), so git
     {{- toYaml $g.livenessProbe | nindent 4 }}
   {{- end }}
   securityContext:
-    {{- include "hermes-agent.containerSecurityContext" (dict "root" $root "override" (dict "runAsUser" 65533 "runAsGroup" 65533)) | nindent 4 }}
+    {{- include "hermes-agent.roleSecurityContext" (dict "root" $root "role" "gitSync") | nindent 4 }}
   resources:
     {{- toYaml $g.resources | nindent 4 }}
   volumeMounts:
-    - name: git-sync
+    - name: {{ include "hermes-agent.gitSyncVolumeName" $p }}
       mountPath: {{ printf "%s/%s" (include "hermes-agent.paths.gitSync" $root) $p.name }}
-      subPath: {{ $p.name }}
     - name: git-sync-home
       mountPath: /tmp
       subPath: {{ $p.name }}
@@ -120,12 +123,45 @@ with the mode of the emptyDir's root (world-writable, setgid to fsGroup), so git
     {{- end }}
 {{- end -}}
 
-{{/* Volumes the git-sync containers need beyond the shared ones. */}}
+{{/* The emptyDir of one plugin's tree; pass the plugin. */}}
+{{- define "hermes-agent.gitSyncVolumeName" -}}
+{{- printf "plugin-%s" (.name | replace "_" "-") -}}
+{{- end -}}
+
+{{/*
+The sizeLimit of one plugin's emptyDir, from its maxSizeMiB (default 100, as the runtime's):
+4 x maxSizeMiB + 64 MiB. Two worktrees (git-sync checks the new commit out beside the one
+`current` names, and removes the old one only after the swap) and git's objects of two commits
+(the fetched commit's next to the previous one's, until git-sync's `git gc` after the sync drops
+them; packed objects are at most the files' size, usually far less), plus 64 MiB for git's
+index, logs and temporary pack files. Per plugin, so one large repository cannot take the
+space of the others. The kubelet enforces a sizeLimit by evicting the pod: a commit far over
+maxSizeMiB (which the linker refuses anyway) can still get there, as can a full history
+(depth 0) or submodules, which count towards none of the above: raise maxSizeMiB for those.
+Pass the plugin.
+*/}}
+{{- define "hermes-agent.gitSyncSizeLimit" -}}
+{{- $max := ternary (int .maxSizeMiB) 100 (hasKey . "maxSizeMiB") -}}
+{{- printf "%dMi" (add (mul 4 $max) 64) -}}
+{{- end -}}
+
+{{/* The agent's read-only mount of each plugin's tree at /opt/data/.git-sync/<name>. */}}
+{{- define "hermes-agent.gitSyncAgentMounts" -}}
+{{- range .Values.plugins }}
+- name: {{ include "hermes-agent.gitSyncVolumeName" . }}
+  mountPath: {{ printf "%s/%s" (include "hermes-agent.paths.gitSync" $) .name }}
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/* Volumes the git-sync containers need beyond the shared ones: one tree per plugin. */}}
 {{- define "hermes-agent.gitSyncVolumes" -}}
 {{- if .Values.plugins }}
-- name: git-sync
+{{- range .Values.plugins }}
+- name: {{ include "hermes-agent.gitSyncVolumeName" . }}
   emptyDir:
-    sizeLimit: {{ .Values.gitSync.sizeLimit }}
+    sizeLimit: {{ include "hermes-agent.gitSyncSizeLimit" . }}
+{{- end }}
 - name: git-sync-home
   emptyDir:
     sizeLimit: 64Mi

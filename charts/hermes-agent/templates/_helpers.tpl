@@ -59,6 +59,38 @@ annotations:
 {{- end -}}
 {{- end -}}
 
+{{/* The backup pods' own ServiceAccount (CronJob, verify, pre-upgrade): never the agent pod's. */}}
+{{- define "hermes-agent.backupServiceAccountName" -}}
+{{- $sa := .Values.backup.serviceAccount -}}
+{{- if $sa.create -}}
+{{- default (printf "%s-backup" (include "hermes-agent.fullname" .) | trunc 63 | trimSuffix "-") $sa.name -}}
+{{- else -}}
+{{- default "default" $sa.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The pre-upgrade hook's ServiceAccount: a hook of its own (job-pre-upgrade-backup.yaml) when the
+chart makes the backup one, since hooks run before the release's other objects are applied
+(an upgrade from a version without the backup ServiceAccount would wait for it until the
+deadline); else backup.serviceAccount.name. vault.backupRole binds both names.
+*/}}
+{{- define "hermes-agent.preUpgradeServiceAccountName" -}}
+{{- if .Values.backup.serviceAccount.create -}}
+{{- printf "%s-pre-upgrade" (include "hermes-agent.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- include "hermes-agent.backupServiceAccountName" . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when backups run in pods of their own (CronJob, verify, pre-upgrade hook). */}}
+{{- define "hermes-agent.backupPods" -}}
+{{- $b := .Values.backup -}}
+{{- if and $b.enabled (eq $b.mode "cronjob") .Values.persistence.enabled -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{/*
 Image reference from {registry,repository,tag,digest}; pass (dict "image" $img "default" $tag "global" $.Values.global).
 global.imageRegistry wins over the image's own registry, as in Bitnami's common.images.image.
@@ -267,6 +299,42 @@ true
 {{- else -}}
 file:///backup
 {{- end -}}
+{{- end -}}
+
+{{/*
+Each role's own container security context values (its UID): the agent's, git-sync's, the Vault
+containers', replicate's, the backup containers' and restore's, as a JSON object with the value
+path that sets it. Pass the root context.
+*/}}
+{{- define "hermes-agent.roleContexts" -}}
+{{- $v := .Values -}}
+{{- dict
+  "agent" (dict "path" "agent.containerSecurityContext" "ctx" ($v.agent.containerSecurityContext | default dict))
+  "gitSync" (dict "path" "gitSync.containerSecurityContext" "ctx" ($v.gitSync.containerSecurityContext | default dict))
+  "vault" (dict "path" "vault.containerSecurityContext" "ctx" ($v.vault.containerSecurityContext | default dict))
+  "replicate" (dict "path" "backup.continuous.containerSecurityContext" "ctx" ($v.backup.continuous.containerSecurityContext | default dict))
+  "backup" (dict "path" "backup.containerSecurityContext" "ctx" ($v.backup.containerSecurityContext | default dict))
+  "restore" (dict "path" "restore.containerSecurityContext" "ctx" ($v.restore.containerSecurityContext | default dict))
+  | toJson -}}
+{{- end -}}
+
+{{/*
+The UID a role's containers run as: its own runAsUser, else allPods.containerSecurityContext's,
+else the pod's (allPods.podSecurityContext). Pass (dict "root" $ "role" "backup").
+*/}}
+{{- define "hermes-agent.roleUid" -}}
+{{- $own := get (get (include "hermes-agent.roleContexts" .root | fromJson) .role) "ctx" -}}
+{{- $v := .root.Values.allPods -}}
+{{- coalesce $own.runAsUser $v.containerSecurityContext.runAsUser $v.podSecurityContext.runAsUser | toString -}}
+{{- end -}}
+
+{{/*
+The security context of one role's containers (docs/security.md: one UID per role): the
+shared restricted one with the role's own values over it. Pass (dict "root" $ "role" "agent").
+*/}}
+{{- define "hermes-agent.roleSecurityContext" -}}
+{{- $own := get (get (include "hermes-agent.roleContexts" .root | fromJson) .role) "ctx" -}}
+{{- include "hermes-agent.containerSecurityContext" (dict "root" .root "override" $own) -}}
 {{- end -}}
 
 {{/* Security context of a container: the shared restricted one, with optional overrides. */}}

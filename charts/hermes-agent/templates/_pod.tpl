@@ -13,15 +13,33 @@ so security settings and volumes are defined once (the pattern of Grafana's _pod
 {{- define "hermes-agent.paths.controlSocket" -}}/run/hermes-runtime/agent.sock{{- end -}}
 {{- define "hermes-agent.paths.vaultToken" -}}/var/run/secrets/hermes-runtime/vault/token{{- end -}}
 {{- define "hermes-agent.paths.vaultCa" -}}/etc/hermes-runtime-vault-ca/ca.crt{{- end -}}
+{{- /* The backup's read-write view of the data volume's .hermes-runtime folder, where it records
+its outcome for the agent's /metrics, when the data volume itself is mounted read-only. */ -}}
+{{- define "hermes-agent.paths.backupStatusDir" -}}/run/hermes/backup-status{{- end -}}
 
-{{/* Pod-level settings every pod shares: identity, security context, pull secrets. */}}
+{{/*
+Pod-level settings every pod shares: identity, security context, pull secrets. Pass
+(dict "root" $ "identity" "agent"|"backup"|"pre-upgrade"): the agent pod's ServiceAccount (also
+the `helm test` pod's, which holds nothing) or the backup pods' own (the pre-upgrade hook's is a
+hook of its own), so Vault's Kubernetes auth tells them apart (vault.role, vault.backupRole)
+and neither can log in as the other.
+*/}}
 {{- define "hermes-agent.podCommon" -}}
-serviceAccountName: {{ include "hermes-agent.serviceAccountName" . }}
-automountServiceAccountToken: {{ .Values.serviceAccount.automountServiceAccountToken }}
+{{- $root := .root -}}
+{{- if eq .identity "pre-upgrade" }}
+serviceAccountName: {{ include "hermes-agent.preUpgradeServiceAccountName" $root }}
+automountServiceAccountToken: {{ $root.Values.backup.serviceAccount.automountServiceAccountToken }}
+{{- else if eq .identity "backup" }}
+serviceAccountName: {{ include "hermes-agent.backupServiceAccountName" $root }}
+automountServiceAccountToken: {{ $root.Values.backup.serviceAccount.automountServiceAccountToken }}
+{{- else }}
+serviceAccountName: {{ include "hermes-agent.serviceAccountName" $root }}
+automountServiceAccountToken: {{ $root.Values.serviceAccount.automountServiceAccountToken }}
+{{- end }}
 securityContext:
-  {{- include "hermes-agent.podSecurityContext" . | nindent 2 }}
-{{- include "hermes-agent.imagePullSecrets" . }}
-{{- with concat .Values.allPods.tolerations .Values.agent.tolerations }}
+  {{- include "hermes-agent.podSecurityContext" $root | nindent 2 }}
+{{- include "hermes-agent.imagePullSecrets" $root }}
+{{- with concat $root.Values.allPods.tolerations $root.Values.agent.tolerations }}
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
@@ -99,11 +117,14 @@ it. No container ever mounts another consumer's volume. Pass (dict "root" $ "con
 {{- end -}}
 
 {{/*
-Volumes: data, scratch, seed files, one in-memory secrets volume per consumer Vault renders
-for (.vault, a list) with the Vault token and CA, backup PVC.
+Volumes: data (unless .noData), one /tmp per role of the pod (.tmp, a list: `tmp-<role>`, so no
+two roles ever share a writable scratch folder: the agent's shell cannot plant or swap a file
+another role writes there and then trusts), seed files, one in-memory secrets volume per
+consumer Vault renders for (.vault, a list) with the Vault token and CA, backup PVC.
 */}}
 {{- define "hermes-agent.volumes" -}}
 {{- $root := .root -}}
+{{- if not .noData }}
 - name: data
 {{- if $root.Values.persistence.enabled }}
   persistentVolumeClaim:
@@ -111,9 +132,12 @@ for (.vault, a list) with the Vault token and CA, backup PVC.
 {{- else }}
   emptyDir: {}
 {{- end }}
-- name: tmp
+{{- end }}
+{{- range .tmp }}
+- name: {{ printf "tmp-%s" . }}
   emptyDir:
     sizeLimit: {{ $root.Values.agent.tmpSizeLimit }}
+{{- end }}
 - name: seed
   configMap:
     name: {{ include "hermes-agent.fullname" $root }}
@@ -148,17 +172,24 @@ for (.vault, a list) with the Vault token and CA, backup PVC.
 {{- end }}
 {{- end -}}
 
-{{/* Data, scratch and the consumer's own secrets file; pass (dict "root" $ "consumer" "agent"). */}}
+{{/*
+Data, the consumer's own /tmp and its own secrets file; pass (dict "root" $ "consumer" "agent"),
+with "readOnly" true for a consumer that only reads the data volume.
+*/}}
 {{- define "hermes-agent.dataMounts" -}}
 - name: data
   mountPath: {{ include "hermes-agent.paths.data" .root }}
-- name: tmp
+  {{- if .readOnly }}
+  readOnly: true
+  {{- end }}
+- name: {{ printf "tmp-%s" .consumer }}
   mountPath: /tmp
 {{- include "hermes-agent.secretsMount" . }}
 {{- end -}}
 
 {{/*
-Vault render: the init container (refresh=false) or the refresher sidecar (refresh=true).
+Vault render: the init container (refresh=false) or the refresher sidecar (refresh=true),
+logging in with .role (vault.role in the agent pod, vault.backupRole in the backup pods).
 One login, one file per consumer of the pod (.consumers, those with at least one variable):
 `--out-only <dir>/<consumer>/env=NAMES` on that consumer's own volume, so the refresher keeps
 every file fresh and rewrites a file only when one of its own values changes. Only the
@@ -184,7 +215,7 @@ variables some consumer of this pod needs are read from Vault.
     - --auth
     - kubernetes
     - --role
-    - {{ $v.role | quote }}
+    - {{ .role | quote }}
     - --auth-path
     - {{ $v.authPath | quote }}
     - --audience
@@ -217,11 +248,11 @@ variables some consumer of this pod needs are read from Vault.
       value: /tmp
     {{- include "hermes-agent.commonEnv" $root | nindent 4 }}
   securityContext:
-    {{- include "hermes-agent.containerSecurityContext" (dict "root" $root) | nindent 4 }}
+    {{- include "hermes-agent.roleSecurityContext" (dict "root" $root "role" "vault") | nindent 4 }}
   resources:
     {{- toYaml $v.resources | nindent 4 }}
   volumeMounts:
-    - name: tmp
+    - name: tmp-vault
       mountPath: /tmp
     {{- range $consumers }}
     - name: {{ printf "secrets-%s" . }}
@@ -281,7 +312,7 @@ Pass (dict "root" $ "consumer" "restore").
     {{- include "hermes-agent.secretsEnvVar" (dict "root" . "consumer" "restore") | nindent 4 }}
     {{- include "hermes-agent.backupEnv" . | nindent 4 }}
   securityContext:
-    {{- include "hermes-agent.containerSecurityContext" (dict "root" .) | nindent 4 }}
+    {{- include "hermes-agent.roleSecurityContext" (dict "root" . "role" "restore") | nindent 4 }}
   resources:
     {{- toYaml .Values.restore.resources | nindent 4 }}
   volumeMounts:
@@ -315,7 +346,7 @@ database (FTS5's included), compare each with its recorded SHA-256 (docs/backup.
 hermes-runtime backup verify --target "$BACKUP_TARGET" --snapshot latest --work-dir "$BACKUP_WORK_DIR"
 {{- else }}
 backup_once() {
-  hermes-runtime backup create --data-dir "$HERMES_HOME" --target "$BACKUP_TARGET" --work-dir "$BACKUP_WORK_DIR" --status-file "$HERMES_HOME/{{ include "hermes-agent.paths.backupStatus" . }}" --timeout {{ $timeout }}{{ range $b.excludes }} --exclude {{ squote . }}{{ end }}{{ range .labels }} --label {{ squote . }}{{ end }}{{ if ne $job "pre-upgrade" }} &&
+  hermes-runtime backup create --data-dir "$HERMES_HOME" --target "$BACKUP_TARGET" --work-dir "$BACKUP_WORK_DIR" --status-file "$BACKUP_STATUS_FILE" --timeout {{ $timeout }}{{ range $b.excludes }} --exclude {{ squote . }}{{ end }}{{ range .labels }} --label {{ squote . }}{{ end }}{{ if ne $job "pre-upgrade" }} &&
   hermes-runtime backup prune --target "$BACKUP_TARGET" --keep-last {{ int $b.retention.keepLast }}{{ if $b.retention.keepDaily }} --keep-daily {{ int $b.retention.keepDaily }}{{ end }}{{ if $b.retention.keepWeekly }} --keep-weekly {{ int $b.retention.keepWeekly }}{{ end }}{{ end }}
 }
 {{- if eq $job "loop" }}
@@ -346,16 +377,33 @@ backup_once
     {{- include "hermes-agent.commonEnv" $root | nindent 4 }}
     {{- include "hermes-agent.secretsEnvVar" (dict "root" $root "consumer" "backup") | nindent 4 }}
     {{- include "hermes-agent.backupEnv" $root | nindent 4 }}
+    {{- if ne .job "verify" }}
+    - name: BACKUP_STATUS_FILE
+      value: {{ include "hermes-agent.backupStatusFile" $root }}
+    {{- end }}
     - name: BACKUP_WORK_DIR
       value: {{ include "hermes-agent.paths.backupScratch" . }}
     - name: RESTIC_CACHE_DIR
       value: {{ include "hermes-agent.paths.backupScratch" . }}/restic-cache
   securityContext:
-    {{- include "hermes-agent.containerSecurityContext" (dict "root" $root) | nindent 4 }}
+    {{- include "hermes-agent.roleSecurityContext" (dict "root" $root "role" "backup") | nindent 4 }}
   resources:
     {{- toYaml $root.Values.backup.resources | nindent 4 }}
   volumeMounts:
-    {{- include "hermes-agent.dataMounts" (dict "root" $root "consumer" "backup") | nindent 4 }}
+    {{- if eq .job "verify" }}
+    {{- /* The weekly check restores to scratch: it never reads or writes the data volume. */}}
+    - name: tmp-backup
+      mountPath: /tmp
+    {{- include "hermes-agent.secretsMount" (dict "root" $root "consumer" "backup") | nindent 4 }}
+    {{- else }}
+    {{- include "hermes-agent.dataMounts" (dict "root" $root "consumer" "backup" "readOnly" $root.Values.backup.dataVolumeReadOnly) | nindent 4 }}
+    {{- if $root.Values.backup.dataVolumeReadOnly }}
+    {{- /* The one folder it writes: its outcome record, read by the agent's /metrics. */}}
+    - name: data
+      mountPath: {{ include "hermes-agent.paths.backupStatusDir" $root }}
+      subPath: {{ dir (include "hermes-agent.paths.backupStatus" $root) }}
+    {{- end }}
+    {{- end }}
     - name: backup-scratch
       mountPath: {{ include "hermes-agent.paths.backupScratch" . }}
     {{- if eq $root.Values.backup.target.type "pvc" }}
@@ -404,7 +452,7 @@ off. It needs the target's S3 settings but not the restic password. Pass (dict "
     {{- include "hermes-agent.secretsEnvVar" (dict "root" $root "consumer" "replicate") | nindent 4 }}
     {{- include "hermes-agent.backupTargetEnv" $root | nindent 4 }}
   securityContext:
-    {{- include "hermes-agent.containerSecurityContext" (dict "root" $root) | nindent 4 }}
+    {{- include "hermes-agent.roleSecurityContext" (dict "root" $root "role" "replicate") | nindent 4 }}
   resources:
     {{- toYaml $c.resources | nindent 4 }}
   volumeMounts:
