@@ -70,6 +70,7 @@ IMPLEMENTED: tuple[Option, ...] = (
     Option("repo", "GITSYNC_REPO", "string", ""),
     Option("ref", "GITSYNC_REF", "string", "HEAD"),
     Option("depth", "GITSYNC_DEPTH", "int", "1"),
+    Option("submodules", "GITSYNC_SUBMODULES", "string", "recursive"),
     Option("period", "GITSYNC_PERIOD", "duration", "10s"),
     Option("root", "GITSYNC_ROOT", "string", ""),
     Option("link", "GITSYNC_LINK", "string", ""),
@@ -95,6 +96,7 @@ IMPLEMENTED_ENV = frozenset(o.env for o in IMPLEMENTED)
 IMPLEMENTED_FLAGS = frozenset(o.flag for o in IMPLEMENTED if o.flag)
 PRINT_AND_EXIT_FLAGS = frozenset({"version", "help"})
 REFUSED_ENV_PREFIXES = ("GITSYNC_", "GIT_SYNC_")
+SUBMODULE_MODES = ("recursive", "shallow", "off")  # upstream's --submodules values
 
 
 class ConfigError(Exception):
@@ -219,6 +221,7 @@ class Config:
     ssh_known_hosts: bool
     ssh_known_hosts_file: str
     git_configs: tuple[tuple[str, str], ...] = ()
+    submodules: str = "recursive"
 
 
 def parse_git_configs(text: str) -> tuple[tuple[str, str], ...]:
@@ -284,6 +287,11 @@ def load_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
         raise ConfigError("required flag: --http-bind must be specified when --http-metrics is set")
     link_text = text["GITSYNC_LINK"] or repo.strip("/").split("/")[-1]
     root_path = Path(os.path.abspath(root))
+    submodules = text["GITSYNC_SUBMODULES"]
+    if submodules not in SUBMODULE_MODES:
+        raise ConfigError(
+            'invalid flag: --submodules must be one of "recursive", "shallow", or "off"'
+        )
     return Config(
         repo=repo,
         ref=text["GITSYNC_REF"],
@@ -303,6 +311,7 @@ def load_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
         ssh_known_hosts=parse_bool(text["GITSYNC_SSH_KNOWN_HOSTS"], "--ssh-known-hosts"),
         ssh_known_hosts_file=text["GITSYNC_SSH_KNOWN_HOSTS_FILE"],
         git_configs=parse_git_configs(text["GITSYNC_GIT_CONFIG"]),
+        submodules=submodules,
     )
 
 
@@ -553,7 +562,11 @@ def configure_worktree(git: Git, worktree: Path, sha: str) -> None:
     rel = os.path.relpath(root / ".git" / "worktrees" / sha, worktree)
     (worktree / ".git").write_text(f"gitdir: {rel}\n")
     git.run("reset", "--hard", sha, "--", cwd=worktree)
-    submodules = ["submodule", "update", "--init", "--recursive"]
+    if git.config.submodules == "off":  # upstream: no submodule command at all
+        return
+    submodules = ["submodule", "update", "--init"]
+    if git.config.submodules == "recursive":
+        submodules.append("--recursive")
     if git.config.depth:
         submodules += ["--depth", str(git.config.depth)]
     git.run(*submodules, cwd=worktree)

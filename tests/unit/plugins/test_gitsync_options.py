@@ -244,7 +244,8 @@ def test_the_standin_implements_only_upstream_options_under_upstream_names() -> 
             "EXECHOOK",
         ),
         ([], {"GITSYNC_ROOT": "/r", "GITSYNC_REPO": "x", "GIT_SYNC_DEST": "a"}, "GIT_SYNC_DEST"),
-        (["--root=/r", "--repo=x", "--submodules=off"], {}, "--submodules"),
+        (["--root=/r", "--repo=x", "--sparse-checkout-file=f"], {}, "--sparse-checkout-file"),
+        (["--root=/r", "--repo=x", "--submodules=none"], {}, "--submodules must be one of"),
         (["--root=/r", "--repo=x", "--ssh"], {}, "--ssh"),
     ],
 )
@@ -254,6 +255,13 @@ def test_the_standin_refuses_what_it_does_not_implement(
     standin = load_standin()
     with pytest.raises(standin.ConfigError, match=re.escape(named)):
         standin.load_config(argv, environ)
+
+
+@pytest.mark.parametrize(("given", "mode"), [([], "recursive"), (["--submodules=off"], "off")])
+def test_the_standin_takes_upstreams_submodule_modes(given: list[str], mode: str) -> None:
+    """Upstream's default is recursive; the chart renders off unless a plugin asks."""
+    config = load_standin().load_config(["--root=/r", "--repo=x", *given], {})
+    assert config.submodules == mode
 
 
 def test_the_standin_parses_like_upstream() -> None:
