@@ -14,6 +14,7 @@ import platform
 import re
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -57,8 +58,13 @@ def create_backup(
     stream: TextIO | None = None,
     progress_every: float = PROGRESS_EVERY_SECONDS,
     labels: dict[str, str] | None = None,
+    between_scan_and_copy: Callable[[], None] | None = None,
 ) -> BackupSummary:
-    """Stage ``data_dir`` (database snapshots, other files, manifest) and back it up with restic."""
+    """Stage ``data_dir`` (database snapshots, other files, manifest) and back it up with restic.
+
+    The data dir is read as hostile input (``staging.stage_tree``, which also runs
+    ``between_scan_and_copy``).
+    """
     if not data_dir.is_dir():
         raise RuntimeFailure(f"--data-dir {data_dir}: not a directory")
     tags = [label_tag(key, value) for key, value in (labels or {}).items()]  # before any work
@@ -79,7 +85,10 @@ def create_backup(
         progress.start_task(f"backup {data_dir.name}", total=selection.total_bytes)
         with empty_stage(stage):
             try:
-                stage_tree(data_dir, stage, selection, manifest, db_attempts, progress)
+                stage_tree(
+                    data_dir, stage, selection, manifest, db_attempts, progress,
+                    between_scan_and_copy,
+                )  # fmt: skip
             except OSError as exc:
                 raise RuntimeFailure(
                     f"backup of {data_dir} failed: {exc} (scratch space: {stage})"

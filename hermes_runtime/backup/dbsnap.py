@@ -21,6 +21,7 @@ from typing import cast
 
 import apsw
 
+from hermes_runtime.backup.dbsource import DatabaseReplaced, HeldDatabase
 from hermes_runtime.common.backoff import Backoff
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.common.sqlite import connect
@@ -46,7 +47,7 @@ class DatabaseCheck:
 
 
 def snapshot_database(
-    source: Path,
+    source: Path | HeldDatabase,
     dest: Path,
     *,
     method: str = "backup",
@@ -56,7 +57,9 @@ def snapshot_database(
     """Copy ``source`` into the new file ``dest``; return the seconds it took.
 
     Retries a bounded number of times when the database stays locked (a
-    rollback-journal writer, a WAL recovery), then fails naming the file.
+    rollback-journal writer, a WAL recovery) or another file took its name while it was
+    copied, then fails naming the file. A ``HeldDatabase`` is the data dir's: read through
+    its held folder (``dbsource`` says what guards what); a ``Path`` is read as it names.
     """
     if method not in METHODS:
         raise ValueError(f"unknown snapshot method {method!r}")
@@ -68,7 +71,7 @@ def snapshot_database(
         try:
             _copy_once(source, dest, method, busy_timeout_ms)
             return time.monotonic() - started
-        except BUSY_ERRORS as exc:
+        except (*BUSY_ERRORS, DatabaseReplaced) as exc:
             last_error = exc
             if attempt + 1 < attempts:  # no wait after the last try: it fails at once
                 time.sleep(BUSY_BACKOFF.delay(attempt))
@@ -81,29 +84,47 @@ def snapshot_database(
             raise RuntimeFailure(
                 f"database {source}: snapshot into {dest} failed: {type(exc).__name__}: {exc}"
             ) from exc
+    if isinstance(last_error, DatabaseReplaced):
+        raise RuntimeFailure(f"database {source}: {last_error} ({attempts} attempts)")
     raise RuntimeFailure(
         f"database {source}: still locked after {attempts} attempts ({last_error}); "
         "is a process holding an exclusive lock?"
     )
 
 
-def _copy_once(source: Path, dest: Path, method: str, busy_timeout_ms: int) -> None:
-    src = connect(source, readonly=True, busy_timeout_ms=busy_timeout_ms)
-    try:
-        if method == "vacuum":
-            src.execute("VACUUM INTO ?", (str(dest),))
-            return
-        dst = apsw.Connection(str(dest))
-        # A scratch copy: durability comes later, when its compressed body is uploaded.
-        dst.execute("PRAGMA journal_mode = OFF")
-        dst.execute("PRAGMA synchronous = OFF")
+def _copy_once(source: Path | HeldDatabase, dest: Path, method: str, busy_timeout_ms: int) -> None:
+    if not isinstance(source, HeldDatabase):
+        src = connect(source, readonly=True, busy_timeout_ms=busy_timeout_ms)
         try:
-            with dst.backup("main", src, "main") as backup:
-                backup.step(-1)
+            _copy_from(src, dest, method)
         finally:
-            dst.close()
+            src.close()
+        return
+    identity = source.identity()
+    rest = source.rest_state()
+    src = source.connect(busy_timeout_ms, at_rest=rest is not None)
+    try:
+        _copy_from(src, dest, method)
     finally:
         src.close()
+    source.require_same(identity)
+    if rest is not None:
+        source.require_rest(rest)
+
+
+def _copy_from(src: apsw.Connection, dest: Path, method: str) -> None:
+    if method == "vacuum":
+        src.execute("VACUUM INTO ?", (str(dest),))
+        return
+    dst = apsw.Connection(str(dest))
+    # A scratch copy: durability comes later, when its compressed body is uploaded.
+    dst.execute("PRAGMA journal_mode = OFF")
+    dst.execute("PRAGMA synchronous = OFF")
+    try:
+        with dst.backup("main", src, "main") as backup:
+            backup.step(-1)
+    finally:
+        dst.close()
 
 
 def _load_vector_extension(conn: apsw.Connection) -> None:

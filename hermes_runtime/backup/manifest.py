@@ -14,6 +14,7 @@ type, and ``database_places`` checks each key before it is joined onto a folder.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,8 @@ from hermes_runtime.backup.untrusted import inside
 from hermes_runtime.common.errors import RuntimeFailure
 
 MANIFEST_DIR = ".hermes-backup"
-MANIFEST_RELPATH = f"{MANIFEST_DIR}/manifest.json"
+MANIFEST_FILE = "manifest.json"
+MANIFEST_RELPATH = f"{MANIFEST_DIR}/{MANIFEST_FILE}"
 # 3: each database one plain file, checked with quick_check. Formats 1 and 2 were never
 # released and are refused.
 MANIFEST_FORMAT = 3
@@ -55,9 +57,26 @@ class TreeManifest:
 
 
 def write_manifest(root: Path, manifest: TreeManifest) -> None:
-    """Write ``manifest`` into the staged tree at ``root``."""
-    (root / MANIFEST_DIR).mkdir(exist_ok=True)
-    (root / MANIFEST_RELPATH).write_text(json.dumps(asdict(manifest), indent=2, sort_keys=True))
+    """Write ``manifest`` into the staged tree at ``root``, in a folder made here and now.
+
+    Why: the staged tree holds links copied from the data dir, which the agent writes. The
+    folder is created beneath ``root``'s descriptor and the file with ``O_EXCL | O_NOFOLLOW``:
+    anything already bearing either name fails the backup instead of being written through.
+    """
+    body = json.dumps(asdict(manifest), indent=2, sort_keys=True).encode()
+    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.mkdir(MANIFEST_DIR, dir_fd=root_fd)
+        folder = os.open(MANIFEST_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root_fd)
+    finally:
+        os.close(root_fd)
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(MANIFEST_FILE, flags, 0o644, dir_fd=folder)
+    finally:
+        os.close(folder)
+    with open(fd, "wb") as file:
+        file.write(body)
 
 
 def read_manifest(root: Path, snapshot_id: str) -> TreeManifest:

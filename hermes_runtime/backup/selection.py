@@ -3,7 +3,9 @@
 SQLite databases are found by their 16-byte header, not their name, because
 Hermes and its plugins create databases under many names. Everything that
 can be rebuilt (Git checkouts, caches) or must never leave the pod (secrets)
-is excluded by default; see docs/backup.md for the list and the reasons.
+is excluded by default; see docs/backup.md for the list and the reasons. The tree is
+the agent's, walked as hostile input (``safe_tree``): no link followed, each header read
+from a descriptor shown to be a regular file.
 """
 
 from __future__ import annotations
@@ -11,13 +13,18 @@ from __future__ import annotations
 import fnmatch
 import os
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from hermes_runtime.backup.manifest import MANIFEST_DIR
+from hermes_runtime.backup.safe_tree import Entry, open_root, walk
+from hermes_runtime.common.logs import log_event
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 SQLITE_SIDE_SUFFIXES = ("-wal", "-shm", "-journal")
 STAGING_PREFIX = ".hermes-restore-"
+RESERVED = (MANIFEST_DIR,)  # names at the data dir's root that the backup writes itself
 
 # Patterns follow .gitignore habits: a pattern without "/" matches a name at
 # any depth; a pattern with "/" matches the path from the data dir's root;
@@ -91,6 +98,7 @@ class FoundFile:
     mode: int
     mtime_ns: int
     inode: int
+    device: int = 0
 
 
 @dataclass(frozen=True)
@@ -107,75 +115,85 @@ class FoundDir:
 
 @dataclass
 class Selection:
-    """What a scan of the data dir found, already split by kind."""
+    """What a scan of the data dir found, already split by kind.
+
+    ``root`` is the device and inode of the data dir scanned: the copy reads the same one.
+    """
 
     databases: list[FoundFile] = field(default_factory=list)
     files: list[FoundFile] = field(default_factory=list)
     links: list[FoundLink] = field(default_factory=list)
     dirs: list[FoundDir] = field(default_factory=list)
     skipped_special: list[str] = field(default_factory=list)
+    root: tuple[int, int] = (0, 0)
 
     @property
     def total_bytes(self) -> int:
         return sum(f.size for f in self.databases) + sum(f.size for f in self.files)
 
 
-def is_sqlite_file(path: Path) -> bool:
-    try:
-        with path.open("rb") as fh:
-            return fh.read(len(SQLITE_HEADER)) == SQLITE_HEADER
-    except OSError:
-        return False
-
-
-def _is_sqlite_sidecar(path: Path) -> bool:
-    for suffix in SQLITE_SIDE_SUFFIXES:
-        if path.name.endswith(suffix) and len(path.name) > len(suffix):
-            main = path.with_name(path.name[: -len(suffix)])
-            if is_sqlite_file(main):
-                return True
-    return False
-
-
 def scan_data_dir(data_dir: Path, excluder: Excluder) -> Selection:
-    """Walk ``data_dir`` without following symlinks and classify every entry."""
-    selection = Selection()
-    for relpath, entry in _walk(data_dir, "", excluder):
-        try:
-            st = entry.stat(follow_symlinks=False)
-            link_target = os.readlink(entry.path) if stat.S_ISLNK(st.st_mode) else ""
-        except FileNotFoundError:
-            continue  # removed while we walked: it is not part of this snapshot
-        if stat.S_ISLNK(st.st_mode):
-            selection.links.append(FoundLink(relpath, link_target))
-        elif stat.S_ISDIR(st.st_mode):
-            selection.dirs.append(FoundDir(relpath, stat.S_IMODE(st.st_mode)))
-        elif stat.S_ISREG(st.st_mode):
-            path = Path(entry.path)
-            if _is_sqlite_sidecar(path):
-                continue
-            found = FoundFile(
-                relpath, st.st_size, stat.S_IMODE(st.st_mode), st.st_mtime_ns, st.st_ino
-            )
-            (selection.databases if is_sqlite_file(path) else selection.files).append(found)
-        else:
-            selection.skipped_special.append(relpath)  # sockets, FIFOs, devices
+    """Walk ``data_dir`` as hostile input (``safe_tree``) and classify every entry.
+
+    Names the backup writes itself (``RESERVED``) are never taken from the tree: one planted
+    there is left out with a logged line naming it, whatever the excludes say.
+    """
+    root_fd = open_root(data_dir)
+    try:
+        root = os.fstat(root_fd)
+        selection = Selection(root=(root.st_dev, root.st_ino))
+        heads: dict[str, bytes] = {}
+        for entry in walk(root_fd, lambda relpath, is_dir: _left_out(relpath, is_dir, excluder)):
+            _classify(selection, entry, heads)
+    finally:
+        os.close(root_fd)
     return selection
 
 
-def _walk(root: Path, prefix: str, excluder: Excluder) -> Iterator[tuple[str, os.DirEntry[str]]]:
-    try:
-        entries = sorted(os.scandir(root / prefix if prefix else root), key=lambda e: e.name)
-    except FileNotFoundError:
-        return
-    for entry in entries:
-        relpath = f"{prefix}/{entry.name}" if prefix else entry.name
-        try:
-            is_dir = entry.is_dir(follow_symlinks=False)
-        except FileNotFoundError:
-            continue
-        if excluder.excluded(relpath, is_dir):
-            continue
-        yield relpath, entry
-        if is_dir:
-            yield from _walk(root, relpath, excluder)
+def _left_out(relpath: str, is_dir: bool, excluder: Excluder) -> bool:
+    """Reserved and excluded names; and the ``-wal``, ``-shm``, ``-journal`` of an excluded file."""
+    if relpath in RESERVED:
+        log_event("backup.scan.ignored", path=relpath, reason="a name the backup writes itself")
+        return True
+    if excluder.excluded(relpath, is_dir):
+        return True
+    return not is_dir and any(excluder.excluded(main, False) for main in _mains(relpath) if main)
+
+
+def _mains(relpath: str) -> list[str]:
+    """The database ``relpath`` would be the ``-wal``, ``-shm`` or ``-journal`` of."""
+    return [relpath.removesuffix(s) for s in SQLITE_SIDE_SUFFIXES if relpath.endswith(s)]
+
+
+def _classify(selection: Selection, entry: Entry, heads: dict[str, bytes]) -> None:
+    """File ``entry`` under its kind; ``heads``: the first bytes of every file met so far.
+
+    The walk sorts each folder, so a database comes before its ``-wal``, ``-shm``, ``-journal``.
+    """
+    st = entry.stat
+    if entry.kind == "link":
+        selection.links.append(FoundLink(entry.relpath, entry.target))
+    elif entry.kind == "dir" and st is not None:
+        selection.dirs.append(FoundDir(entry.relpath, stat.S_IMODE(st.st_mode)))
+    elif entry.kind == "file" and st is not None:
+        heads[entry.relpath] = entry.head
+        if _is_sqlite_sidecar(entry.relpath, heads):
+            return
+        found = FoundFile(
+            entry.relpath,
+            st.st_size,
+            stat.S_IMODE(st.st_mode),
+            st.st_mtime_ns,
+            st.st_ino,
+            st.st_dev,
+        )
+        is_db = entry.head == SQLITE_HEADER
+        (selection.databases if is_db else selection.files).append(found)
+    else:
+        if entry.kind == "refused":
+            log_event("backup.scan.skipped", path=entry.relpath, reason=entry.reason)
+        selection.skipped_special.append(entry.relpath)  # sockets, FIFOs, devices
+
+
+def _is_sqlite_sidecar(relpath: str, heads: dict[str, bytes]) -> bool:
+    return any(heads.get(main) == SQLITE_HEADER for main in _mains(relpath))

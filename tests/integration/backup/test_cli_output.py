@@ -30,7 +30,7 @@ def test_verify_says_what_it_checked_and_nothing_about_marks(
     assert "marked" not in report and report["locked"] is True, report
     listed = json.loads(run_cli("list", "--target", target.url, "--json").stdout)
     assert [sorted(info) for info in listed] == [
-        ["bytes", "created_at", "databases", "files", "id", "labels", "status"]
+        ["agent", "bytes", "created_at", "databases", "files", "id", "labels", "status"]
     ], "no `verified` field: nothing ever set it"
 
 
