@@ -33,6 +33,7 @@ from hermes_runtime.backup.restic_errors import (
     NO_REPOSITORY,
     NO_REPOSITORY_HINT,
     STDERR_TAIL,
+    command_name,
     raise_failed,
     repository_missing,
 )
@@ -48,7 +49,7 @@ NO_LOCK = "--no-lock"  # restic's flag for commands that only read the repositor
 # For commands that lock: a fleet shares one repository, and a prune holds it exclusively
 # while it runs; another agent's backup then waits for the lock instead of failing at once.
 # A run's time limit (``with_time_limit``) still ends the wait.
-RETRY_LOCK = ("--retry-lock", "30m")
+RETRY_LOCK = ("--retry-lock=30m",)  # one argument: command_name skips flags
 
 
 @dataclass(frozen=True)
@@ -299,7 +300,7 @@ def _over_time(repo: ResticRepository, args: Sequence[str], stderr: str) -> Runt
     last = next((line.strip() for line in reversed(stderr.splitlines()) if line.strip()), "")
     said = f"; restic's last words: {last}" if last else ""
     return RuntimeFailure(
-        f"restic {args[0] if args else ''} on {repo.url} did not finish within the time limit "
+        f"restic {command_name(args)} on {repo.url} did not finish within the time limit "
         f"(--timeout) and was stopped: the store did not answer in time{said}"
     )
 

@@ -83,8 +83,10 @@ def template(
     examples: Sequence[str] = (),
     kube_version: str = NEWEST_KUBE,
     api_versions: Sequence[str] = (),
+    release: str = RELEASE,
+    namespace: str = NAMESPACE,
 ) -> HelmResult:
-    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+    args = ["template", release, str(CHART), "--namespace", namespace]
     args += ["--kube-version", kube_version]
     for api in api_versions:
         args += ["--api-versions", api]
@@ -101,11 +103,21 @@ def template(
 
 @cache
 def _render_cached(
-    key: str, examples: tuple[str, ...], kube_version: str, api_versions: tuple[str, ...] = ()
+    key: str,
+    examples: tuple[str, ...],
+    kube_version: str,
+    api_versions: tuple[str, ...] = (),
+    release: str = RELEASE,
+    namespace: str = NAMESPACE,
 ) -> tuple[dict, ...]:
     overrides = json.loads(key)
     result = template(
-        overrides, examples=examples, kube_version=kube_version, api_versions=api_versions
+        overrides,
+        examples=examples,
+        kube_version=kube_version,
+        api_versions=api_versions,
+        release=release,
+        namespace=namespace,
     )
     if result.returncode != 0:
         raise AssertionError(f"helm template failed:\n{result.stderr}")
@@ -158,9 +170,15 @@ def render(
     examples: Sequence[str] = (),
     kube_version: str = NEWEST_KUBE,
     api_versions: Sequence[str] = (),
+    release: str = RELEASE,
+    namespace: str = NAMESPACE,
 ) -> Manifest:
+    """One render's objects (cached per arguments), as release `release` in `namespace`."""
     key = json.dumps(overrides or {}, sort_keys=True)
-    return Manifest(_render_cached(key, tuple(examples), kube_version, tuple(api_versions)))
+    cached = _render_cached(
+        key, tuple(examples), kube_version, tuple(api_versions), release, namespace
+    )
+    return Manifest(cached)
 
 
 def render_error(

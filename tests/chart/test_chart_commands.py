@@ -70,8 +70,17 @@ def _argv(container: dict, env: dict[str, str], data_dir: Path) -> list[str]:
 
 
 def _snapshots(target: str) -> list[dict]:
+    """Every agent's snapshots in the repository, each with its `agent`."""
     done = subprocess.run(
-        [str(BIN / "hermes-runtime"), "backup", "list", "--target", target, "--json"],
+        [
+            str(BIN / "hermes-runtime"),
+            "backup",
+            "list",
+            "--target",
+            target,
+            "--json",
+            "--all-agents",
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -98,6 +107,8 @@ def test_cronjob_script_backs_up_then_restore_fills_an_empty_volume(
     assert done.returncode == 0, done.stderr
     snapshots = _snapshots(env["BACKUP_TARGET"])
     assert len(snapshots) == 1
+    # Made as the release's own agent (<namespace>.<release>), not the legacy one.
+    assert snapshots[0]["agent"] == env["HERMES_RUNTIME_AGENT"] == "agents.hermes"
     # The outcome the agent's /metrics exports, on the data volume.
     status = json.loads((dirs["data"] / ".hermes-runtime" / "backup-status.json").read_text())
     assert (status["snapshot"], status["last_attempt_ok"]) == (snapshots[0]["id"], True)

@@ -47,8 +47,104 @@ annotations:
 {{- end }}
 {{- end -}}
 
+{{/*
+The name of one of the release's objects (or of its client label key): <fullname>-<suffix>, at
+most .max characters (default 63, a DNS-1123 label and a label key's name; 52 for a CronJob,
+whose Jobs add 11). A name that does not fit keeps its whole suffix, which tells the release's
+objects apart, and the fullname is cut to make room for an 8-character hash of it, which
+tells apart two releases whose names differ only past the cut: `trunc 63` alone gave the
+backup and verify CronJobs one name from 38 characters, and the Services one name from 50.
+A name that fits is unchanged. Every object name is built here or is the fullname itself
+(Bitnami's convention). Pass (dict "root" $ "suffix" "backup") or with "max" 52.
+*/}}
+{{- define "hermes-agent.componentName" -}}
+{{- $full := include "hermes-agent.fullname" .root -}}
+{{- $max := int (default 63 .max) -}}
+{{- $name := printf "%s-%s" $full .suffix -}}
+{{- if gt (len $name) $max -}}
+{{- $keep := int (sub $max (add (len .suffix) 10)) -}}
+{{- $name = printf "%s-%s-%s" (regexReplaceAll "[-.]+$" ($full | trunc $keep) "") (sha256sum $full | trunc 8) .suffix -}}
+{{- end -}}
+{{- $name -}}
+{{- end -}}
+
+{{/* A CronJob's name: at most 52 characters (its Jobs' names add 11). Pass (dict "root" $ "suffix" "backup"). */}}
+{{- define "hermes-agent.cronJobName" -}}
+{{- include "hermes-agent.componentName" (dict "root" .root "suffix" .suffix "max" 52) -}}
+{{- end -}}
+
+{{/* The label that lets a pod call the API with networkPolicy.ingress.api=clients: `<fullname>-client`, at most 63. */}}
+{{- define "hermes-agent.clientLabel" -}}
+{{- include "hermes-agent.componentName" (dict "root" . "suffix" "client") -}}
+{{- end -}}
+
 {{- define "hermes-agent.metricsServiceName" -}}
-{{- printf "%s-metrics" (include "hermes-agent.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- include "hermes-agent.componentName" (dict "root" . "suffix" "metrics") -}}
+{{- end -}}
+
+{{/*
+The agent whose snapshots and replicas every backup verb of this release acts on
+(HERMES_RUNTIME_AGENT, docs/backup.md "Many agents, one target"): backup.agentName, else
+<namespace>.<release>, unique in a cluster, so releases sharing a bucket, prefix and password
+never prune, restore or replicate each other's data. Never read from the data volume: the
+agent could then choose whose snapshots its backup pod prunes.
+*/}}
+{{- define "hermes-agent.backupAgent" -}}
+{{- default (printf "%s.%s" .Release.Namespace .Release.Name) .Values.backup.agentName -}}
+{{- end -}}
+
+{{/*
+A number from "<namespace>/<release>": the first 32 bits of its SHA-256 (the same at every
+render, so `helm template` twice gives the same text and GitOps sees no diff). Not adler32sum:
+the sums of two similar names differ only in their low bits, so hours and days taken from
+them cluster.
+*/}}
+{{- define "hermes-agent.releaseHash" -}}
+{{- printf "0x%s" (printf "%s/%s" .Release.Namespace .Release.Name | sha256sum | trunc 8) | int64 -}}
+{{- end -}}
+
+{{/*
+A cron schedule with `H` in the minute, hour or day-of-week field replaced by a number taken
+from hermes-agent.releaseHash (Jenkins' `H`): minute h mod 60, hour (h / 60) mod 24,
+day-of-week (h / 1440) mod 7. So releases with the same values do not all start their
+backups, verifies and scratch volumes at one minute. A schedule without `H` is returned as
+is. Pass (dict "root" $ "schedule" "H 3 * * *").
+*/}}
+{{- define "hermes-agent.spreadSchedule" -}}
+{{- $h := include "hermes-agent.releaseHash" .root | int64 -}}
+{{- $fields := regexSplit " +" (trim .schedule) -1 -}}
+{{- if and (eq (len $fields) 5) (has "H" $fields) -}}
+{{- $spread := list (mod $h 60) (mod (div $h 60) 24) "" "" (mod (div $h 1440) 7) -}}
+{{- $out := list -}}
+{{- range $i, $f := $fields -}}
+{{- if and (eq $f "H") (ne (toString (index $spread $i)) "") -}}
+{{- $out = append $out (toString (index $spread $i)) -}}
+{{- else -}}
+{{- $out = append $out $f -}}
+{{- end -}}
+{{- end -}}
+{{- join " " $out -}}
+{{- else -}}
+{{- .schedule -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The backup CronJob's schedule: backup.schedule (`H` spread), else a minute of 03:00-03:59 spread by release. */}}
+{{- define "hermes-agent.backupSchedule" -}}
+{{- include "hermes-agent.spreadSchedule" (dict "root" . "schedule" (default "H 3 * * *" .Values.backup.schedule)) -}}
+{{- end -}}
+
+{{/*
+The verify CronJob's schedule: backup.verify.schedule (`H` spread), else weekly at a minute
+of 04:00-06:59 (after the nightly backup's hour) on a day of the week, both spread by release.
+*/}}
+{{- define "hermes-agent.verifySchedule" -}}
+{{- with .Values.backup.verify.schedule -}}
+{{- include "hermes-agent.spreadSchedule" (dict "root" $ "schedule" .) -}}
+{{- else -}}
+{{- $h := include "hermes-agent.releaseHash" . | int64 -}}
+{{- printf "%d %d * * %d" (mod $h 60) (add 4 (mod (div $h 60) 3)) (mod (div $h 1440) 7) -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "hermes-agent.serviceAccountName" -}}
@@ -63,7 +159,7 @@ annotations:
 {{- define "hermes-agent.backupServiceAccountName" -}}
 {{- $sa := .Values.backup.serviceAccount -}}
 {{- if $sa.create -}}
-{{- default (printf "%s-backup" (include "hermes-agent.fullname" .) | trunc 63 | trimSuffix "-") $sa.name -}}
+{{- default (include "hermes-agent.componentName" (dict "root" . "suffix" "backup")) $sa.name -}}
 {{- else -}}
 {{- default "default" $sa.name -}}
 {{- end -}}
@@ -77,7 +173,7 @@ deadline); else backup.serviceAccount.name. vault.backupRole binds both names.
 */}}
 {{- define "hermes-agent.preUpgradeServiceAccountName" -}}
 {{- if .Values.backup.serviceAccount.create -}}
-{{- printf "%s-pre-upgrade" (include "hermes-agent.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- include "hermes-agent.componentName" (dict "root" . "suffix" "pre-upgrade") -}}
 {{- else -}}
 {{- include "hermes-agent.backupServiceAccountName" . -}}
 {{- end -}}
@@ -145,15 +241,15 @@ storageClassName: {{ $class | quote }}
 {{- end -}}
 
 {{- define "hermes-agent.dataClaimName" -}}
-{{- default (printf "%s-data" (include "hermes-agent.fullname" .)) .Values.persistence.existingClaim -}}
+{{- default (include "hermes-agent.componentName" (dict "root" . "suffix" "data")) .Values.persistence.existingClaim -}}
 {{- end -}}
 
 {{- define "hermes-agent.backupClaimName" -}}
-{{- default (printf "%s-backup" (include "hermes-agent.fullname" .)) .Values.backup.target.pvc.existingClaim -}}
+{{- default (include "hermes-agent.componentName" (dict "root" . "suffix" "backup")) .Values.backup.target.pvc.existingClaim -}}
 {{- end -}}
 
 {{- define "hermes-agent.apiSecretName" -}}
-{{- default (printf "%s-api" (include "hermes-agent.fullname" .)) .Values.apiServer.existingSecret -}}
+{{- default (include "hermes-agent.componentName" (dict "root" . "suffix" "api")) .Values.apiServer.existingSecret -}}
 {{- end -}}
 
 {{/*
@@ -283,7 +379,7 @@ true
 
 {{/* The Secret holding RESTIC_PASSWORD: backup.repository.existingSecret, else the one the chart keeps. */}}
 {{- define "hermes-agent.backupPasswordSecret" -}}
-{{- default (printf "%s-backup-password" (include "hermes-agent.fullname" .) | trunc 63 | trimSuffix "-") .Values.backup.repository.existingSecret -}}
+{{- default (include "hermes-agent.componentName" (dict "root" . "suffix" "backup-password")) .Values.backup.repository.existingSecret -}}
 {{- end -}}
 
 {{/* "true" when RESTIC_PASSWORD comes from the Vault env file: asked for, or listed in vault.secrets. */}}

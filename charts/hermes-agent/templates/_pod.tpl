@@ -88,10 +88,15 @@ it. No container ever mounts another consumer's volume. Pass (dict "root" $ "con
 {{- end }}
 {{- end -}}
 
-{{/* The target and its S3 settings without the repository password (the replication sidecar's). */}}
+{{/*
+The target, the agent whose snapshots and replicas every verb acts on (hermes-agent.backupAgent)
+and the target's S3 settings, without the repository password (the replication sidecar's).
+*/}}
 {{- define "hermes-agent.backupTargetEnv" -}}
 - name: BACKUP_TARGET
   value: {{ include "hermes-agent.backupTargetUrl" . | quote }}
+- name: HERMES_RUNTIME_AGENT
+  value: {{ include "hermes-agent.backupAgent" . | quote }}
 {{- if eq .Values.backup.target.type "s3" }}
 {{- with .Values.backup.target.s3 }}
 - name: AWS_REGION
@@ -415,7 +420,7 @@ backup_once
 
 {{/*
 Continuous replication (backup.continuous): `hermes-runtime backup replicate` runs Litestream
-over every SQLite database of the data volume, to <backup target>/litestream/. A native sidecar
+over every SQLite database of the data volume, to <backup target>/litestream/<agent>/. A native sidecar
 (an init container with restartPolicy Always, after the restore init container, so it never
 replicates a volume that is being restored), or a plain container where native sidecars are
 off. It needs the target's S3 settings but not the restic password. Pass (dict "root" $ "native" bool).
