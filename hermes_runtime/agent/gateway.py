@@ -22,6 +22,7 @@ from pathlib import Path
 from hermes_runtime import compat  # Hermes' launch contract: names that check its version
 from hermes_runtime.agent.settings import AgentSettings
 from hermes_runtime.common.errors import RuntimeFailure
+from hermes_runtime.compat.launch import HOME_MODE_ENV, SKIP_CHMOD_ENV
 from hermes_runtime.vault import read_env_file
 
 __all__ = [
@@ -31,6 +32,14 @@ __all__ = [
     "read_api_key_file",
     "read_secrets_env",
 ]
+
+
+# Hermes makes its folders in HERMES_HOME 0700 and config.yaml, SOUL.md and .env 0600 at every
+# start, which would shut out ``replicate`` and ``backup`` (other UIDs, the pod's group:
+# common/groupaccess.py). Its own switches keep the group's access instead; setgid (2770)
+# keeps new files in the fsGroup where the volume set it. Files Hermes creates 0600 by itself
+# (auth.json, MCP tokens) are credential stores the backup leaves out.
+GROUP_SHARING_ENV = {HOME_MODE_ENV: "2770", SKIP_CHMOD_ENV: "1"}
 
 
 def gateway_command() -> list[str]:
@@ -94,6 +103,7 @@ def gateway_env(settings: AgentSettings, base: Mapping[str, str] | None = None) 
     # Hermes' respawn-storm breaker off, unless the operator set it (agent.env): see
     # compat.RESPAWN_STORM_ENV.
     env.setdefault(compat.RESPAWN_STORM_ENV, "0")
+    env.update(GROUP_SHARING_ENV)
     if not env.get("API_SERVER_KEY") and not _dotenv_defines(
         settings.data_dir / ".env", "API_SERVER_KEY"
     ):

@@ -23,17 +23,20 @@ from collections.abc import Sequence
 from hermes_runtime.agent.idempotency import install_on_import
 from hermes_runtime.agent.settings import AgentSettings
 from hermes_runtime.common.errors import RuntimeFailure
+from hermes_runtime.common.groupaccess import share_new_sqlite3_databases
 from hermes_runtime.common.logs import log_event
 from hermes_runtime.compat import check_launch
 
 
 def prepare_gateway() -> None:
-    """Set up what must be in place before Hermes starts (the idempotency cache).
+    """Set up what must be in place before Hermes starts (the idempotency cache, new
+    databases created group-writable).
 
     First, one log line if the installed Hermes is not a release hermes-runtime knows
     (``compat/launch.py``): read from its distribution's metadata, nothing of Hermes is
     imported before Hermes itself runs."""
     check_launch()
+    share_new_sqlite3_databases()  # Hermes' and plugins' new databases, for replicate
     try:
         settings = AgentSettings.from_env()
     except RuntimeFailure as exc:

@@ -49,7 +49,9 @@ from hermes_runtime.agent.supervisor import (
 from hermes_runtime.agent.watchers import watching
 from hermes_runtime.agent.zygote import Zygote, start_zygote
 from hermes_runtime.backup import backup_status_path
+from hermes_runtime.backup.selection import make_excluder
 from hermes_runtime.common.errors import RuntimeFailure
+from hermes_runtime.common.groupaccess import share_tree, shared_umask
 from hermes_runtime.common.logs import log_event
 from hermes_runtime.plugins import LinkReport, link_plugins
 
@@ -84,7 +86,10 @@ def _link_report_dict(report: LinkReport | None) -> Any:
 
 
 def ensure_data_dir(settings: AgentSettings) -> None:
-    """The data dir must exist and be writable: it is a PVC, never created by us at its root."""
+    """The data dir must exist and be writable: it is a PVC, never created by us at its root.
+
+    Our folders in it are ``0770``: ``replicate`` and ``backup`` run as other UIDs and reach
+    them through the pod's group (``common/groupaccess.py``)."""
     data_dir = settings.data_dir
     if not data_dir.is_dir():
         raise RuntimeFailure(f"data dir {data_dir} (HERMES_HOME) does not exist or is no directory")
@@ -93,13 +98,40 @@ def ensure_data_dir(settings: AgentSettings) -> None:
             f"data dir {data_dir} (HERMES_HOME) is not writable by UID {os.getuid()}: "
             "set the pod's fsGroup so the volume is group-writable"
         )
-    settings.state_dir.mkdir(mode=0o750, exist_ok=True)
-    settings.home_dir.mkdir(mode=0o750, exist_ok=True)
+    settings.state_dir.mkdir(mode=0o770, exist_ok=True)
+    settings.home_dir.mkdir(mode=0o770, exist_ok=True)
 
 
+def share_data_dir(settings: AgentSettings) -> None:
+    """Give the pod's group what this UID owns in the data dir (a volume from before the
+    roles had UIDs of their own, or files Hermes narrowed), once per start.
+
+    Left as they are: what the backup leaves out (``selection.DEFAULT_EXCLUDES``: plugin
+    trees under ``.git-sync``, caches, credential stores such as ``.env`` and ``auth.json``,
+    the private ``idempotency.db``, other roles' state), since no other role reads or
+    writes those; and everything another UID owns. A failure is logged, never fatal: the
+    agent runs, and a backup that cannot read a file says which."""
+    started = time.monotonic()
+    excluder = make_excluder()
+    try:
+        shared = share_tree(settings.data_dir, excluder.excluded)
+    except OSError as exc:
+        log_event("agent.data_dir.share_failed", level="warning", error=str(exc))
+        return
+    log_event(
+        "agent.data_dir.shared",
+        widened=shared.widened,
+        not_owned=shared.not_owned,
+        seconds=round(time.monotonic() - started, 3),
+    )
+
+
+@shared_umask()
 def prepare(settings: AgentSettings) -> PrepareReport:
-    """Seed ``config.yaml``/``SOUL.md`` (keeping user edits) and link the plugins."""
+    """Share the data dir with the pod's group, seed ``config.yaml``/``SOUL.md`` (keeping user
+    edits) and link the plugins."""
     ensure_data_dir(settings)
+    share_data_dir(settings)
     report = PrepareReport(
         config=seed_config(
             settings.seed_config, settings.data_dir / "config.yaml", settings.state_dir
@@ -117,8 +149,14 @@ def prepare(settings: AgentSettings) -> PrepareReport:
     return report
 
 
+@shared_umask()
 def run_agent(settings: AgentSettings, metrics: AgentMetrics | None = None) -> int:
     """Prepare, then run the gateway in the foreground until SIGTERM/SIGINT; return its status.
+
+    Under the shared umask, which every gateway inherits: the folders and files Hermes makes
+    are group-writable for ``replicate`` and readable for ``backup`` (``common/groupaccess.py``).
+    SQLite creates a database ``0644`` under any umask (its ``-wal`` and ``-shm`` take the
+    database's mode): a database born in this run is widened by the next start's walk.
 
     First the data dir lock (one gateway per volume); while waiting for it, the gateway process
     is already started and imports its libraries (``zygote.py``), and once warm this pod

@@ -21,6 +21,7 @@ from ruamel.yaml.error import YAMLError
 
 from hermes_runtime.common.atomic import atomic_write_text
 from hermes_runtime.common.errors import RuntimeFailure
+from hermes_runtime.common.groupaccess import SHARED_FILE_MODE
 
 STATE_DIR_NAME = ".hermes-runtime"
 CONFIG_SEED_RECORD = "seed-config.yaml"
@@ -154,8 +155,8 @@ def seed_config(seed_path: Path | None, target: Path, state_dir: Path) -> SeedRe
     record = state_dir / CONFIG_SEED_RECORD
     user_text = _read_optional(target)
     if user_text is None:
-        atomic_write_text(target, seed_text, mode=0o640)
-        atomic_write_text(record, seed_text, mode=0o640)
+        atomic_write_text(target, seed_text, mode=SHARED_FILE_MODE)
+        atomic_write_text(record, seed_text, mode=SHARED_FILE_MODE)
         return SeedResult(target, "created", applied_keys=_dotted([(str(k),) for k in seed]))
     previous_text = _read_optional(record)
     if previous_text == seed_text:
@@ -167,8 +168,8 @@ def seed_config(seed_path: Path | None, target: Path, state_dir: Path) -> SeedRe
     outcome = _MergeOutcome()
     _merge_into(user, previous, seed, (), outcome)
     if outcome.applied:
-        atomic_write_text(target, _dump(user), mode=0o640)
-    atomic_write_text(record, seed_text, mode=0o640)
+        atomic_write_text(target, _dump(user), mode=SHARED_FILE_MODE)
+    atomic_write_text(record, seed_text, mode=SHARED_FILE_MODE)
     action = "updated" if outcome.applied else ("kept-user-edits" if outcome.kept else "unchanged")
     return SeedResult(target, action, _dotted(outcome.applied), _dotted(outcome.kept))
 
@@ -183,17 +184,17 @@ def seed_soul(seed_path: Path | None, target: Path, state_dir: Path) -> SeedResu
     user_text = _read_optional(target)
     previous_text = _read_optional(record)
     if user_text is None:
-        atomic_write_text(target, seed_text, mode=0o640)
-        atomic_write_text(record, seed_text, mode=0o640)
+        atomic_write_text(target, seed_text, mode=SHARED_FILE_MODE)
+        atomic_write_text(record, seed_text, mode=SHARED_FILE_MODE)
         return SeedResult(target, "created")
     if user_text == seed_text:
         if previous_text != seed_text:
-            atomic_write_text(record, seed_text, mode=0o640)
+            atomic_write_text(record, seed_text, mode=SHARED_FILE_MODE)
         return SeedResult(target, "unchanged")
     if previous_text is not None and user_text == previous_text:
-        atomic_write_text(target, seed_text, mode=0o640)
-        atomic_write_text(record, seed_text, mode=0o640)
+        atomic_write_text(target, seed_text, mode=SHARED_FILE_MODE)
+        atomic_write_text(record, seed_text, mode=SHARED_FILE_MODE)
         return SeedResult(target, "updated")
     if previous_text != seed_text:
-        atomic_write_text(record, seed_text, mode=0o640)
+        atomic_write_text(record, seed_text, mode=SHARED_FILE_MODE)
     return SeedResult(target, "kept-user-edits")

@@ -15,7 +15,9 @@ are left to the scheduled backup, and the log says which.
 
 Litestream's local state (its copy of recent LTX files, per database) lives on the data
 volume under ``.hermes-runtime/litestream/``, which backups exclude: a restarted pod then
-resumes where it stopped instead of uploading a full snapshot of every database.
+resumes where it stopped instead of uploading a full snapshot of every database. Replication
+runs under the shared umask (``common/groupaccess.py``): what it creates on the data volume
+stays the pod's group's to write, as the agent's files are replication's.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from hermes_runtime.common.atomic import atomic_write_text
 from hermes_runtime.common.backoff import Backoff
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.common.flock import wait_for_flock
+from hermes_runtime.common.groupaccess import shared_umask
 from hermes_runtime.common.logs import log_event
 
 META_RELPATH = ".hermes-runtime/litestream"
@@ -245,6 +248,7 @@ def stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
             signal.signal(sig, old)
 
 
+@shared_umask()
 def replicate(
     data_dir: Path,
     location: ReplicaLocation,

@@ -8,6 +8,11 @@ the data dir unchanged.
 Without restic's lock (``--no-lock``): a restore only reads the repository, and the runbook
 mounts the backup volume read-only, where restic would retry its lock for minutes. A prune
 running at the same time can only make the staging fail.
+
+What a restore writes is the agent's to write afterwards, and the agent is another UID: the
+restore runs under the shared umask and, before the swap, gives the group read and write on
+every file and folder of the staged tree (restic applies the snapshot's modes), never
+through a link (``common/groupaccess.py``).
 """
 
 from __future__ import annotations
@@ -37,9 +42,11 @@ from hermes_runtime.backup.snapshot_tree import LatestTagged, RestoredTree, rest
 from hermes_runtime.backup.snapshots import find_snapshot, repository_listing
 from hermes_runtime.backup.swap import data_dir_entries, remove_stale_stages, staging_root, swap_in
 from hermes_runtime.common.errors import RuntimeFailure, name_list
+from hermes_runtime.common.groupaccess import share_tree, shared_umask
 from hermes_runtime.common.logs import log_event
 
 
+@shared_umask()
 def restore_snapshot(
     repo: ResticRepository,
     data_dir: Path,
@@ -110,6 +117,7 @@ def restore_snapshot(
         ) from exc
     for path, choice in sources.items():
         log_event("backup.restore.database", path=path, **asdict(choice))
+    _share_staged(stage, data_dir)
     swap_in(stage, data_dir, stage_root / f"{tag}-old", existing)
     return RestoreReport(
         snapshot_id,
@@ -121,6 +129,20 @@ def restore_snapshot(
         duration_seconds=round(time.monotonic() - started, 3),
         sources={path: asdict(choice) for path, choice in sources.items()},
     )
+
+
+def _share_staged(stage: Path, data_dir: Path) -> None:
+    """The staged tree group-writable for the agent; a failure fails the restore, data dir
+    unchanged (an agent that cannot write its restored files is no restore)."""
+    try:
+        shared = share_tree(stage)
+    except OSError as exc:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise RuntimeFailure(
+            f"restore into {data_dir}: cannot give the pod's group access to the staged tree "
+            f"{stage}: {exc}; {data_dir} is unchanged"
+        ) from exc
+    log_event("backup.restore.shared", widened=shared.widened, not_owned=shared.not_owned)
 
 
 def _snapshot_to_restore(

@@ -8,18 +8,30 @@ last backup failed" can be alerted on from the agent's own endpoint.
 
 The file is small JSON, replaced atomically (temp file + rename): a scrape never
 sees half a record, and a crash during the write keeps the previous outcome.
+
+The folder it lives in (``.hermes-runtime``) is the agent's too, and the agent is the least
+trusted process of the pod, while the backup that writes the record holds the repository's
+keys. So the record is read and written as hostile ground: its folder opened without
+following a link, the record read only if it is a regular file of bounded size (a planted
+link, FIFO or huge file is refused, never followed, waited on or loaded), each field checked
+for its type, and the temp file created beneath that folder's descriptor with ``O_EXCL |
+O_NOFOLLOW`` and renamed over the record there (a rename replaces a planted link, never
+writes through it).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import os
+import stat
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from hermes_runtime.backup.reports import BackupSummary
-from hermes_runtime.common.atomic import atomic_write_text
 from hermes_runtime.common.errors import RuntimeFailure
 
 # Relative to the data dir; left out of backups (see selection.DEFAULT_EXCLUDES):
@@ -27,6 +39,10 @@ from hermes_runtime.common.errors import RuntimeFailure
 STATUS_RELPATH = ".hermes-runtime/backup-status.json"
 STATUS_FORMAT = 1
 MAX_ERROR_CHARS = 2000
+MAX_RECORD_BYTES = 64 * 1024  # a record is under 3 KiB; anything larger was planted
+RECORD_MODE = 0o644  # the agent (another UID) reads it for /metrics
+READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclass
@@ -54,21 +70,110 @@ def backup_status_path(data_dir: Path) -> Path:
 def read_backup_status(path: Path) -> BackupStatus | None:
     """The recorded status, or None when no backup has recorded one yet.
 
-    A file that is not a status record raises ``RuntimeFailure`` naming it.
+    A file that is not a status record (a link, a FIFO, too large, not JSON, a field of the
+    wrong type) raises ``RuntimeFailure`` naming it.
     """
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
+        text = _read_record(path)
+        if text is None:
+            return None
+        raw = json.loads(text)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RuntimeFailure(f"backup status {path}: unreadable: {exc}") from exc
     if not isinstance(raw, dict) or raw.get("format") != STATUS_FORMAT:
         raise RuntimeFailure(f"backup status {path}: not a format-{STATUS_FORMAT} status record")
-    known = {f.name for f in fields(BackupStatus)}
+    known = {f.name: f for f in fields(BackupStatus)}
+    values = {k: v for k, v in raw.items() if k in known}
+    for name, value in values.items():
+        if not _has_type(value, FIELD_TYPES[name]):
+            raise RuntimeFailure(f"backup status {path}: field {name!r} has the wrong type")
     try:
-        return BackupStatus(**{k: v for k, v in raw.items() if k in known})
+        return BackupStatus(**values)
     except TypeError as exc:
         raise RuntimeFailure(f"backup status {path}: {exc}") from exc
+
+
+_NUMBER = (int, float)
+FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "last_attempt_timestamp": _NUMBER,
+    "last_attempt_ok": (bool,),
+    "last_duration_seconds": _NUMBER,
+    "last_success_timestamp": (*_NUMBER, type(None)),
+    "snapshot": (str, type(None)),
+    "bytes_added": (int,),
+    "databases": (list,),
+    "error": (str, type(None)),
+    "failures_total": (int,),
+    "target": (str,),
+    "format": (int,),
+}
+
+
+def _has_type(value: Any, types: tuple[type, ...]) -> bool:
+    if isinstance(value, bool) and bool not in types:
+        return False
+    if isinstance(value, list):
+        return list in types and all(isinstance(item, str) for item in value)
+    return isinstance(value, types)
+
+
+def _open_folder(folder: Path) -> int:
+    """The record's folder, not what a link planted in its place points to."""
+    try:
+        return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise OSError(exc.errno, "a link or no folder, refused", str(folder)) from exc
+        raise
+
+
+def _read_record(path: Path) -> str | None:
+    """The record's text, None when there is none; only a regular file, never through a link,
+    never waiting on a FIFO (``O_NONBLOCK``), at most ``MAX_RECORD_BYTES``."""
+    try:
+        folder = _open_folder(path.parent)
+    except FileNotFoundError:
+        return None
+    try:
+        fd = os.open(path.name, READ_FLAGS, dir_fd=folder)
+    except FileNotFoundError:
+        return None
+    finally:
+        os.close(folder)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        data = b""
+        while chunk := os.read(fd, MAX_RECORD_BYTES + 1 - len(data)):
+            data += chunk
+            if len(data) > MAX_RECORD_BYTES:
+                raise OSError(errno.EFBIG, f"larger than {MAX_RECORD_BYTES} bytes", str(path))
+    finally:
+        os.close(fd)
+    return data.decode("utf-8")
+
+
+def _write_record(path: Path, text: str) -> None:
+    """Replace the record: a new temp file beneath the checked folder, fsync, rename there."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    folder = _open_folder(path.parent)
+    try:
+        tmp = f".{path.name}.{os.urandom(6).hex()}.tmp"
+        fd = os.open(tmp, WRITE_FLAGS, RECORD_MODE, dir_fd=folder)
+        try:
+            os.fchmod(fd, RECORD_MODE)  # the agent reads it, whatever this process's umask
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.rename(tmp, path.name, src_dir_fd=folder, dst_dir_fd=folder)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=folder)
+            raise
+        os.fsync(folder)
+    finally:
+        os.close(folder)
 
 
 def record_backup_outcome(
@@ -93,7 +198,10 @@ def record_backup_outcome(
     except RuntimeFailure:
         previous = None
     status = _next_status(previous, started_at, ended, summary, error, target)
-    atomic_write_text(path, json.dumps(asdict(status), indent=2, sort_keys=True) + "\n")
+    try:
+        _write_record(path, json.dumps(asdict(status), indent=2, sort_keys=True) + "\n")
+    except OSError as exc:
+        raise RuntimeFailure(f"backup status {path}: cannot write it: {exc}") from exc
     return status
 
 

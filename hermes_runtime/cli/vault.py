@@ -155,9 +155,9 @@ def register(verbs: Any) -> None:
     render = add_verb(
         verbs,
         "render",
-        "write secrets to an env file (0600, atomic)",
+        "write secrets to an env file (0640, atomic)",
         handle_render,
-        description="Write secrets to env files (mode 0600, temp file + rename): --out gets "
+        description="Write secrets to env files (mode 0640, temp file + rename): --out gets "
         "every --secret, each --out-only FILE only the variables listed for it, so one login "
         "serves several readers that must not see each other's secrets. "
         "With --refresh, keep running and re-render each file when one of its values changes.",

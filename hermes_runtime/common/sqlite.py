@@ -12,6 +12,8 @@ from pathlib import Path
 
 import apsw
 
+from hermes_runtime.common.groupaccess import create_shared
+
 MIN_SQLITE_VERSION = (3, 51, 3)
 # Prepared statements apsw keeps per connection (its default is 100). Its cache is a
 # ring: every statement run goes back in at the next slot and pushes out the oldest, so a
@@ -54,6 +56,8 @@ def connect(
     )
     if uri:
         flags |= apsw.SQLITE_OPEN_URI
+    elif not readonly:
+        create_shared(path)  # a new database group-writable, for replicate (groupaccess)
     conn = apsw.Connection(str(path), flags=flags, statementcachesize=STATEMENT_CACHE_SIZE)
     conn.set_busy_timeout(busy_timeout_ms)
     conn.execute("PRAGMA foreign_keys = ON")

@@ -6,7 +6,10 @@ process by that command line); ``API_SERVER_ENABLED/KEY/HOST/PORT`` enable its A
 which refuses keys shorter than 16 characters; ``HERMES_GATEWAY_EXTERNAL_SUPERVISOR=1``
 makes ``/restart`` and SIGUSR1 exit 75 for the supervisor to restart it;
 ``HERMES_RESTART_DRAIN_TIMEOUT`` is ``agent.restart_drain_timeout``;
-``HERMES_GATEWAY_MAX_STARTS`` (0: off) is the respawn-storm breaker's limit.
+``HERMES_GATEWAY_MAX_STARTS`` (0: off) is the respawn-storm breaker's limit;
+``HERMES_HOME_MODE`` (octal) is the mode ``hermes_cli/config.py`` gives ``HERMES_HOME`` and the
+folders it makes there (0700 without it), and ``HERMES_SKIP_CHMOD`` stops it narrowing
+``config.yaml``, ``SOUL.md`` and ``.env`` to 0600 (``_secure_file``).
 
 Nothing here can be checked without running Hermes, so only the version is: on a release
 the adapter does not know, the gateway still starts (refusing would leave the pod without
@@ -24,6 +27,8 @@ MIN_API_KEY_LENGTH = 16  # gateway/platforms/api_server.py refuses shorter keys
 EXTERNAL_SUPERVISOR_ENV = "HERMES_GATEWAY_EXTERNAL_SUPERVISOR"
 DRAIN_TIMEOUT_ENV = "HERMES_RESTART_DRAIN_TIMEOUT"
 RESPAWN_STORM_ENV = "HERMES_GATEWAY_MAX_STARTS"
+HOME_MODE_ENV = "HERMES_HOME_MODE"
+SKIP_CHMOD_ENV = "HERMES_SKIP_CHMOD"
 INTERNAL = (
     f"{HERMES_MAIN} {' '.join(GATEWAY_ARGS)} with API_SERVER_*, {EXTERNAL_SUPERVISOR_ENV}, "
     f"{DRAIN_TIMEOUT_ENV}, {RESPAWN_STORM_ENV}; exit {RESTART_EXIT_CODE} to be restarted"

@@ -28,7 +28,10 @@ HEADER = "# Rendered by hermes-runtime vault render. Secret values: do not copy,
 SAFE_BARE_CHARS = frozenset(
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./:@%+,-"
 )
-SECRET_FILE_MODE = 0o600
+# Owner writes, the group reads, nobody else: each file's one consumer runs as a UID of its own
+# and reads it through the pod's fsGroup (common/groupaccess.py); the file sits on an in-memory
+# volume that only the Vault containers and that consumer mount.
+SECRET_FILE_MODE = 0o640
 
 
 class EnvFileError(ValueError):
@@ -138,7 +141,8 @@ def read_env_file(path: Path) -> dict[str, str]:
 
 
 def write_env_file(path: Path, values: Mapping[str, str]) -> None:
-    """Write ``values`` with mode 0600 atomically: readers see the old file or the new one."""
+    """Write ``values`` with :data:`SECRET_FILE_MODE` atomically: readers see the old file or
+    the new one."""
     text = format_env_file(values)
     try:
         atomic_write_text(Path(path), text, mode=SECRET_FILE_MODE)

@@ -1,12 +1,11 @@
 """Render secrets into env files, once or as a refreshing sidecar.
 
-Each file is written with mode 0600 through temp file + rename, and only when
-its content changes, so a watcher (the agent entrypoint) sees a new mtime
-exactly when one of ITS values rotated. Several files can be rendered from one
-login (``--out-only FILE=ENV,...``), each with only the variables its reader
-needs: every value is fetched before any file is written, so a Vault failure
-leaves every file as it was. Logs carry counts and variable names, never
-values.
+Each file is written with mode 0640 (its consumer, another UID, reads it through the pod's
+group) through temp file + rename, and only when its content changes, so a watcher (the agent
+entrypoint) sees a new mtime exactly when one of ITS values rotated. Several files can be
+rendered from one login (``--out-only FILE=ENV,...``), each with only the variables its reader
+needs: every value is fetched before any file is written, so a Vault failure leaves every file
+as it was. Logs carry counts and variable names, never values.
 """
 
 from __future__ import annotations
@@ -183,7 +182,7 @@ def render_files(
     environ: Mapping[str, str] | None = None,
     log: TextIO | None = None,
 ) -> list[RenderResult]:
-    """Log in, fetch, write each output (0600, atomic). A failure to read leaves every file as
+    """Log in, fetch, write each output (0640, atomic). A failure to read leaves every file as
     it was: all values are fetched before the first file is written."""
     env = os.environ if environ is None else environ
     outputs = prepare(specs, out, env, log)
@@ -200,7 +199,7 @@ def render_once(
     environ: Mapping[str, str] | None = None,
     log: TextIO | None = None,
 ) -> RenderResult:
-    """Log in, fetch, write ``out`` (0600, atomic). On any failure ``out`` is left as it was."""
+    """Log in, fetch, write ``out`` (0640, atomic). On any failure ``out`` is left as it was."""
     return render_files(settings, specs, out, environ, log)[0]
 
 

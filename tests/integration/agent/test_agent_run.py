@@ -192,11 +192,26 @@ def test_agent_run_seeds_links_serves_and_stops_cleanly(
         assert uptime is not None and uptime > 0
         ready = json.loads(agent.get("/ready", agent.metrics_port))
         assert ready == {"ready": True, "checks": {"gateway": "ok", "data": "ok", "lcm": "ok"}}
+        assert_shared_with_the_group(data)
     log = (tmp_path / "agent.log").read_text()
     # The drain gets the grace period (30 s by default, minus our margins), never 0 s.
     assert "drain timed out after 0.0s" not in log
     assert '"event": "agent.gateway.stopped"' in log
     assert API_KEY not in log  # the secret never reaches the logs
+
+
+def assert_shared_with_the_group(data: Path) -> None:
+    """replicate and backup run as other UIDs and reach the data dir through the pod's group:
+    the gateway runs under the shared umask, and the folders Hermes makes (0700 by its own
+    default) and the seeded files stay the group's. (A database SQLite creates is 0644 under
+    any umask: the next start's walk widens it, see the restart test.)"""
+    gateway_pid = int(json.loads((data / "gateway.pid").read_text())["pid"])
+    status = Path(f"/proc/{gateway_pid}/status").read_text().splitlines()
+    assert [line for line in status if line.startswith("Umask:")] == ["Umask:\t0002"]
+    for folder in (data, data / "sessions", data / "memories", data / "logs"):
+        assert folder.stat().st_mode & 0o070 == 0o070, f"{folder}: {folder.stat().st_mode:o}"
+    for name in ("config.yaml", "SOUL.md"):
+        assert (data / name).stat().st_mode & 0o060 == 0o060, name
 
 
 def test_user_edits_survive_a_restart_and_secret_rotation_restarts_the_gateway(
@@ -235,6 +250,9 @@ def test_user_edits_survive_a_restart_and_secret_rotation_restarts_the_gateway(
         check=False,
     )
     assert prepared.returncode == 0, prepared.stderr
+    # The start's walk gave the group what the gateway's SQLite made 0644.
+    assert (layout["data"] / "state.db").stat().st_mode & 0o060 == 0o060
+    assert '"agent.data_dir.shared"' in prepared.stderr
     report = json.loads(prepared.stdout)
     assert report["config"]["applied_keys"] == ["display"]
     assert report["config"]["kept_user_keys"] == ["agent.max_turns"]

@@ -28,6 +28,7 @@ import pytest
 from backup_testlib import (
     BackupTarget,
     create_json,
+    file_target,
     make_database,
     replica_keys,
     replicating,
@@ -254,7 +255,10 @@ def test_no_secret_in_litestream_config_or_arguments(
     make_database(data / "state.db", 5)
     with replicating(target, data, tmp_path / "replicate.log") as replicator:
         wait_until(lambda: replica_keys(target, "state.db"), 60, "a replica of state.db")
-        config = (tmp_path / "replicate-work" / "hermes-litestream.yml").read_text()
+        # in a private folder of its own (continuous.private_folder), while it runs
+        configs = list((tmp_path / "replicate-work").glob("hermes-litestream-*/litestream.yml"))
+        assert len(configs) == 1, configs
+        config = configs[0].read_text()
         children = subprocess.run(
             ["pgrep", "-g", str(replicator.pid), "-a"], capture_output=True, text=True, check=True
         ).stdout
@@ -264,6 +268,32 @@ def test_no_secret_in_litestream_config_or_arguments(
         assert secret not in text
         assert target.env["AWS_ACCESS_KEY_ID"] not in text
     assert json.loads(config)["dbs"][0]["replica"]["endpoint"] == target.env["AWS_ENDPOINT_URL"]
+
+
+def test_what_replication_creates_on_the_data_volume_stays_group_writable(
+    tmp_path: Path,
+) -> None:
+    """``replicate`` runs as a UID of its own beside the agent and the backup; Litestream's
+    state on the data volume must stay the pod's group's (the shared umask), whatever umask
+    the process was started with."""
+    target = file_target(tmp_path)
+    data = tmp_path / "data"
+    data.mkdir()
+    data.chmod(0o2770)  # a volume with the pod's fsGroup (Litestream copies its folder's mode)
+    make_database(data / "state.db", 5)
+    previous = os.umask(0o077)  # the replicator inherits it and must set its own
+    try:
+        with replicating(target, data, tmp_path / "replicate.log"):
+            wait_until(lambda: replica_keys(target, "state.db"), 60, "a replica of state.db")
+    finally:
+        os.umask(previous)
+    state = data / ".hermes-runtime" / "litestream"
+    folders = [state, *(p for p in state.rglob("*") if p.is_dir())]
+    assert len(folders) > 1, folders
+    narrow = {
+        str(p): oct(p.stat().st_mode & 0o777) for p in folders if p.stat().st_mode & 0o070 != 0o070
+    }
+    assert not narrow, f"folders the group cannot write: {narrow}"
 
 
 def test_only_wal_databases_with_a_schema_are_replicated(tmp_path: Path) -> None:

@@ -3,11 +3,28 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 from backup_testlib import BackupTarget, make_database, rows, run_cli, tree_fingerprint
 from backup_testlib import create_json as create
 from prometheus_client.parser import text_string_to_metric_families
+
+
+def with_group_access(fingerprint: dict[str, str]) -> dict[str, str]:
+    """What restore leaves for the agent, another UID of the pod: each file's mode with the
+    group's read and write added, each folder's with read, write and search; links as they
+    were (``common/groupaccess.py``)."""
+    shared = {}
+    for relpath, value in fingerprint.items():
+        head, _, mode = value.rpartition(":")
+        if value.startswith("link:"):
+            shared[relpath] = value
+        else:
+            bits = 0o070 if head == "dir" else 0o060
+            shared[relpath] = f"{head}:{int(mode, 8) | bits:o}"
+    return shared
 
 
 def test_restore_gives_back_the_data_dir_without_secrets_or_rebuildables(
@@ -25,23 +42,28 @@ def test_restore_gives_back_the_data_dir_without_secrets_or_rebuildables(
     assert summary["id"] in verified.stdout
 
     restored = tmp_path / "restored"
-    result = run_cli(
-        "restore",
-        "--target",
-        target.url,
-        "--snapshot",
-        summary["id"],
-        "--data-dir",
-        str(restored),
-        env=target.env,
-    )
+    previous = os.umask(0o077)  # restore sets its own: the agent (another UID) writes after it
+    try:
+        result = run_cli(
+            "restore",
+            "--target",
+            target.url,
+            "--snapshot",
+            summary["id"],
+            "--data-dir",
+            str(restored),
+            env=target.env,
+        )
+    finally:
+        os.umask(previous)
     assert result.returncode == 0, result.stderr
     expected = {
         k: v
         for k, v in tree_fingerprint(data_dir).items()
         if not k.startswith((".git-sync", "cache")) and k not in (".env", "auth.json")
     }
-    assert tree_fingerprint(restored) == expected
+    assert tree_fingerprint(restored) == with_group_access(expected)
+    assert stat.S_IMODE(restored.stat().st_mode) & 0o070 == 0o070
     assert rows(restored / "state.db", "SELECT count(*) FROM messages") == [(500,)]
     assert rows(restored / "lcm.db", "PRAGMA integrity_check") == [("ok",)]
     everything = b"".join(target.read(k) for k in target.object_keys())

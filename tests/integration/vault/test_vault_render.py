@@ -24,7 +24,7 @@ def token_args(vault: SeededVault) -> list[str]:
     return ["--addr", vault.addr, "--auth", "token"]
 
 
-def test_token_auth_renders_kv2_and_kv1_into_a_0600_env_file(
+def test_token_auth_renders_kv2_and_kv1_into_a_0640_env_file(
     vault: SeededVault, tmp_path: Path
 ) -> None:
     out = tmp_path / "secrets" / "env"
@@ -40,7 +40,7 @@ def test_token_auth_renders_kv2_and_kv1_into_a_0600_env_file(
         env={"VAULT_TOKEN": vault.read_token},
     )
     assert run.returncode == 0, run.stderr
-    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640
     assert read_env_file(out) == {
         "OPENAI_API_KEY": vault.values["openai"],
         "ANTHROPIC_API_KEY": vault.values["anthropic"],

@@ -75,7 +75,7 @@ def assert_only_own_values(path: Path, own: tuple[str, ...], values: dict[str, s
     for env, value in values.items():
         if env not in own:
             assert value not in raw, f"{env} reached {path}"
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640  # the consumer reads it as the group
 
 
 def test_one_login_renders_each_consumer_only_its_own_secrets(

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
+import threading
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -11,12 +15,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hermes_runtime.agent import AgentMetrics
 from hermes_runtime.backup import (
+    BackupStatus,
     BackupSummary,
     backup_status_path,
     read_backup_status,
     record_backup_outcome,
 )
 from hermes_runtime.backup.selection import make_excluder
+from hermes_runtime.backup.status import MAX_RECORD_BYTES
 from hermes_runtime.common.errors import RuntimeFailure
 
 
@@ -128,3 +134,68 @@ def test_agent_metrics_without_a_status_file_have_no_backup_series() -> None:
     text = generate_latest(AgentMetrics().registry).decode()
     assert "hermes_runtime_uptime_seconds" in text
     assert "hermes_backup_" not in text
+
+
+def _recorded(path: Path) -> BackupStatus:
+    return record_backup_outcome(path, started_at=1.0, summary=None, error="boom", now=2.0)
+
+
+def test_a_planted_link_is_neither_read_through_nor_written_through(tmp_path: Path) -> None:
+    """The agent can write ``.hermes-runtime``; the backup that records there holds the keys."""
+    outside = tmp_path / "outside.json"
+    outside.write_text(json.dumps({"format": 1, "last_attempt_timestamp": 9.0,
+                                   "last_attempt_ok": True, "last_duration_seconds": 1.0,
+                                   "failures_total": 41}))  # fmt: skip
+    before = outside.read_bytes()
+    path = tmp_path / "state" / "backup-status.json"
+    path.parent.mkdir()
+    path.symlink_to(outside)
+    with pytest.raises(RuntimeFailure, match="unreadable"):
+        read_backup_status(path)
+    assert _recorded(path).failures_total == 1, "the linked record's counter was read"
+    assert not path.is_symlink() and outside.read_bytes() == before
+
+
+def test_a_planted_fifo_is_refused_without_waiting(tmp_path: Path) -> None:
+    path = tmp_path / "backup-status.json"
+    os.mkfifo(path)
+    done = threading.Event()
+    thread = threading.Thread(target=lambda: (_recorded(path), done.set()), daemon=True)
+    thread.start()
+    assert done.wait(10), "recording waited on a FIFO (opened without O_NONBLOCK?)"
+    assert stat.S_ISREG(path.lstat().st_mode)
+
+
+def test_a_folder_swapped_for_a_link_gets_no_record_outside(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / ".hermes-runtime").symlink_to(outside)
+    path = backup_status_path(tmp_path / "data")
+    with pytest.raises(
+        RuntimeFailure, match=r"\.hermes-runtime.*refused|refused.*\.hermes-runtime"
+    ):
+        _recorded(path)
+    assert list(outside.iterdir()) == []
+
+
+def test_a_huge_or_mistyped_record_is_refused_then_replaced(tmp_path: Path) -> None:
+    path = tmp_path / "backup-status.json"
+    path.write_bytes(b" " * (MAX_RECORD_BYTES + 1))
+    with pytest.raises(RuntimeFailure, match="larger than"):
+        read_backup_status(path)
+    good = asdict(_recorded(path))
+    path.write_text(json.dumps({**good, "failures_total": "many"}))
+    with pytest.raises(RuntimeFailure, match="'failures_total' has the wrong type"):
+        read_backup_status(path)
+    assert _recorded(path).failures_total == 1  # replaced, not crashed on "many" + 1
+
+
+def test_the_record_is_readable_by_the_agent_whatever_the_umask(tmp_path: Path) -> None:
+    path = tmp_path / "backup-status.json"
+    previous = os.umask(0o077)
+    try:
+        _recorded(path)
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644

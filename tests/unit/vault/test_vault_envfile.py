@@ -8,6 +8,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -46,11 +47,38 @@ def test_python_round_trip_is_exact(values: dict[str, str]) -> None:
     assert parse_env_text(format_env_file(values)) == values
 
 
-def test_written_file_is_0600_and_reads_back(tmp_path: Path) -> None:
+def test_written_file_is_0640_and_reads_back(tmp_path: Path) -> None:
     out = tmp_path / "env"
     write_env_file(out, TRICKY_VALUES)
-    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640
     assert read_env_file(out) == TRICKY_VALUES
+
+
+def cat_as(uid: int, gid: int, path: Path) -> subprocess.CompletedProcess[str]:
+    """Read ``path`` as ``uid`` with only ``gid`` as its group (a container of the pod)."""
+    return subprocess.run(
+        ["cat", str(path)], user=uid, group=gid, extra_groups=[], capture_output=True, text=True
+    )
+
+
+def test_the_consumer_reads_it_through_the_group_and_no_one_else(tmp_path: Path) -> None:
+    """The chart's layout: the Vault containers' UID writes, the consumer (another UID in the
+    pod's fsGroup) reads, a UID outside the group is refused by the kernel. Needs root to
+    act as those users: without it the test fails, saying so (a skip would count as passing)."""
+    if os.geteuid() != 0:
+        pytest.fail("reading as another user needs root: run the tests as root")
+    shared = Path(tempfile.mkdtemp(prefix="hermes-envfile-", dir="/tmp"))
+    try:
+        shared.chmod(0o755)
+        out = shared / "env"
+        write_env_file(out, {"KEY": "s3cr3t"})
+        os.chown(out, 10001, 10000)  # vault-render's UID, the pod's fsGroup
+        consumer = cat_as(10000, 10000, out)
+        assert consumer.returncode == 0 and "KEY='s3cr3t'" in consumer.stdout, consumer.stderr
+        outsider = cat_as(10009, 10009, out)
+        assert outsider.returncode != 0 and "Permission denied" in outsider.stderr
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 def shell_environment(shell: str, env_file: Path, names: list[str]) -> dict[str, str]:
