@@ -81,6 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except BrokenPipeError:  # --help into a closed pipe
         return _quiet_after_closed_stdout()
+    except SystemExit:  # --help or a usage error: what argparse printed is flushed here
+        _flush_stdout()
+        raise
     debug = bool(args.debug) or os.environ.get(DEBUG_ENV, "").strip().lower() in (
         "1",
         "true",
@@ -140,6 +143,15 @@ def _describe_os_error(exc: OSError) -> str:
     if exc.filename2 is not None:
         return f"{exc.filename} -> {exc.filename2}: {reason}"
     return f"{exc.filename}: {reason}"
+
+
+def _flush_stdout() -> None:
+    """Flush now, so a closed pipe is met here and silenced, not at interpreter exit (where
+    Python 3.14 reports it and exits 120)."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_after_closed_stdout()
 
 
 def _quiet_after_closed_stdout() -> int:

@@ -315,6 +315,7 @@ def check_data(
 def listed_snapshots(cluster: kube.Cluster, namespace: str) -> list[dict[str, Any]]:
     """`hermes-runtime backup list --json` of the backup PVC, from the load pod."""
     command = ["hermes-runtime", "backup", "list", "--target", "file:///backup", "--json"]
+    command += ["--agent", f"{namespace}.{RELEASE}"]  # the chart's name for the agent
     result = kube.exec_in_container(
         cluster, namespace, LOAD_POD, "main", command, timeout=120, repeatable=True
     )

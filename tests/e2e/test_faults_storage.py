@@ -113,6 +113,7 @@ def bucket_pod(
             ),
         ),
         client.V1EnvVar(name="HOME", value="/tmp"),
+        client.V1EnvVar(name="HERMES_RUNTIME_AGENT", value=f"{namespace}.{SOURCE}"),
         client.V1EnvVar(name="AWS_REGION", value="us-east-1"),
     ]
     container.volume_mounts = [client.V1VolumeMount(name="tmp", mount_path="/tmp")]

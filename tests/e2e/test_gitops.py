@@ -163,7 +163,7 @@ def test_two_syncs_keep_the_key_and_the_repository_password(
 
     restic_password = base64.b64decode(password["RESTIC_PASSWORD"]).decode()
     with kube.port_forward(cluster, namespace, "svc/s3", 8333) as s3_port:
-        s3 = s3_access(cluster, namespace, s3_port, restic_password)
+        s3 = s3_access(cluster, namespace, s3_port, restic_password, RELEASE)
         ids = snapshots(s3)
         assert len(ids) == 2, ids  # both backups in the one repository, one password
         # The pre-upgrade Job of the first apply (the second applies the same Job: unchanged).

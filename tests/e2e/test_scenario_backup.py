@@ -211,17 +211,22 @@ class S3Access:
     access_key: str
     secret_key: str
     password: str = field(repr=False)
+    agent: str = ""  # the release's agent name, as the chart passes it (<namespace>.<release>)
 
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
 
-def s3_access(cluster: kube.Cluster, namespace: str, port: int, password: str) -> S3Access:
-    """Credentials from the s3-backend chart's Secret (the one the backup job uses)."""
+def s3_access(
+    cluster: kube.Cluster, namespace: str, port: int, password: str, release: str = SOURCE
+) -> S3Access:
+    """Credentials from the s3-backend chart's Secret (the one the backup job uses), for the
+    agent of ``release``."""
     data = cluster.core.read_namespaced_secret(S3_SECRET, namespace).data
     decoded = {k: base64.b64decode(v).decode() for k, v in data.items()}
-    return S3Access(port, decoded["AWS_ACCESS_KEY_ID"], decoded["AWS_SECRET_ACCESS_KEY"], password)
+    keys = decoded["AWS_ACCESS_KEY_ID"], decoded["AWS_SECRET_ACCESS_KEY"]
+    return S3Access(port, *keys, password, agent=f"{namespace}.{release}")
 
 
 def _env(s3: S3Access) -> dict[str, str]:
@@ -233,6 +238,7 @@ def _env(s3: S3Access) -> dict[str, str]:
         "AWS_SECRET_ACCESS_KEY": s3.secret_key,
         "AWS_REGION": "us-east-1",
         "RESTIC_PASSWORD": s3.password,
+        "HERMES_RUNTIME_AGENT": s3.agent,
         "HERMES_RUNTIME_RESTIC": str(pinned_restic()),
     }
 

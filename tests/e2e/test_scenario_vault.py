@@ -377,10 +377,14 @@ def assert_values_nowhere(
     assert found.returncode == 1, (
         f"a Vault value is under /opt/data (backed up): {found.stdout} {found.stderr}"
     )
+    # Written by the Vault containers' UID, read by the agent's through the pod's group.
     env_file = agent_exec(
-        cluster, namespace, pod.metadata.name, ["stat", "-c", "%a", "/run/hermes/secrets/env"]
+        cluster, namespace, pod.metadata.name, ["stat", "-c", "%a %u", "/run/hermes/secrets/env"]
     )
-    assert env_file.stdout.strip() == "600", f"env file mode: {env_file.stdout} {env_file.stderr}"
+    mode_owner = env_file.stdout.split()
+    assert mode_owner[:1] == ["640"] and mode_owner[1:] != ["10000"], (
+        f"env file mode and owner: {env_file.stdout} {env_file.stderr}"
+    )
 
 
 def render_failure(cluster: kube.Cluster, namespace: str, release: str) -> tuple[int, str]:
@@ -506,7 +510,7 @@ def run_backup_job(cluster: kube.Cluster, namespace: str) -> client.V1Pod:
 
 
 def listed_snapshots(
-    port: int, access_key: str, secret_key: str, password: str
+    port: int, access_key: str, secret_key: str, password: str, agent: str
 ) -> list[dict[str, Any]]:
     """The .venv's `backup list` against the forwarded S3; credentials only in its env."""
     env = {
@@ -515,6 +519,7 @@ def listed_snapshots(
         "AWS_SECRET_ACCESS_KEY": secret_key,
         "AWS_REGION": "us-east-1",
         "RESTIC_PASSWORD": password,  # the repository's, from the Secret the chart keeps
+        "HERMES_RUNTIME_AGENT": agent,  # the chart's name for the release's agent
         "HERMES_RUNTIME_RESTIC": str(pinned_restic()),  # no restic on a fresh machine's PATH
     }
     cmd = [
@@ -578,7 +583,9 @@ def test_backup_cronjob_takes_its_s3_credentials_from_openbao(
     kept = cluster.core.read_namespaced_secret(f"{RELEASE}-hermes-agent-backup-password", namespace)
     password = base64.b64decode(kept.data["RESTIC_PASSWORD"]).decode()
     with kube.port_forward(cluster, namespace, "svc/s3", 8333) as port:
-        snapshots = listed_snapshots(port, access_key, secret_key, password)
+        snapshots = listed_snapshots(
+            port, access_key, secret_key, password, f"{namespace}.{RELEASE}"
+        )
     assert [s["status"] for s in snapshots] == ["ok"], f"snapshots in the bucket: {snapshots}"
     print(f"backup job {job_pod.metadata.name} wrote snapshot {snapshots[0]['id']} to S3")
 
