@@ -42,13 +42,13 @@ E2E_PYTEST := $(PYTEST) tests/e2e -n $(E2E_WORKERS) --dist load --longest-first 
 TEST_WORKERS ?= 3
 TIER_PYTEST := $(PYTEST) -n $(TEST_WORKERS) --dist worksteal
 
-.PHONY: help system-deps venv tools images demo-images integration-images image-test-images image image-push image-tests unit integration chart e2e test lint demo cluster cluster-down clean
+.PHONY: help system-deps venv tools images demo-images integration-images image-test-images image image-push image-tests unit integration chart py314 e2e test lint demo cluster cluster-down clean
 
 help:
 	@echo "make demo   - the main job: cluster, images, helm install, a conversation, a backup"
 	@echo "make test   - every test tier (installs what it needs)"
 	@echo "make lint   - ruff + mypy"
-	@echo "make unit | integration | chart | image-tests | e2e   (benchmarks: docs/benchmarks.md)"
+	@echo "make unit | integration | chart | image-tests | py314 | e2e   (benchmarks: docs/benchmarks.md)"
 	@echo "make image | image-push REGISTRY=...   - the agent image, tagged with the chart appVersion"
 	@echo "make cluster | cluster-down   - the kind cluster and local registry (docs/cluster.md)"
 
@@ -95,6 +95,10 @@ integration: system-deps venv tools integration-images
 chart: venv tools
 	$(TIER_PYTEST) tests/chart $(PYTEST_ARGS)
 
+# The unit tier again on Python 3.14 (Debian sid's, in a container: the host keeps bookworm).
+py314: tools
+	TEST_WORKERS=$(TEST_WORKERS) ci/test-py314.sh $(PYTEST_ARGS)
+
 # The agent image, tagged with the chart's appVersion (hermes-runtime/agent:<appVersion>), and
 # `make image-push REGISTRY=registry.example.com` to publish it where your cluster pulls from.
 image:
@@ -136,6 +140,7 @@ test: system-deps | .cache
 	  $(MAKE) --no-print-directory venv tools image-test-images
 	$(COMPILE)
 	$(TIER_PYTEST) tests/unit tests/integration tests/chart tests/image $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory py314
 	$(MAKE) --no-print-directory e2e
 
 lint: venv

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Build the local base image `local/debian:bookworm` with no registry: debootstrap a minimal
-# Debian bookworm root filesystem from the apt mirror this machine already uses, then
-# import it into the container engine: Docker (image builds) or, with ENGINE=podman, podman
-# (the kind path). Cached: does nothing when the image already exists (FORCE=1 rebuilds).
+# Debian root filesystem from the apt mirror this machine already uses, then import it into
+# the container engine: Docker (image builds) or, with ENGINE=podman, podman (the kind path).
+# SUITE=sid builds `local/debian:sid`, the base of the Python 3.14 images (Debian's sid is
+# the suite that carries python3.14; the host itself stays on bookworm).
+# Cached: does nothing when the image already exists (FORCE=1 rebuilds).
 set -euo pipefail
 ENGINE="${ENGINE:-docker}"
-
-IMAGE="${BASE_IMAGE_NAME:-local/debian:bookworm}"
-SUITE=bookworm
+SUITE="${SUITE:-bookworm}"
+IMAGE="${BASE_IMAGE_NAME:-local/debian:$SUITE}"
 
 log() { echo "build-base-image: $*" >&2; }
 
@@ -39,12 +40,17 @@ debootstrap --variant=minbase "$SUITE" "$rootfs" "$mirror" >"$rootfs.log" 2>&1 |
 rm -f "$rootfs.log"
 # Keep the image small: apt lists and caches are re-fetched by any build that installs packages.
 rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/cache/apt/archives/*.deb
-# Security updates live in a separate suite; include it so images get fixed packages.
-cat >"$rootfs/etc/apt/sources.list" <<SOURCES
+# Security updates live in a separate suite; include it so images get fixed packages (sid,
+# the development suite, has neither).
+if [[ "$SUITE" == sid ]]; then
+  echo "deb $mirror sid main" >"$rootfs/etc/apt/sources.list"
+else
+  cat >"$rootfs/etc/apt/sources.list" <<SOURCES
 deb $mirror $SUITE main
 deb $mirror $SUITE-updates main
 deb ${mirror%/debian}/debian-security $SUITE-security main
 SOURCES
+fi
 tar -C "$rootfs" -c . | "$ENGINE" import \
   --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
   --change 'ENV LANG=C.UTF-8' \

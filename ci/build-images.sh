@@ -4,7 +4,8 @@
 # 127.0.0.1:5001), the way a platform team publishes to theirs.
 #
 # Usage: ci/build-images.sh [IMAGE...]   IMAGE in: agent git-sync git-server seaweedfs openbao
-#                                        fake-llm busybox prometheus (default: all)
+#                                        fake-llm busybox prometheus (default: all);
+#                                        py314-tests (the Python 3.14 test runner, only by name)
 # Env:   BASE_IMAGE    base for every Debian-based image (default: local/debian:bookworm, built
 #                      by ci/build-base-image.sh; where Docker Hub is reachable, e.g. the
 #                      Dockerfile's digest-pinned python:3.11-slim-bookworm@sha256:...). Its
@@ -43,6 +44,7 @@ tag_of() {
     agent) echo "hermes-runtime/agent:$APP_VERSION" ;;
     git-sync | git-server | seaweedfs | openbao | fake-llm | busybox | prometheus | agent-previous)
       echo "hermes-runtime/$1:dev" ;;
+    py314-tests) echo "hermes-runtime/py314-tests:dev" ;;
     *) return 1 ;;
   esac
 }
@@ -148,6 +150,13 @@ build_one() {
     agent-previous)
       ctx="$(previous_context)" || return 1
       docker_build "$tag" "$ctx" "$ctx/Dockerfile" || return 1
+      ;;
+    py314-tests) # never pushed: ci/test-py314.sh runs it in Docker
+      SUITE=sid FORCE="${NO_CACHE:-0}" "$REPO_ROOT/ci/build-base-image.sh" || return 1
+      ctx="$(aux_context "$name" "$REPO_ROOT/pyproject.toml" "$REPO_ROOT/README.md")" || return 1
+      BASE_IMAGE=local/debian:sid docker_build "$tag" "$ctx" "$IMAGES_DIR/py314-tests.Dockerfile" ||
+        return 1
+      return 0
       ;;
     busybox)
       ctx="$(aux_context "$name" /bin/busybox)" || return 1

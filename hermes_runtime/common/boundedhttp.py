@@ -10,17 +10,19 @@ no at once instead of queueing. The rules, the same on every port:
   (0: no per-address cap), so one pod's flood leaves room for the kubelet and Prometheus;
 - a connection must finish its request head (request line and headers) within
   ``head_seconds`` of being accepted; past that it is closed (a slow-loris);
-- when a cap is reached, a newcomer takes the slot of the oldest connection (of that peer,
-  for the per-peer cap) that has not finished its head yet: a well-behaved client (the
-  kubelet's probe, a scrape) sends its whole head in one packet and is then no longer
-  evictable, so connections that trickle bytes can never keep it out. Only when every slot
-  serves a complete request is the newcomer refused, with a ``503`` and no wait.
+- when a cap is reached, a newcomer takes the slot of the oldest connection that has not
+  finished its head yet, of its own address for the per-address cap, else of the address
+  holding the most connections: a well-behaved client (the kubelet's probe, a scrape) sends
+  its whole head in one packet and is no longer evictable once it is read, and until then it
+  is one connection of its address, so trickling connections from busier addresses go first.
+  Only when every slot serves a complete request is the newcomer refused, with a ``503`` and
+  no wait.
 
-What it guarantees: a peer at its own cap only ever displaces its own connections, so fewer
-attacking addresses than ``max_connections / max_per_peer`` can never take the kubelet's
-slot. Beyond that many (a storm from many pods at once) a newcomer still displaces the
-oldest trickling connection, which is a good chance but no promise: the pod's NetworkPolicy
-(metrics ports only from ``networkPolicy.ingress.metricsFrom``) is the bound there.
+What it guarantees: a peer at its own cap only ever displaces its own connections, and a
+full server displaces a connection of its busiest address. The kubelet's one connection is
+displaced only when no address holds more than one, that is with ``max_connections``
+attacking addresses or more; the pod's NetworkPolicy (metrics ports only from
+``networkPolicy.ingress.metricsFrom``) is the bound there.
 
 ``Slots`` holds the bookkeeping and works from the event loop and from threads alike;
 ``BoundedHTTPServer`` applies it to an ``http.server`` server. The asyncio servers
@@ -179,8 +181,13 @@ class Slots:
         if limits.max_per_peer and self._per_peer.get(peer, 0) >= limits.max_per_peer:
             return self._oldest_unfinished(peer) or False
         if len(self._open) >= limits.max_connections:
-            return self._oldest_unfinished(None) or False
+            return self._oldest_unfinished(self._busiest_unfinished_peer()) or False
         return None
+
+    def _busiest_unfinished_peer(self) -> str | None:
+        """The address holding the most connections among those with a head unfinished."""
+        peers = {slot.peer for slot in self._open.values() if not slot.head_done}
+        return max(peers, key=lambda peer: self._per_peer[peer], default=None)
 
     def _oldest_unfinished(self, peer: str | None) -> Slot | None:
         for slot in self._open.values():

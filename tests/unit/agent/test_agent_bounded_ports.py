@@ -75,6 +75,20 @@ def test_a_newcomer_takes_the_slot_of_the_oldest_connection_still_sending_its_he
     assert admit("d", "d2") is not None and slots.open == 3
 
 
+def test_a_full_server_displaces_the_busiest_address_not_an_older_lone_probe() -> None:
+    """The kubelet's probe, admitted before a storm of trickling reconnects, keeps its slot
+    until its head is read: each newcomer displaces a connection of the busiest address."""
+    closed: list[str] = []
+    slots = Slots(ServerLimits(max_connections=4, max_per_peer=0, head_seconds=60), "test")
+    assert slots.admit("loris", lambda: closed.append("old-loris")) is not None
+    probe = slots.admit("kubelet", lambda: closed.append("probe"))
+    for n in range(20):  # reconnects: each takes a slot of the address holding the most
+        assert slots.admit("loris", lambda n=n: closed.append(f"loris-{n}")) is not None
+    assert "probe" not in closed and probe is not None and slots.open == 4
+    probe.head_complete()
+    assert "old-loris" in closed
+
+
 def test_a_connection_past_its_head_time_is_closed() -> None:
     closed: list[str] = []
     slots = Slots(ServerLimits(max_connections=8, max_per_peer=0, head_seconds=0.3), "test")
