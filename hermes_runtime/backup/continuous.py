@@ -95,6 +95,11 @@ def _not_replicable(path: Path) -> str | None:
         return "not a database any more"
     if header[18] != WAL_FORMAT:
         return "not in WAL mode (the scheduled backup covers it)"
+    if not os.access(path, os.W_OK):  # Litestream writes the database and its -wal/-shm
+        return (
+            f"not writable by UID {os.geteuid()} (its owner made it private to itself; the "
+            "scheduled backup covers it when it can read it)"
+        )
     try:
         conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
         try:

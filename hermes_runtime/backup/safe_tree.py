@@ -43,7 +43,7 @@ RESOLVE_BENEATH = 0x08
 RESOLVE = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS
 COPY_CHUNK = 1 << 30
 
-Kind = Literal["dir", "file", "link", "special", "refused"]
+Kind = Literal["dir", "file", "link", "special", "refused", "unreadable"]
 
 
 class Refused(Exception):
@@ -140,7 +140,7 @@ class Entry:
     stat: os.stat_result | None = None
     target: str = ""  # a link's text
     head: bytes = b""  # a file's first HEAD_BYTES
-    reason: str = ""  # why a "special" or "refused" entry is not read
+    reason: str = ""  # why a "special", "refused" or "unreadable" entry is not read
 
 
 def walk(root_fd: int, skip: Callable[[str, bool], bool]) -> Iterator[Entry]:
@@ -176,7 +176,11 @@ def _walk(dir_fd: int, prefix: str, skip: Callable[[str, bool], bool]) -> Iterat
 def _walk_into(
     dir_fd: int, name: str, relpath: str, skip: Callable[[str, bool], bool]
 ) -> Iterator[Entry]:
-    fd = _open_in(dir_fd, name, DIR_FLAGS)
+    try:
+        fd = _open_in(dir_fd, name, DIR_FLAGS)
+    except PermissionError:
+        yield _unreadable(relpath)
+        return
     if isinstance(fd, str):
         yield Entry(relpath, "refused", reason=f"a folder replaced by {fd}")
         return
@@ -206,8 +210,16 @@ def _link_entry(dir_fd: int, name: str, relpath: str) -> Entry:
         return Entry(relpath, "refused", reason="a link replaced while listed")
 
 
+def _unreadable(relpath: str) -> Entry:
+    """A name this process may not read: its owner made it private (another role's UID)."""
+    return Entry(relpath, "unreadable", reason=f"not readable by UID {os.geteuid()}")
+
+
 def _file_entry(dir_fd: int, name: str, relpath: str) -> Entry:
-    fd = _open_in(dir_fd, name, FILE_FLAGS)
+    try:
+        fd = _open_in(dir_fd, name, FILE_FLAGS)
+    except PermissionError:
+        return _unreadable(relpath)
     if isinstance(fd, str):
         return Entry(relpath, "refused", reason=f"a file replaced by {fd}")
     try:

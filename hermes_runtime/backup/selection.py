@@ -192,7 +192,11 @@ def _classify(selection: Selection, entry: Entry, heads: dict[str, bytes]) -> No
     else:
         if entry.kind == "refused":
             log_event("backup.scan.skipped", path=entry.relpath, reason=entry.reason)
-        selection.skipped_special.append(entry.relpath)  # sockets, FIFOs, devices
+        if entry.kind == "unreadable":  # private to its owner: in no backup, said loudly
+            log_event(
+                "backup.scan.unreadable", level="warning", path=entry.relpath, reason=entry.reason
+            )
+        selection.skipped_special.append(entry.relpath)  # sockets, FIFOs, devices, private
 
 
 def _is_sqlite_sidecar(relpath: str, heads: dict[str, bytes]) -> bool:

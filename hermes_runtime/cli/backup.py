@@ -271,7 +271,8 @@ def _create(args: argparse.Namespace) -> int:
         if args.metrics_file:
             write_backup_metrics(args.metrics_file, None)
         if args.status_file:
-            record_backup_outcome(
+            _record_outcome(
+                record_backup_outcome,
                 args.status_file,
                 started_at=started_at,
                 summary=None,
@@ -282,9 +283,26 @@ def _create(args: argparse.Namespace) -> int:
     if args.metrics_file:
         write_backup_metrics(args.metrics_file, summary)
     if args.status_file:
-        record_backup_outcome(args.status_file, started_at=started_at, summary=summary)
+        _record_outcome(
+            record_backup_outcome, args.status_file, started_at=started_at, summary=summary
+        )
     emit(args, dataclasses.asdict(summary), summary.id)
     return 0
+
+
+def _record_outcome(record: Any, path: Path, **outcome: Any) -> None:
+    """Write the status record; one that cannot be written is said, never fatal.
+
+    The record feeds the agent's ``/metrics``; the snapshot is what matters. A record folder
+    the backup's UID may not write yet (a volume the previous agent made, before the first
+    start of this one widens it) must not fail the pre-upgrade backup it describes.
+    """
+    from hermes_runtime.common.logs import log_event
+
+    try:
+        record(path, **outcome)
+    except RuntimeFailure as exc:
+        log_event("backup.status.not_written", level="warning", path=str(path), error=str(exc))
 
 
 def _list(args: argparse.Namespace) -> int:

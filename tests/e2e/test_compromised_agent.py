@@ -14,8 +14,11 @@ generated restic password, the default NetworkPolicy) and then does what that sh
   connections to the API server and to the backup bucket with the backup keys (both refused by
   the policy: it never held the keys, this shows the network path is shut too); writes into
   each plugin's tree (a read-only mount);
+- plants traps in the data dir for the backup pod (which holds the keys): its manifest's name
+  as a link out of the data dir, links into ``/proc/self``, a FIFO;
 - and then the agent keeps serving: a new turn is answered, the turn before the attack is still
-  in LCM, no container restarted, and the next backup job succeeds.
+  in LCM, no container restarted, the next backup job succeeds, wrote nothing outside the data
+  dir, and its snapshot restores (the verify Job).
 """
 
 from __future__ import annotations
@@ -181,6 +184,20 @@ for path in json.loads(sys.argv[1]):
         seen[path] = error.strerror
 print(json.dumps(seen))
 """
+
+
+# In the agent container: the traps of step 6, and what the backup left outside the data dir.
+PLANT = """
+import contextlib, json, os
+os.makedirs("/tmp/outside", exist_ok=True)
+with contextlib.suppress(FileExistsError):  # the exec may be repeated
+    os.symlink("/tmp/outside", "/opt/data/.hermes-backup")
+    os.symlink("/proc/self/environ", "/opt/data/environ-of-whoever-reads")
+    os.symlink("/proc/self", "/opt/data/self-of-whoever-reads")
+    os.mkfifo("/opt/data/never-written.fifo")
+print(json.dumps({"planted": os.path.islink("/opt/data/.hermes-backup")}))
+"""
+OUTSIDE = "import json, os; print(json.dumps({'outside': os.listdir('/tmp/outside')}))"
 
 
 @pytest.fixture
@@ -369,7 +386,13 @@ def test_an_injected_shell_reaches_nothing_and_the_agent_keeps_serving(
     writes = in_agent(cluster, namespace, WRITE, json.dumps(targets))
     assert writes == {path: "Read-only file system" for path in targets}, writes
 
-    # 6. The agent keeps serving and nothing is lost.
+    # 6. Traps in the data dir for the backup pod, which holds the keys: its own manifest's
+    # name planted as a link out of the data dir, links into /proc/self (its environment
+    # would carry the restic password and the S3 keys), a FIFO that would hang a reader.
+    planted = in_agent(cluster, namespace, PLANT)
+    assert planted == {"planted": True}, planted
+
+    # 7. The agent keeps serving and nothing is lost.
     after, ready, restarts = agent_state(cluster, namespace)
     assert (after, ready) == (before, True)
     assert not any(restarts.values()), restarts
@@ -379,6 +402,10 @@ def test_an_injected_shell_reaches_nothing_and_the_agent_keeps_serving(
     assert found["results"], found
     job = kube.run_job_from_cronjob(cluster, namespace, f"{FULLNAME}-backup")
     assert job, "the backup job after the attack"
+    # ... nothing was written outside the data dir, and the snapshot restores: the verify
+    # Job restores it to scratch and checks every database (it exits 1 otherwise).
+    assert in_agent(cluster, namespace, OUTSIDE) == {"outside": []}
+    kube.run_job_from_cronjob(cluster, namespace, f"{FULLNAME}-verify", timeout=600)
     events = client.CoreV1Api(cluster.api).list_namespaced_event(namespace).items
     stopped = [
         f"{e.reason}: {e.message}"

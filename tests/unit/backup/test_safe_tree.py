@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -169,3 +173,34 @@ def test_a_database_is_read_in_its_held_folder_after_the_path_is_swapped(tmp_pat
     assert conn.execute("SELECT body FROM t").fetchall() == [("inside",)]
     conn.close()
     assert sorted(p.name for p in outside.iterdir()) == ["x.db"]  # no -wal, -shm made there
+
+
+def test_a_file_private_to_another_uid_is_left_out_and_said_not_fatal() -> None:
+    """The backup and replicate roles run as UIDs of their own: a file the agent made private
+    (mode 0600) cannot be read there; the scan goes on and names it (level warning)."""
+    root = Path(tempfile.mkdtemp(dir="/tmp"))
+    try:
+        root.chmod(0o755)
+        (root / "shared.txt").write_text("for the group\n")
+        (root / "private.json").write_text("{}\n")
+        (root / "private.json").chmod(0o600)
+        (root / "closed").mkdir(mode=0o700)
+        (root / "closed" / "inside.txt").write_text("x\n")
+        script = (
+            "import json, os, sys\n"
+            "from pathlib import Path\n"
+            "from hermes_runtime.backup.selection import make_excluder, scan_data_dir\n"
+            "os.setgid(10009); os.setuid(10009)\n"
+            "found = scan_data_dir(Path(sys.argv[1]), make_excluder((), defaults=False))\n"
+            "print(json.dumps({'files': [f.relpath for f in found.files],"
+            " 'left_out': found.skipped_special}))\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", script, str(root)], capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        seen = json.loads(done.stdout)
+        assert seen == {"files": ["shared.txt"], "left_out": ["closed", "private.json"]}
+        assert '"event": "backup.scan.unreadable", "level": "warning"' in done.stderr
+    finally:
+        shutil.rmtree(root)
