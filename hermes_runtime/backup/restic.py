@@ -38,6 +38,7 @@ from hermes_runtime.backup.restic_errors import (
     repository_missing,
 )
 from hermes_runtime.common.errors import RuntimeFailure
+from hermes_runtime.common.groupaccess import share_tree
 from hermes_runtime.common.logs import log_event
 
 BINARY_ENV = "HERMES_RUNTIME_RESTIC"
@@ -200,7 +201,9 @@ def stream_restic(
     A failure raises ``ResticFailed`` holding the records printed before it.
 
     A long backup then moves a progress bar (or logs progress lines) while restic works.
-    ``create_missing``: where restic finds no repository, ``restic init`` and run again. Why
+    ``create_missing``: where restic finds no repository, ``restic init`` and run again; a new
+    folder repository is opened to the group (the backup roles of a pod run as UIDs of their
+    own and share it through the pod's group: restic then creates every later file so). Why
     not probe first: every restic run derives the key (about 0.5 s of CPU here), so a probe
     before each backup to S3 doubled that for every backup, to help only the first. restic's
     lines about the missing repository are then not relayed.
@@ -216,6 +219,8 @@ def stream_restic(
     done = _run_relaying(first, args, take, cwd)
     if create_missing and done.returncode != 0 and repository_missing(done):
         run_restic(repo, ["init"])
+        if repo.folder is not None:
+            share_tree(repo.folder)  # the pod's group: restic then keeps new files so too
         done = _run_relaying(repo, args, take, cwd)
     raise_failed(repo.url, args, done, records)
     return records

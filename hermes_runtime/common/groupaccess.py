@@ -154,14 +154,16 @@ def _widen(
 
 
 def create_shared(path: str | os.PathLike[str]) -> None:
-    """Create ``path`` empty under the process's umask (group-writable under
-    :data:`SHARED_UMASK`) when nothing is there; leave whatever is.
+    """Create ``path`` empty and group-writable (:data:`SHARED_FILE_MODE`, whatever the
+    umask) when nothing is there; leave whatever is.
 
     SQLite creates a new database 0644 whatever the umask, and its ``-wal`` and ``-shm`` copy
     that mode; ``replicate`` writes the agent's databases through the group. A file created
     here first is one SQLite opens instead of creating it: an empty file is an empty database.
-    No link is followed, and nothing happens when the folder is missing (SQLite then reports
-    what it finds).
+    The mode is set on the descriptor, not left to the umask: a process started in the agent
+    container by ``kubectl exec`` has the runtime's default umask, not the agent's. No link
+    is followed, and nothing happens when the folder is missing (SQLite then reports what it
+    finds).
     """
     if os.fspath(path) in ("", ":memory:"):  # SQLite's names for no file
         return
@@ -170,7 +172,10 @@ def create_shared(path: str | os.PathLike[str]) -> None:
         fd = os.open(path, flags, SHARED_FILE_MODE)
     except OSError:
         return
-    os.close(fd)
+    try:
+        os.fchmod(fd, SHARED_FILE_MODE)
+    finally:
+        os.close(fd)
 
 
 def share_new_sqlite3_databases() -> None:

@@ -75,6 +75,9 @@ ROLES = {
     "restore": "restore",
     "replicate": "replicate",
     "backup": "backup",
+    # The backup pods' opener of a repository an earlier version wrote as the agent's UID:
+    # that UID by design, no credential, only the backup volume (repositoryAccessContainer).
+    "repository-access": "agent",
 }
 # The writable mounts of the data volume a role other than the agent must keep: restore fills
 # an empty volume (before the agent starts); Litestream writes each database's -wal/-shm and
@@ -316,3 +319,17 @@ def test_a_user_chosen_agent_uid_is_kept() -> None:
     pod = manifest.agent_pod
     assert uid_of(pod, manifest.container("agent")) == 20000
     assert uid_of(pod, manifest.container("backup")) == 10003
+
+
+def test_a_repository_on_the_backup_volume_is_opened_to_the_group_first() -> None:
+    """An earlier version wrote the repository as the agent's UID; the backup roles now have
+    UIDs of their own and read it through the group. The opener holds no credential."""
+    manifest = render({"backup": {"target": {"type": "pvc"}}})
+    spec = manifest.backup_cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (opener,) = [c for c in spec["initContainers"] if c["name"] == "repository-access"]
+    assert "env" not in opener and "envFrom" not in opener
+    assert [m["name"] for m in opener["volumeMounts"]] == ["backup"]
+    assert "chmod g+rwX" in opener["args"][-1] and '-user "$(id -u)"' in opener["args"][-1]
+    s3 = render({"backup": {"target": {"type": "s3", "s3": {"bucket": "backups"}}}})
+    s3_spec = s3.backup_cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert "repository-access" not in [c["name"] for c in s3_spec.get("initContainers", [])]

@@ -128,6 +128,9 @@ def load_pod(cluster: kube.Cluster, namespace: str, restartable: bool = False) -
     if restartable:
         command += ["--starts-file", "/state/starts"]
     pod = kube.restricted_pod(LOAD_POD, images.ref("agent"), command, user=AGENT_UID)
+    # The backup repository is the backup roles' (UIDs of their own), shared through the
+    # release's group, as the chart's pods have it (fsGroup).
+    pod.spec.security_context = client.V1PodSecurityContext(fs_group=AGENT_UID)
     container = pod.spec.containers[0]
     key = client.V1SecretKeySelector(
         name=release_secret_with(cluster, namespace, "api-key", "API key Secret"), key="api-key"

@@ -57,9 +57,11 @@ print(json.dumps({"integrity": ok[0][0], "count": count, "max_id": top}))
 """
 
 
-def values(tmp_path: Path, restore: str = "", password_secret: str = "") -> Path:
+def values(
+    tmp_path: Path, restore: str = "", password_secret: str = "", from_agent: str = ""
+) -> Path:
     """The backup scenario's S3 values (cronjob mode, no plugins) with continuous replication."""
-    path = s3_values(tmp_path, restore, password_secret)
+    path = s3_values(tmp_path, restore, password_secret, from_agent)
     yaml = YAML()
     overrides = yaml.load(path.read_text())
     overrides["backup"]["continuous"] = {"enabled": True}
@@ -136,7 +138,9 @@ def test_pod_and_volume_lost_then_a_new_release_restores_the_replica(
         if claim.metadata.name.endswith("-data"):
             kube.kubectl(cluster, namespace, "delete", "pvc", claim.metadata.name, "--wait")
 
-    restore_values = values(tmp_path, restore="latest", password_secret=password)
+    restore_values = values(
+        tmp_path, restore="latest", password_secret=password, from_agent=f"{namespace}.{SOURCE}"
+    )
     helm.install(RESTORED, CHART, values=[CI_VALUES, restore_values], timeout="5m")
     restored_pod = agent_pod(cluster, namespace, RESTORED)
     log = kube.kubectl(cluster, namespace, "logs", restored_pod, "-c", "restore")

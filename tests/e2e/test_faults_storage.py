@@ -373,7 +373,9 @@ def test_replication_resumes_after_a_bucket_outage_without_a_gap(
     for claim in claims:
         if claim.metadata.name.endswith("-data"):
             kube.kubectl(cluster, namespace, "delete", "pvc", claim.metadata.name, "--wait")
-    restore = continuous_values(tmp_path, restore="latest", password_secret=password)
+    restore = continuous_values(
+        tmp_path, restore="latest", password_secret=password, from_agent=f"{namespace}.{SOURCE}"
+    )
     helm.install(RESTORED, CHART, values=[CI_VALUES, restore], timeout="5m")
     restored = agent_pod(cluster, namespace, RESTORED)
     found = json.loads(

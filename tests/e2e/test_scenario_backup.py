@@ -68,11 +68,14 @@ print(json.dumps(out))
 """
 
 
-def s3_values(tmp_path: Path, restore_from: str = "", password_secret: str = "") -> Path:
+def s3_values(
+    tmp_path: Path, restore_from: str = "", password_secret: str = "", from_agent: str = ""
+) -> Path:
     """Overrides of ci.yaml: S3 target in the namespace, no plugins (no git-sync image).
 
     ``password_secret``: an existing Secret with the repository password (a new release
-    restoring an old one's backups needs the old password).
+    restoring an old one's backups needs the old password); ``from_agent``: the old release's
+    agent name (``<namespace>.<release>``), whose snapshots it restores.
     """
     values: dict[str, Any] = {
         "plugins": [],
@@ -91,7 +94,7 @@ def s3_values(tmp_path: Path, restore_from: str = "", password_secret: str = "")
             },
             "repository": {"existingSecret": password_secret},
         },
-        "restore": {"fromSnapshot": restore_from},
+        "restore": {"fromSnapshot": restore_from, "fromAgent": from_agent},
         "tests": {"enabled": False},
         **images.agent_values(),  # the agent image from HERMES_E2E_REGISTRY (with restic)
     }
@@ -381,7 +384,10 @@ def test_backup_under_load_to_s3_then_restore_into_a_new_release(
     # A new release reads the old repository with the old password (docs/backup.md), from
     # `latest` as the chart's docs suggest: restic's runs start beside the listing there.
     restore_values = s3_values(
-        tmp_path, restore_from="latest", password_secret=password_secret.metadata.name
+        tmp_path,
+        restore_from="latest",
+        password_secret=password_secret.metadata.name,
+        from_agent=f"{namespace}.{SOURCE}",  # the old release's snapshots, not its own
     )
     helm.install(RESTORED, CHART, values=[CI_VALUES, restore_values], timeout="5m")
     pod = agent_pod(cluster, namespace, RESTORED)

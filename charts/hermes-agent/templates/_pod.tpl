@@ -290,6 +290,36 @@ Pass (dict "root" $ "consumer" "restore").
 - hermes-runtime
 {{- end -}}
 
+{{/*
+The backup pods' first init container with a repository on the backup volume: a repository
+an earlier version wrote as the agent's UID (mode 0600/0700) is opened to the pod's group, so
+the backup roles (their own UIDs, in the group) can read and extend it. It runs as that UID
+and holds no credential; it changes only what that UID owns and the group cannot read yet,
+so after the first run it finds nothing to do. restic keeps new files group-accessible once
+the repository's config is (its DeriveModesFromFileInfo).
+*/}}
+{{- define "hermes-agent.repositoryAccessContainer" -}}
+- name: repository-access
+  image: {{ include "hermes-agent.agentImage" . }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  {{- /* args only: the image's ENTRYPOINT (catatonit, PID 1) stays. */}}
+  args:
+    - sh
+    - -c
+    - find /backup -xdev -user "$(id -u)" ! -perm -g+r -exec chmod g+rwX {} +
+  securityContext:
+    {{- include "hermes-agent.roleSecurityContext" (dict "root" . "role" "agent") | nindent 4 }}
+  resources:
+    requests:
+      cpu: 10m
+      memory: 16Mi
+    limits:
+      memory: 64Mi
+  volumeMounts:
+    - name: backup
+      mountPath: /backup
+{{- end -}}
+
 {{/* Restore init container: fills an EMPTY data volume from a snapshot, never twice. */}}
 {{- define "hermes-agent.restoreContainer" -}}
 - name: restore
@@ -303,6 +333,10 @@ Pass (dict "root" $ "consumer" "restore").
     - $(BACKUP_TARGET)
     - --snapshot
     - {{ .Values.restore.fromSnapshot | quote }}
+    {{- with .Values.restore.fromAgent }}
+    - --agent
+    - {{ . | quote }}
+    {{- end }}
     {{- if and .Values.restore.fromReplicas .Values.backup.continuous.enabled }}
     - --replicas
     - $(BACKUP_TARGET)/litestream
