@@ -185,3 +185,19 @@ def test_a_prune_waits_for_another_agents_running_backup_instead_of_failing(
     assert holder.returncode == 0
     assert pruned.returncode == 0, pruned.stderr
     assert json.loads(pruned.stdout)["deleted"] == []
+
+
+def test_a_new_folder_repository_is_the_pod_groups(tmp_path: Path) -> None:
+    """The backup roles run as UIDs of their own (backup, verify, restore): a repository on
+    the backup volume is shared through the pod's group, and restic keeps later files so."""
+    target = file_target(tmp_path)
+    create_json(target, agent_dir(tmp_path, FIRST, 5), "--agent", FIRST)
+    assert target.root is not None
+    config = target.root / "config"
+    assert config.stat().st_mode & 0o040, oct(config.stat().st_mode)
+    create_json(target, agent_dir(tmp_path, SECOND, 5), "--agent", SECOND)  # files made later
+    for path in target.root.rglob("*"):
+        mode = path.stat().st_mode
+        assert mode & 0o040, f"{path}: {oct(mode)} (group cannot read)"
+        if path.is_dir():
+            assert mode & 0o070 == 0o070, f"{path}: {oct(mode)} (group cannot add files)"
