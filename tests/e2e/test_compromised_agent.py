@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -186,6 +187,45 @@ print(json.dumps(seen))
 """
 
 
+# From a pod of another namespace: every port held by connections that send their request
+# head a byte at a time (a slow-loris), and a flood of complete requests, for SECONDS.
+LORIS = """
+import json, socket, sys, threading, time
+spec = json.loads(sys.argv[1])
+end = time.time() + spec["seconds"]
+head = b"GET /ready HTTP/1.1\\r\\nHost: agent\\r\\nX-Pad: " + b"a" * 100000
+closed = answered = 0
+def loris(port):
+    global closed
+    held = []
+    while time.time() < end:
+        while len(held) < spec["per_port"]:
+            try:
+                held.append([socket.create_connection((spec["host"], port), timeout=5), 0])
+            except OSError:
+                break
+        for item in list(held):
+            try:
+                item[0].send(head[item[1]:item[1] + 1]); item[1] += 1
+            except OSError:
+                closed += 1; item[0].close(); held.remove(item)
+        time.sleep(0.5)
+def flood(port):
+    global answered
+    while time.time() < end:
+        try:
+            with socket.create_connection((spec["host"], port), timeout=5) as s:
+                s.sendall(b"GET /metrics HTTP/1.0\\r\\n\\r\\n")
+                if s.recv(12).startswith(b"HTTP/1."): answered += 1
+        except OSError:
+            pass
+threads = [threading.Thread(target=f, args=(p,)) for p in spec["ports"] for f in (loris, flood)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(json.dumps({"closed_by_server": closed, "flood_answered": answered}))
+"""
+LORIS_SECONDS = 40
+
 # In the agent container: the traps of step 6, and what the backup left outside the data dir.
 PLANT = """
 import contextlib, json, os
@@ -321,6 +361,31 @@ def test_an_injected_shell_reaches_nothing_and_the_agent_keeps_serving(
     kube.wait_until(
         lambda: agent_state(cluster, namespace)[1], 30, "the agent Ready after the knocks"
     )
+
+    # 1b. A slow-loris and a flood on every port from another pod: the kubelet's /ready is
+    # still answered (the pod never turns unready), the servers close the trickling ones.
+    loris = kube.restricted_pod(
+        kube.unique_name("loris"),
+        images.ref("agent"),
+        ["python3", "-c", LORIS, json.dumps(
+            {**spec, "seconds": LORIS_SECONDS, "per_port": 300}
+        )],
+        user=10001,
+    )  # fmt: skip
+    cluster.core.create_namespaced_pod(other_namespace, loris)
+    unready = []
+    deadline = time.monotonic() + LORIS_SECONDS + 60
+    while time.monotonic() < deadline:
+        phase = cluster.core.read_namespaced_pod(loris.metadata.name, other_namespace).status
+        if phase.phase in ("Succeeded", "Failed"):
+            break
+        if phase.phase == "Running" and not agent_state(cluster, namespace)[1]:
+            unready.append(time.time())
+        time.sleep(1)
+    attack = kube.pod_log(cluster, other_namespace, loris.metadata.name)
+    assert not unready, f"the agent turned unready under the slow-loris: {unready}\n{attack}"
+    seen = json.loads(attack.strip().splitlines()[-1])
+    assert seen["closed_by_server"] > 0 and seen["flood_answered"] > 0, seen
 
     # 2. Inside the agent container, as its user: credentials.
     wanted = {
