@@ -507,7 +507,9 @@ def test_the_answer_file_and_its_wal_and_shm_are_created_private(tmp_path: Path)
 @pytest.mark.usefixtures("open_umask")
 def test_files_an_older_version_left_readable_are_narrowed(tmp_path: Path) -> None:
     path = tmp_path / "idempotency.db"
-    older = connect(path)  # WAL, the umask's 0644, -wal and -shm open while the store opens
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))  # as an older version left it
+    os.chmod(path, 0o644)
+    older = connect(path)  # WAL, -wal and -shm (the database's 0644) open while the store opens
     try:
         older.execute("CREATE TABLE t (x)")
         assert set(modes(path).values()) == {0o644} and len(modes(path)) == 3
