@@ -37,11 +37,17 @@ import numpy as np
 import runinfo
 
 from hermes_runtime.common.logs import Reporter, reporter
-from hermes_runtime.lcm import CompactionPolicy, LcmConfig, LcmEngine, retrieval
-from hermes_runtime.lcm.assembly import assemble
-from hermes_runtime.lcm.embeddings import Embedder, embed_all, encode_vector, offline_embedder
-from hermes_runtime.lcm.retention import database_bytes
-from hermes_runtime.lcm.schema import fetch_all
+from hermes_runtime.lcm.compact.assembly import assemble
+from hermes_runtime.lcm.compact.compaction import CompactionPolicy
+from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.embed.embedbatch import embed_all
+from hermes_runtime.lcm.embed.embedders import Embedder, offline_embedder
+from hermes_runtime.lcm.embed.vectorindex import encode_vector
+from hermes_runtime.lcm.engine.lcmengine import LcmEngine
+from hermes_runtime.lcm.search.hybrid import hybrid_search
+from hermes_runtime.lcm.search.textsearch import grep
+from hermes_runtime.lcm.store.retention import database_bytes
+from hermes_runtime.lcm.store.schema import fetch_all
 
 PER_SESSION = 1_000
 
@@ -77,7 +83,7 @@ def start_up(config: LcmConfig) -> dict[str, float]:
     started = time.perf_counter()
     engine = LcmEngine(config)
     opened = time.perf_counter() - started
-    retrieval.grep(engine.store, "start", None, 5)
+    grep(engine.store, "start", None, 5)
     first_grep = time.perf_counter() - started - opened
     engine.close()
     return {"open_s": round(opened, 3), "first_grep_s": round(first_grep, 3)}
@@ -100,7 +106,7 @@ def turn_overhead(
         engine.sync_bounded(session, host, 2.0)
         samples.append(time.perf_counter() - started)
         if len(host) > 60:  # the host compacts: it then holds our fitted context
-            fitted, _ = engine.fitted_context(session, 3_000, host[:1])
+            fitted, _ = engine.compactions.fitted_context(session, 3_000, host[:1])
             host = fitted
     return percentiles(samples)
 
@@ -243,7 +249,7 @@ def run(
     step("compact")
     started = time.perf_counter()
     for session in range(total // PER_SESSION):
-        engine.compact(f"s{session}", 8_000)
+        engine.compactions.compact(f"s{session}", 8_000)
     result["compact_all_sessions_s"] = round(time.perf_counter() - started, 2)
 
     embedder = offline_embedder(embedder_name)
@@ -317,19 +323,17 @@ def search_figures(
     """grep and hybrid search p50/p95 over ``queries``, all sessions."""
     result: dict[str, Any] = {}
     qi = iter(queries)
-    result["grep"] = timed(lambda: retrieval.grep(engine.store, next(qi), None, 20), len(queries))
+    result["grep"] = timed(lambda: grep(engine.store, next(qi), None, 20), len(queries))
     result["hybrid_search"] = None
     if embedder is not None:
         # the first query loads every vector into memory: timed apart, not as a sample
         started = time.perf_counter()
-        retrieval.hybrid_search(engine.store, embedder, queries[0], None, 10, index=engine.vectors)
+        hybrid_search(engine.store, embedder, queries[0], None, 10, index=engine.vectors)
         result["vector_index_load_s"] = round(time.perf_counter() - started, 2)
         result["vector_index_bytes"] = engine.vectors.memory_bytes()
         qh = iter(queries)
         result["hybrid_search"] = timed(
-            lambda: retrieval.hybrid_search(
-                engine.store, embedder, next(qh), None, 10, index=engine.vectors
-            ),
+            lambda: hybrid_search(engine.store, embedder, next(qh), None, 10, index=engine.vectors),
             len(queries),
         )
     return result
@@ -361,7 +365,7 @@ def compaction_cost(engine: LcmEngine, words: list[str], rng: random.Random) -> 
         session = f"compact-{index}"
         engine.store.ingest_many(session, make_messages(400, words, rng))
         started = time.perf_counter()
-        report = engine.compact(session, 4_000)
+        report = engine.compactions.compact(session, 4_000)
         total_ms += (time.perf_counter() - started) * 1000
         total_tokens += report.tokens_before - report.tokens_after
     return round(total_ms / (total_tokens / 10_000), 2)
@@ -375,8 +379,8 @@ def index_only(items: int, dim: int, workdir: Path) -> dict[str, Any]:
     and the dimension, which this measures with random vectors in the real
     embeddings table, loaded and searched by the real ``VectorIndex``.
     """
-    from hermes_runtime.lcm.embeddings import VectorIndex
-    from hermes_runtime.lcm.store import LcmStore
+    from hermes_runtime.lcm.embed.vectorindex import VectorIndex
+    from hermes_runtime.lcm.store.lcmstore import LcmStore
 
     store = LcmStore(workdir / "index.db", workdir / "outputs")
     rng = np.random.default_rng(7)

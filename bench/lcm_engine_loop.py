@@ -37,7 +37,7 @@ from typing import Any
 import runinfo
 
 from hermes_runtime.lcm.config import LcmConfig
-from hermes_runtime.lcm.hermes_plugin import LcmContextEngine
+from hermes_runtime.lcm.host.hermes_plugin import LcmContextEngine
 
 CONTEXT_TOKENS = 32_000
 

@@ -5,7 +5,7 @@ Prints one JSON object per batch size (one line each): microseconds a message
 to insert ``--messages`` chat messages into an LCM database of schema 3 (its
 tables, indexes and the FTS5 trigger, the last schema that kept the postings
 inside lcm.db; schema 4 moved them to ``lcm-fts.db``, written off the turn's
-path: ``hermes_runtime/lcm/fulltext.py``), in write transactions of ``batch``
+path: ``hermes_runtime/lcm/store/fulltext.py``), in write transactions of ``batch``
 messages, three ways:
 
 - ``per_row_us``: a statement a message (``executemany``), as the store did
@@ -38,8 +38,8 @@ import runinfo
 from lcm_engine_loop import Talk, int_list
 
 from hermes_runtime.common.sqlite import connect
-from hermes_runtime.lcm.batchrows import INSERT_MESSAGES
-from hermes_runtime.lcm.schema import MIGRATIONS
+from hermes_runtime.lcm.store.batchrows import INSERT_MESSAGES
+from hermes_runtime.lcm.store.schema import MIGRATIONS
 
 SESSION = "bench"
 SCHEMA_WITH_POSTINGS = 3  # the last schema that kept the FTS5 tables inside lcm.db

@@ -32,8 +32,12 @@ from typing import Any
 
 import runinfo
 
-from hermes_runtime.lcm import CompactionPolicy, LcmConfig, LcmEngine, retrieval
-from hermes_runtime.lcm.embeddings import embed_batch, offline_embedder
+from hermes_runtime.lcm.compact.compaction import CompactionPolicy
+from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.embed.embedbatch import embed_batch
+from hermes_runtime.lcm.embed.embedders import offline_embedder
+from hermes_runtime.lcm.engine.lcmengine import LcmEngine
+from hermes_runtime.lcm.search.hybrid import hybrid_search
 
 TICK = 0.005
 FLOOR_SECONDS = 30.0  # the idle-neighbour run lasts as long as the work, up to this
@@ -54,7 +58,7 @@ def heavy_work(
     started = time.perf_counter()
     phase[0] = "compaction"
     for index in range(sessions):
-        engine.compact(f"s{index}", 2_000)
+        engine.compactions.compact(f"s{index}", 2_000)
     compacted = time.perf_counter()
     phase[0] = "embedding"
     assert engine.embedder is not None
@@ -63,9 +67,7 @@ def heavy_work(
     embedded = time.perf_counter()
     phase[0] = "search"
     for query in ("ferry tide", "crane cargo", "dock weather") * 5:
-        retrieval.hybrid_search(
-            engine.store, engine.embedder, query, None, 10, index=engine.vectors
-        )
+        hybrid_search(engine.store, engine.embedder, query, None, 10, index=engine.vectors)
     done.set()
     return {
         "compaction_s": round(compacted - started, 2),

@@ -34,10 +34,14 @@ import numpy as np
 import runinfo
 from lcm_transcripts import keyword_set, transcript
 
-from hermes_runtime.lcm import LcmConfig, LcmEngine, LcmStore, embed_database, offline_embedder
-from hermes_runtime.lcm.embeddings import Embedder, VectorIndex, embed_all
-from hermes_runtime.lcm.hits import content_key
-from hermes_runtime.lcm.vectorindex import decode_vectors
+from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.embed.embedbatch import embed_all
+from hermes_runtime.lcm.embed.embedders import Embedder, offline_embedder
+from hermes_runtime.lcm.embed.embedjob import embed_database
+from hermes_runtime.lcm.embed.vectorindex import VectorIndex, decode_vectors
+from hermes_runtime.lcm.engine.lcmengine import LcmEngine
+from hermes_runtime.lcm.search.hits import content_key
+from hermes_runtime.lcm.store.lcmstore import LcmStore
 
 TOP = 5
 RECENCY_WEIGHT = 0.01

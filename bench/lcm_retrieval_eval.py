@@ -34,9 +34,11 @@ from typing import Any
 import numpy as np
 import runinfo
 
-from hermes_runtime.lcm import LcmConfig, LcmEngine, retrieval
-from hermes_runtime.lcm.embeddings import Embedder, embed_all, offline_embedder
-from hermes_runtime.lcm.retrieval import DEFAULT_FUSION, Fusion
+from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.embed.embedbatch import embed_all
+from hermes_runtime.lcm.embed.embedders import Embedder, offline_embedder
+from hermes_runtime.lcm.engine.lcmengine import LcmEngine
+from hermes_runtime.lcm.search.hybrid import DEFAULT_FUSION, Fusion, hybrid_search
 
 # (planted fact, paraphrased question)
 FACTS: list[tuple[str, str]] = [
@@ -263,7 +265,7 @@ def build(
             messages.append({"role": "user", "content": text})
             messages.append({"role": "assistant", "content": rng.choice(CHATTER)})
         stored = engine.store.ingest_many(session, messages)
-        engine.compact(session, 400)
+        engine.compactions.compact(session, 400)
         cases.append((question, stored[fact_at * 2].ref))
     return cases
 
@@ -375,7 +377,7 @@ def rank_of_fact(
 ) -> int | None:
     """1-based rank of the first result that is the fact or expands to it; None past k."""
     question, accepted = case
-    results = retrieval.hybrid_search(
+    results = hybrid_search(
         engine.store,
         embedder,
         question,

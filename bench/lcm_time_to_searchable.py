@@ -42,16 +42,14 @@ from typing import Any
 import runinfo
 from lcm_transcripts import Planted, describe, keyword_set, transcript
 
-from hermes_runtime.lcm import (
-    LcmConfig,
-    LcmEngine,
-    LcmStore,
-    embed_database,
-    import_history,
-    offline_embedder,
-    retrieval,
-)
-from hermes_runtime.lcm.embeddings import Embedder, EmbeddingWorker
+from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.embed.embedders import Embedder, offline_embedder
+from hermes_runtime.lcm.embed.embedjob import embed_database
+from hermes_runtime.lcm.embed.embedworker import EmbeddingWorker
+from hermes_runtime.lcm.engine.lcmengine import LcmEngine
+from hermes_runtime.lcm.ops.operations import import_history
+from hermes_runtime.lcm.search.hybrid import hybrid_search
+from hermes_runtime.lcm.store.lcmstore import LcmStore
 
 BUDGET = 32_000  # tokens each imported session is compacted to (lcm import's default)
 
@@ -112,7 +110,7 @@ def recall(store: LcmStore, embedder: Embedder, planted: list[Planted]) -> dict[
         for mode in ("hybrid", "vector"):
             found = 0
             for question, message_id in message_ids(store, planted, asked == "keywords"):
-                hits = retrieval.hybrid_search(store, embedder, question, None, 5, mode=mode)
+                hits = hybrid_search(store, embedder, question, None, 5, mode=mode)
                 found += any(h.id in leads_to(store, message_id) for h in hits)
             label = f"{mode}_found_top5" if asked == "paraphrase" else f"{mode}_keywords_top5"
             figures[label] = f"{found}/{len(planted)}"

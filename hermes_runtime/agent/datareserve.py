@@ -2,7 +2,7 @@
 
 Why: on a full data volume Hermes still answers a turn (HTTP 200) it cannot store in its
 ``state.db``, and LCM can only hold the turn in memory until there is room
-(``lcm/writebehind.py``). An answer the agent cannot keep must not be given. So while the
+(``lcm/store/writebehind.py``). An answer the agent cannot keep must not be given. So while the
 volume's free space (``statvfs``: blocks available to the agent's user) is below the reserve
 (``HERMES_RUNTIME_DATA_MIN_FREE_MIB``, chart value ``agent.dataVolume.minFreeMiB``), ``/ready``
 fails its ``data`` check (the Service stops routing to the pod) and the front door answers a

@@ -16,6 +16,8 @@ degrades with one ``hermes.compat.degraded`` log line that says what is lost:
 - ``launch``: the command, env and exit code of the gateway (degraded: started anyway,
   with a warning);
 - ``state_db``: the ``state.db`` columns LCM's import reads (the caller refuses);
+- ``home``: Hermes' own answer for its home folder, for code in its process (degraded: the
+  runtime's ``resolve_data_dir``);
 - ``turn_outcome``: ``AIAgent.run_conversation``, wrapped so LCM sees a failed turn, which no
   hook reports (degraded: a turn whose model calls all failed is not kept in LCM).
 

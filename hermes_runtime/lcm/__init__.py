@@ -1,67 +1,22 @@
 """Lossless Context Management: keep every message, fold old turns into expandable summaries.
 
-Public surface: ``LcmConfig`` (and ``selected_config``: whether config.yaml picks
-LCM, with what settings), ``LcmEngine`` (host-agnostic engine), ``LcmStore`` (the
-database), ``CompactionPolicy``, ``make_summarizer``,
-``validation_errors`` (is a message list valid for OpenAI APIs), and the
-operator's calls the CLI forwards to: ``open_readonly``, ``import_history``,
-``context_within``, ``grep``, ``search_history``, ``expand``, ``stats``,
-``doctor``, ``rebuild_fts``, ``remove_orphan_outputs``, and embedding now
-(``embed_database``, ``lcm embed``) with its state (``embedding_backlog``,
-``embedding_status``) and the offline models (``offline_embedder``). The Hermes
-integration lives in ``hermes_runtime.lcm.hermes_plugin`` (imported only by
-Hermes, since it needs Hermes' ``agent`` package).
+One subpackage a capability, each imported from the module that defines a name
+(the packages themselves re-export nothing, so importing one part never loads
+another):
+
+- ``store``: the database (schema, connections, the write path ``LcmStore``,
+  the SQL of reads, the full-text index, outputs kept beside it);
+- ``search``: history read back by the model and the operator: grep, hybrid
+  search, describe, expand;
+- ``embed``: vectors for messages and summaries, computed off the turn's path;
+- ``compact``: folding old context into summaries and assembling what the
+  model reads;
+- ``engine``: ``LcmEngine``, the host-agnostic engine, and what its sync
+  knows of a host's transcript;
+- ``host``: the Hermes integration (the ``ContextEngine`` plugin, imported
+  only by Hermes, since it needs Hermes' ``agent`` package);
+- ``ops``: what an operator does with a database (the CLI forwards to it).
+
+Beside them: ``config`` (settings), ``records`` (what every part passes
+around) and ``metrics`` (the Prometheus figures).
 """
-
-from hermes_runtime.lcm.assembly import validation_errors
-from hermes_runtime.lcm.compaction import CompactionPolicy, CompactionReport
-from hermes_runtime.lcm.config import LcmConfig, selected_config
-from hermes_runtime.lcm.doctor import doctor, rebuild_fts, remove_orphan_outputs, stats
-from hermes_runtime.lcm.embeddings import offline_embedder
-from hermes_runtime.lcm.embedjob import EmbedProgress, EmbedResult, embed_database, embedding_status
-from hermes_runtime.lcm.embedstatus import EmbeddingStatus, embedding_backlog
-from hermes_runtime.lcm.engine import LcmEngine, make_summarizer
-from hermes_runtime.lcm.operations import (
-    ImportResult,
-    SearchResult,
-    context_within,
-    import_history,
-    open_readonly,
-    search_history,
-)
-from hermes_runtime.lcm.retrieval import expand, grep
-from hermes_runtime.lcm.schema import LcmVolumeRefused, NewerLcmSchema, NotAnLcmDatabase
-from hermes_runtime.lcm.store import LcmStore
-
-__all__ = [
-    "CompactionPolicy",
-    "CompactionReport",
-    "EmbedProgress",
-    "EmbedResult",
-    "EmbeddingStatus",
-    "ImportResult",
-    "LcmConfig",
-    "LcmEngine",
-    "LcmStore",
-    "LcmVolumeRefused",
-    "NewerLcmSchema",
-    "NotAnLcmDatabase",
-    "SearchResult",
-    "context_within",
-    "doctor",
-    "embed_database",
-    "embedding_backlog",
-    "embedding_status",
-    "expand",
-    "grep",
-    "import_history",
-    "make_summarizer",
-    "offline_embedder",
-    "open_readonly",
-    "rebuild_fts",
-    "remove_orphan_outputs",
-    "search_history",
-    "selected_config",
-    "stats",
-    "validation_errors",
-]

@@ -21,7 +21,7 @@ import yaml
 from chart_testlib import env_map, render
 
 from hermes_runtime.common.errors import RuntimeFailure
-from hermes_runtime.lcm import LcmConfig
+from hermes_runtime.lcm.config import LcmConfig
 from hermes_runtime.plugins import link_plugins, load_spec
 
 LLM = {"llm": {"baseUrl": "http://llm.internal:8000/v1", "model": "m-1", "existingSecret": "k"}}

@@ -66,7 +66,7 @@ def test_hermes_runtime_is_installed_with_its_hermes_plugin_entry_point(agent_im
         "print([e.value for e in entry_points(group='hermes_agent.plugins')])"
     )
     out = run_in_image(agent_image, "python", "-c", probe)
-    assert "hermes_runtime.lcm.hermes_plugin" in out
+    assert "hermes_runtime.lcm.host.hermes_plugin" in out
     assert run_in_image(agent_image, "hermes-runtime", "--version").startswith("hermes-runtime ")
 
 
@@ -80,7 +80,7 @@ def test_the_e5_graph_is_built_into_the_image(agent_image: str) -> None:
     pod builds it (~3 s of CPU) into its data volume, and an embed runs with a read-only
     root and no writable home."""
     probe = (
-        "from hermes_runtime.lcm.e5onnx import model_cache_dir, model_name, weight_bits\n"
+        "from hermes_runtime.lcm.embed.e5onnx import model_cache_dir, model_name, weight_bits\n"
         "from importlib import metadata\n"
         "import sys\n"
         "ort = metadata.version('onnxruntime')\n"
@@ -90,7 +90,7 @@ def test_the_e5_graph_is_built_into_the_image(agent_image: str) -> None:
     )
     run_in_image(agent_image, "python3", "-c", probe)
     embed = (
-        "from hermes_runtime.lcm.embeddings import offline_embedder\n"
+        "from hermes_runtime.lcm.embed.embedders import offline_embedder\n"
         "print(offline_embedder('e5').embed(['a harbour at dawn']).shape)\n"
     )
     assert run_in_image(agent_image, "python3", "-c", embed).strip() == "(1, 384)"

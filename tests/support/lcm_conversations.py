@@ -13,11 +13,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from hermes_runtime.lcm import CompactionPolicy, LcmConfig, retrieval
-from hermes_runtime.lcm.assembly import summary_refs_of
-from hermes_runtime.lcm.hermes_plugin import LcmContextEngine
-from hermes_runtime.lcm.schema import fetch_one
-from hermes_runtime.lcm.store import LcmStore
+from hermes_runtime.lcm.compact.assembly import summary_refs_of
+from hermes_runtime.lcm.compact.compaction import CompactionPolicy
+from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.host.hermes_plugin import LcmContextEngine
+from hermes_runtime.lcm.search.navigate import expand
+from hermes_runtime.lcm.store.lcmstore import LcmStore
+from hermes_runtime.lcm.store.schema import fetch_one
 
 OUTPUT_REF = re.compile(r"^\[LCM externalized \w+ output (out_[0-9a-f]+):")
 
@@ -84,12 +86,12 @@ def expand_summary(store: LcmStore, ref: str) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     offset: int | None = 0
     while offset is not None:
-        page = retrieval.expand(store, ref, offset=offset, limit=7)
+        page = expand(store, ref, offset=offset, limit=7)
         for source in page["sources"]:
             if source["kind"] == "summary":
                 messages += expand_summary(store, source["id"])
             else:
-                messages.append(retrieval.expand(store, source["id"])["message"])
+                messages.append(expand(store, source["id"])["message"])
         offset = page["next_offset"]
     return messages
 
@@ -106,7 +108,7 @@ def reconstruct(store: LcmStore, context: list[dict[str, Any]]) -> list[dict[str
             continue
         stub = OUTPUT_REF.match(content) if isinstance(content, str) else None
         if stub and _is_stored_stub(store, stub.group(1), str(content)):
-            full = retrieval.expand(store, stub.group(1))["content"]
+            full = expand(store, stub.group(1))["content"]
             message = {**message, "content": full}
         history.append(message)
     return history

@@ -32,7 +32,8 @@ import apsw
 from backup_reader import take_backup  # beside this script (its folder is on sys.path)
 
 from hermes_runtime.cli import main as cli_main
-from hermes_runtime.lcm import LcmConfig, LcmEngine
+from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.engine.lcmengine import LcmEngine
 
 
 def wait_for(go: Path) -> None:
@@ -54,7 +55,7 @@ def engine_role(db: Path, session: str, count: int, embeddings: str = "off") -> 
             text = f"{session} message {index} about topic{index % 7} " + "words " * 30
             engine.ingest(session, [{"role": ("user", "assistant")[index % 2], "content": text}])
             if index % 10 == 9:
-                engine.compact(session, 800)
+                engine.compactions.compact(session, 800)
         worker_errors = list(engine.worker.errors) if engine.worker else []
     finally:
         engine.close()
@@ -126,13 +127,8 @@ def old_writer_role(db: Path, session: str, count: int) -> dict[str, Any]:
 
 
 def audit_role(db: Path) -> dict[str, Any]:
-    from hermes_runtime.lcm import (
-        doctor,
-        open_readonly,
-        remove_orphan_outputs,
-        search_history,
-        stats,
-    )
+    from hermes_runtime.lcm.ops.doctor import doctor, remove_orphan_outputs, stats
+    from hermes_runtime.lcm.ops.operations import open_readonly, search_history
 
     watched = {str(db), f"{db}-wal", f"{db}-shm", f"{db}-journal"}
     opened: list[str] = []
@@ -146,7 +142,7 @@ def audit_role(db: Path) -> dict[str, Any]:
     engine.start_background()
     for index in range(60):
         engine.ingest("audit", [{"role": "user", "content": f"audit {index} " + "x " * 3000}])
-    engine.compact("audit", 500)
+    engine.compactions.compact("audit", 500)
     doctor(engine.store, full=True)
     stats(engine.store)
     remove_orphan_outputs(engine.store, 0.0)

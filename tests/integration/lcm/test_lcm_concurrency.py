@@ -15,7 +15,10 @@ from pathlib import Path
 
 from support.lcm_conversations import reconstruct, simple_conversation
 
-from hermes_runtime.lcm import CompactionPolicy, LcmConfig, LcmEngine, retrieval
+from hermes_runtime.lcm.compact.compaction import CompactionPolicy
+from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.engine.lcmengine import LcmEngine
+from hermes_runtime.lcm.search.textsearch import grep
 
 READER = Path(__file__).with_name("backup_reader.py")
 SESSIONS = 4
@@ -40,14 +43,14 @@ def test_parallel_sessions_with_a_backup_process(tmp_path: Path) -> None:
             for message in expected:
                 engine.ingest(session, [message])  # one transaction per message
                 if message["role"] == "assistant" and message.get("content"):
-                    engine.compact(session, 700)
+                    engine.compactions.compact(session, 700)
         except BaseException as exc:
             errors.append(exc)
 
     def searcher() -> None:
         try:
             for _ in range(200):
-                retrieval.grep(engine.store, "topic3")
+                grep(engine.store, "topic3")
         except BaseException as exc:
             errors.append(exc)
 

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from hermes_runtime.cli import main
-from hermes_runtime.lcm import LcmConfig, LcmEngine
+from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.engine.lcmengine import LcmEngine
 
 COPIES = 20
 TRANSCRIPT = 4_000  # messages per copy: 80k in all

@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 from fakes.fixtures import FakeLLM
 
-from hermes_runtime.lcm import LcmStore, retrieval, validation_errors
+from hermes_runtime.lcm.compact.assembly import validation_errors
+from hermes_runtime.lcm.search.navigate import expand
+from hermes_runtime.lcm.store.lcmstore import LcmStore
 
 DRIVER = Path(__file__).with_name("hermes_driver.py")
 FACT_TURN = 2
@@ -102,7 +104,7 @@ def test_real_hermes_compacts_and_answers_with_lcm_tools(tmp_path: Path, fake_ll
         first = next(hit for hit in grep_answer["results"] if hit["role"] == "user")
         assert "heliotrope" in first["snippet"].lower()
         assert first["covered_by"], "the fact was folded into a summary and still found"
-        expanded = retrieval.expand(store, first["id"])["message"]
+        expanded = expand(store, first["id"])["message"]
         assert expanded["content"] == prompts[FACT_TURN]
         describe_answer = json.loads(tool_answers[-1]["content"])
         assert describe_answer["id"] == "sum_1" and describe_answer["kind"] == "summary"

@@ -24,9 +24,13 @@ import apsw
 from fakes.fixtures import FakeLLM
 from lcm_testlib import Gateway, gateway_config, rows_when
 
-from hermes_runtime.lcm import LcmConfig, LcmEngine, LcmStore, sessions
-from hermes_runtime.lcm.embeddings import embed_all, offline_embedder
-from hermes_runtime.lcm.schema import MIGRATIONS, fetch_all, schema_version
+from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.embed.embedbatch import embed_all
+from hermes_runtime.lcm.embed.embedders import offline_embedder
+from hermes_runtime.lcm.engine.lcmengine import LcmEngine
+from hermes_runtime.lcm.store import sessions
+from hermes_runtime.lcm.store.lcmstore import LcmStore
+from hermes_runtime.lcm.store.schema import MIGRATIONS, fetch_all, schema_version
 
 WORKER = Path(__file__).with_name("lcm_worker.py")
 

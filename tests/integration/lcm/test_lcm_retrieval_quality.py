@@ -13,7 +13,7 @@ from types import ModuleType
 
 import pytest
 
-from hermes_runtime.lcm.embeddings import StaticModelEmbedder, offline_embedder
+from hermes_runtime.lcm.embed.embedders import StaticModelEmbedder, offline_embedder
 
 EVAL = Path(__file__).parents[3] / "bench" / "lcm_retrieval_eval.py"
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_runtime.lcm.config import LcmConfig
-from hermes_runtime.lcm.hermes_plugin import LcmContextEngine
+from hermes_runtime.lcm.host.hermes_plugin import LcmContextEngine
 
 SYSTEM = {"role": "system", "content": "You are Hermes."}
 

@@ -27,7 +27,7 @@ from hermes_runtime.agent import AgentMetrics
 from hermes_runtime.agent.frontdoor import DoorPolicy, FrontDoor
 from hermes_runtime.agent.handover import HandOver, Route, StopTimes
 from hermes_runtime.common.boundedhttp import ServerLimits, Slots
-from hermes_runtime.lcm.plugin_host import serve_metrics
+from hermes_runtime.lcm.host.plugin_host import serve_metrics
 
 
 def connect_from(source: str, port: int) -> socket.socket:

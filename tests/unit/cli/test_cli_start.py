@@ -119,6 +119,6 @@ def test_verb_help_shows_every_option(
 def test_the_lcm_groups_model_choices_are_the_packages_embedders() -> None:
     """Spelled out in the CLI so building its parser imports no capability."""
     from hermes_runtime.cli.lcm import EMBEDDER_CHOICES
-    from hermes_runtime.lcm.embeddings import EMBEDDER_NAMES
+    from hermes_runtime.lcm.embed.embedders import EMBEDDER_NAMES
 
     assert EMBEDDER_CHOICES == EMBEDDER_NAMES

@@ -36,7 +36,7 @@ def test_the_installed_hermes_is_the_tested_one() -> None:
 def test_the_installed_abc_is_the_one_lcm_subclasses() -> None:
     import agent.context_engine
 
-    from hermes_runtime.lcm.hermes_plugin import LcmContextEngine
+    from hermes_runtime.lcm.host.hermes_plugin import LcmContextEngine
 
     assert engine_base() is agent.context_engine.ContextEngine
     assert issubclass(LcmContextEngine, agent.context_engine.ContextEngine)
@@ -46,7 +46,7 @@ def test_registration_through_hermes_own_plugin_context(tmp_path: Path) -> None:
     """Hermes 0.19.0's PluginManager and PluginContext take the engine and both hooks."""
     from hermes_cli.plugins import PluginContext, PluginManager, PluginManifest
 
-    from hermes_runtime.lcm.hermes_plugin import LcmContextEngine, register
+    from hermes_runtime.lcm.host.hermes_plugin import LcmContextEngine, register
 
     manager = PluginManager()
     register(PluginContext(PluginManifest(name="lcm"), manager))
@@ -161,7 +161,7 @@ def test_loading_the_plugin_on_another_abc_fails_naming_it(tmp_path: Path) -> No
     (fake / "__init__.py").write_text("")
     (fake / "context_engine.py").write_text(textwrap.dedent(FAKE_ABC))
     child = subprocess.run(
-        [sys.executable, "-c", "import hermes_runtime.lcm.hermes_plugin"],
+        [sys.executable, "-c", "import hermes_runtime.lcm.host.hermes_plugin"],
         env={**os.environ, "PYTHONPATH": str(tmp_path)},
         capture_output=True,
         text=True,

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from hermes_runtime.lcm import LcmConfig, LcmEngine, LcmStore
+from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.engine.lcmengine import LcmEngine
+from hermes_runtime.lcm.store.lcmstore import LcmStore
 
 
 @pytest.fixture

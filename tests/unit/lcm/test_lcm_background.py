@@ -10,7 +10,8 @@ import pytest
 from prometheus_client import REGISTRY
 from support.lcm_conversations import simple_conversation
 
-from hermes_runtime.lcm import LcmConfig, LcmEngine
+from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.engine.lcmengine import LcmEngine
 
 
 def sample(name: str, **labels: str) -> float:
@@ -39,7 +40,7 @@ def test_metrics_count_ingest_compaction_and_retrieval(engine: LcmEngine) -> Non
     grep_calls = sample("lcm_retrieval_seconds_count", tool="lcm_grep")
     messages = simple_conversation(30)
     engine.ingest("s", messages)
-    engine.compact("s", 600)
+    engine.compactions.compact("s", 600)
     engine.handle_tool("lcm_grep", {"query": "topic1"}, "s")
     assert sample("lcm_messages_ingested_total") == ingested + len(messages)
     assert sample("lcm_compaction_seconds_count") == compactions + 1
@@ -52,7 +53,8 @@ def test_plugin_serves_metrics_when_asked(tmp_path: Path, monkeypatch: pytest.Mo
     import socket
     import urllib.request
 
-    from hermes_runtime.lcm.hermes_plugin import METRICS_PORT_ENV, LcmContextEngine
+    from hermes_runtime.lcm.host.hermes_plugin import LcmContextEngine
+    from hermes_runtime.lcm.host.plugin_host import METRICS_PORT_ENV
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -12,15 +12,18 @@ from hypothesis import strategies as st
 from support.lcm_conversations import SMALL_POLICY as SMALL
 from support.lcm_conversations import blob, reconstruct, simple_conversation, tool_turn
 
-from hermes_runtime.lcm import CompactionPolicy, LcmConfig, LcmEngine, dag, validation_errors
-from hermes_runtime.lcm.assembly import count_tokens
-from hermes_runtime.lcm.records import SUMMARY_HEADER_TOKENS
-from hermes_runtime.lcm.summarize import (
+from hermes_runtime.lcm.compact.assembly import count_tokens, validation_errors
+from hermes_runtime.lcm.compact.compaction import CompactionPolicy
+from hermes_runtime.lcm.compact.summarize import (
     LEVEL_DETAILED,
     LEVEL_DETERMINISTIC,
     OpenAISummarizer,
     deterministic_summary,
 )
+from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.engine.lcmengine import LcmEngine
+from hermes_runtime.lcm.records import SUMMARY_HEADER_TOKENS
+from hermes_runtime.lcm.store import dag
 
 
 def make_engine(tmp_path: Path, policy: CompactionPolicy = SMALL, **kw: Any) -> LcmEngine:
@@ -32,7 +35,7 @@ def make_engine(tmp_path: Path, policy: CompactionPolicy = SMALL, **kw: Any) -> 
 def test_context_fits_budget_and_stays_lossless(engine: LcmEngine) -> None:
     messages = simple_conversation(40)
     engine.ingest("s", messages)
-    context, report = engine.fitted_context("s", 1_500)
+    context, report = engine.compactions.fitted_context("s", 1_500)
     assert report.summaries_created
     assert count_tokens(context) <= 1_500
     assert validation_errors(context) == []
@@ -52,7 +55,7 @@ def test_a_compress_reads_the_live_context_once(
     reads: list[str] = []
     real = dag.context_items
     monkeypatch.setattr(dag, "context_items", lambda store, s: reads.append(s) or real(store, s))
-    context, report = engine.fitted_context("s", 1_500)
+    context, report = engine.compactions.fitted_context("s", 1_500)
     assert report.summaries_created
     assert reads == ["s"]
     assert context == engine.context("s")  # what is stored, read afresh
@@ -64,7 +67,7 @@ def test_summaries_pile_up_into_deeper_levels(tmp_path: Path) -> None:
     messages = simple_conversation(60)
     for start in range(0, len(messages), 6):
         lcm.ingest("s", messages[start : start + 6])
-        lcm.compact("s", 900)
+        lcm.compactions.compact("s", 900)
     depths = [r[0] for r in lcm.store.conn.execute("SELECT depth FROM summaries")]
     assert max(depths) >= 1, depths
     context = lcm.context("s")
@@ -75,7 +78,7 @@ def test_summaries_pile_up_into_deeper_levels(tmp_path: Path) -> None:
 def test_fresh_tail_is_kept_verbatim(engine: LcmEngine) -> None:
     messages = simple_conversation(30)
     engine.ingest("s", messages)
-    context, _ = engine.fitted_context("s", 3_000)
+    context, _ = engine.compactions.fitted_context("s", 3_000)
     tail = engine.config.policy.fresh_tail_messages
     assert context[-tail:] == messages[-tail:]
 
@@ -87,7 +90,7 @@ def test_tool_group_is_never_split(tmp_path: Path) -> None:
         messages += tool_turn(i, f"q{i} " + "w " * 30, [f"r{i}a " * 20, f"r{i}b " * 20])
     lcm.ingest("s", messages)
     for budget in (3_000, 1_500, 700, 300):
-        context, _ = lcm.fitted_context("s", budget)
+        context, _ = lcm.compactions.fitted_context("s", budget)
         assert validation_errors(context) == [], budget
         assert count_tokens(context) <= budget
     lcm.close()
@@ -96,7 +99,7 @@ def test_tool_group_is_never_split(tmp_path: Path) -> None:
 def test_system_messages_stay_pinned(engine: LcmEngine) -> None:
     system = {"role": "system", "content": "You are a careful agent."}
     engine.ingest("s", [system, *simple_conversation(30)])
-    context, _ = engine.fitted_context("s", 800)
+    context, _ = engine.compactions.fitted_context("s", 800)
     assert context[0] == system
 
 
@@ -104,7 +107,7 @@ def test_llm_summary_is_used_when_it_fits(tmp_path: Path, fake_llm: FakeLLM) -> 
     summarizer = OpenAISummarizer(fake_llm.base_url, "fake-model")
     lcm = make_engine(tmp_path, summarizer=summarizer)
     lcm.ingest("s", simple_conversation(20))
-    report = lcm.compact("s", 800)
+    report = lcm.compactions.compact("s", 800)
     assert LEVEL_DETAILED in report.levels
     assert report.fits
     request = fake_llm.requests()[0]
@@ -117,7 +120,7 @@ def _converges_with_mode(tmp_path: Path, fake_llm: FakeLLM, mode: str) -> None:
     lcm = make_engine(tmp_path, summarizer=OpenAISummarizer(fake_llm.base_url, "m"))
     messages = simple_conversation(30)
     lcm.ingest("s", messages)
-    report = lcm.compact("s", 600)
+    report = lcm.compactions.compact("s", 600)
     assert report.fits, report
     assert set(report.levels) == {LEVEL_DETERMINISTIC}
     assert report.errors
@@ -143,7 +146,7 @@ def test_hanging_summarizer_is_bounded_by_the_deadline(tmp_path: Path, fake_llm:
 def test_unreachable_summarizer_converges(tmp_path: Path) -> None:
     lcm = make_engine(tmp_path, summarizer=OpenAISummarizer("http://127.0.0.1:9/v1", "m"))
     lcm.ingest("s", simple_conversation(20))
-    report = lcm.compact("s", 600)
+    report = lcm.compactions.compact("s", 600)
     assert report.fits and report.errors
     lcm.close()
 
@@ -250,7 +253,7 @@ def test_random_conversations_fit_stay_valid_and_lossless(
         messages += tool_turn(index, question, outputs, answer or "ok")
     for start in range(0, len(messages), batch):
         lcm.ingest("s", messages[start : start + batch])
-        context, report = lcm.fitted_context("s", budget)
+        context, report = lcm.compactions.fitted_context("s", budget)
         assert validation_errors(context) == []
         protected = open_group_tokens(messages[: start + batch], context)
         if protected + MINIMAL_REST_TOKENS <= budget:
@@ -262,7 +265,7 @@ def test_random_conversations_fit_stay_valid_and_lossless(
 
 
 def test_repair_only_touches_broken_histories() -> None:
-    from hermes_runtime.lcm.assembly import repair
+    from hermes_runtime.lcm.compact.assembly import repair
 
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
     good: list[dict[str, Any]] = [

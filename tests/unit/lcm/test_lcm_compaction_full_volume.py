@@ -13,8 +13,11 @@ from support.fullvolume import fill, small_tmpfs
 from support.lcm_conversations import SMALL_POLICY as SMALL
 from support.lcm_conversations import reconstruct, simple_conversation
 
-from hermes_runtime.lcm import LcmConfig, LcmEngine, dag, grep
-from hermes_runtime.lcm.assembly import count_tokens
+from hermes_runtime.lcm.compact.assembly import count_tokens
+from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.engine.lcmengine import LcmEngine
+from hermes_runtime.lcm.search.textsearch import grep
+from hermes_runtime.lcm.store import dag
 
 
 @pytest.fixture
@@ -42,12 +45,12 @@ def test_a_compaction_on_a_full_volume_leaves_no_half_summary_and_runs_once_ther
     # What the caller (Hermes' compress()) gets: SQLite's error, at once, not a hang; the
     # summaries' transaction is rolled back whole and every message stays in the context.
     with pytest.raises(apsw.FullError):
-        engine.fitted_context("s", 1_500)
+        engine.compactions.fitted_context("s", 1_500)
     assert summaries(engine) == 0
     assert reconstruct(engine.store, engine.context("s")) == messages
     (volume / "ballast.bin").unlink()
 
-    context, report = engine.fitted_context("s", 1_500)
+    context, report = engine.compactions.fitted_context("s", 1_500)
     assert report.summaries_created
     assert count_tokens(context) <= 1_500
     assert reconstruct(engine.store, context) == messages

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from hermes_runtime.common.errors import RuntimeFailure
-from hermes_runtime.lcm import CompactionPolicy, LcmConfig
-from hermes_runtime.lcm.config import LcmSection, read_lcm_section, selected_config
+from hermes_runtime.lcm.compact.compaction import CompactionPolicy
+from hermes_runtime.lcm.config import LcmConfig, LcmSection, read_lcm_section, selected_config
 
 
 def test_booleans_written_as_strings_mean_what_they_say(tmp_path: Path) -> None:

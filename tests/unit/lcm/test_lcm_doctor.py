@@ -5,13 +5,14 @@ from __future__ import annotations
 import apsw
 from support.lcm_conversations import simple_conversation
 
-from hermes_runtime.lcm import LcmEngine, messagereads
-from hermes_runtime.lcm.doctor import doctor, rebuild_fts, stats
+from hermes_runtime.lcm.engine.lcmengine import LcmEngine
+from hermes_runtime.lcm.ops.doctor import doctor, rebuild_fts, stats
+from hermes_runtime.lcm.store import messagereads
 
 
 def test_healthy_database_passes_both_tiers(engine: LcmEngine) -> None:
     engine.ingest("s", simple_conversation(10))
-    engine.compact("s", 300)
+    engine.compactions.compact("s", 300)
     assert doctor(engine.store).ok
     full = doctor(engine.store, full=True)
     assert full.ok and full.checks["integrity_check"] == ["ok"]
@@ -48,7 +49,7 @@ def test_missing_and_orphan_outputs(engine: LcmEngine) -> None:
 def test_stats_and_metrics_show_retention_and_growth_per_day(engine: LcmEngine) -> None:
     from prometheus_client import REGISTRY
 
-    from hermes_runtime.lcm.retention import retention
+    from hermes_runtime.lcm.store.retention import retention
 
     now = 1_800_000_000.0
     day = 86_400.0
@@ -83,10 +84,10 @@ def test_compactions_refresh_the_retention_gauges_at_most_every_few_seconds(
 
     conversation = simple_conversation(40)
     engine.ingest("s", conversation[:60])
-    engine.compact("s", 600, force=True)
+    engine.compactions.compact("s", 600, force=True)
     assert stored() == 60
     engine.ingest("s", conversation[60:])
-    engine.compact("s", 600, force=True)
+    engine.compactions.compact("s", 600, force=True)
     assert stored() == 60  # refreshed less than RETENTION_REFRESH_SECONDS ago
     assert stats(engine.store)["messages"] == len(conversation) > 60
     assert stored() == len(conversation)

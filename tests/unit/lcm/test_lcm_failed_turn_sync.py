@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hermes_runtime.lcm import LcmEngine
-from hermes_runtime.lcm.failedturns import FAILED_KEY, TurnFailure
+from hermes_runtime.lcm.engine.failedturns import FAILED_KEY, TurnFailure
+from hermes_runtime.lcm.engine.lcmengine import LcmEngine
 
 SESSION = "failed-turns"
 OPENING = [

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hermes_runtime.lcm.assembly import summary_refs_in
-from hermes_runtime.lcm.syncstate import FingerprintMemo, _call_identity, _digest, fingerprint
+from hermes_runtime.lcm.compact.assembly import summary_refs_in
+from hermes_runtime.lcm.engine.hostsync import FingerprintMemo, _call_identity, _digest, fingerprint
 
 MESSAGES: list[dict[str, Any]] = [
     {"role": "user", "content": "hello"},

@@ -13,11 +13,13 @@ from typing import Any
 
 from fakes.fixtures import FakeLLM
 
-from hermes_runtime.lcm import LcmConfig, LcmEngine, make_summarizer
-from hermes_runtime.lcm.hermes_plugin import MEMORY_CONTEXT_MARKER, LcmContextEngine
+from hermes_runtime.lcm.compact.summarize import deterministic_summary, make_summarizer
+from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.engine.lcmengine import LcmEngine
+from hermes_runtime.lcm.host.hermes_plugin import LcmContextEngine
+from hermes_runtime.lcm.host.plugin_host import MEMORY_CONTEXT_MARKER
 from hermes_runtime.lcm.records import estimate_tokens
-from hermes_runtime.lcm.schema import fetch_all
-from hermes_runtime.lcm.summarize import deterministic_summary
+from hermes_runtime.lcm.store.schema import fetch_all
 
 SYSTEM = {"role": "system", "content": "You are Hermes."}
 FOCUS_LINE = "[msg_7 user] The database migration failed with error E1234 on table invoices."
@@ -59,7 +61,7 @@ def test_llm_summarizer_prompt_carries_the_focus_topic(tmp_path: Path, fake_llm:
     engine = LcmEngine(config, summarizer=make_summarizer(fake_llm.base_url, "fake-model"))
     try:
         engine.ingest("s", conversation(8))
-        report = engine.compact("s", 10_000, force=True, focus="database migration")
+        report = engine.compactions.compact("s", 10_000, force=True, focus="database migration")
     finally:
         engine.close()
     assert report.summaries_created

@@ -17,7 +17,10 @@ import apsw
 import pytest
 
 from hermes_runtime.cli import main
-from hermes_runtime.lcm import LcmConfig, LcmEngine, LcmStore, NotAnLcmDatabase
+from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.engine.lcmengine import LcmEngine
+from hermes_runtime.lcm.store.lcmstore import LcmStore
+from hermes_runtime.lcm.store.schema import NotAnLcmDatabase
 
 READ_VERBS: list[list[str]] = [
     ["context", "--session", "s1", "--budget", "500"],

@@ -24,8 +24,10 @@ from support.fullvolume import fill, refuses_a_new_file, remount, small_tmpfs
 from support.lcm_conversations import SYSTEM, make_hermes_engine
 
 from hermes_runtime.common.sqlite import connect
-from hermes_runtime.lcm import LcmStore, LcmVolumeRefused, dag, messagereads, writebehind
-from hermes_runtime.lcm.hermes_plugin import LcmContextEngine
+from hermes_runtime.lcm.host.hermes_plugin import LcmContextEngine
+from hermes_runtime.lcm.store import dag, messagereads, writebehind
+from hermes_runtime.lcm.store.lcmstore import LcmStore
+from hermes_runtime.lcm.store.schema import LcmVolumeRefused
 
 OPENING = "conversation of client A"
 WAIT_SECONDS = 60  # a deadline for the held writes, never a timing assertion

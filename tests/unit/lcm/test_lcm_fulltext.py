@@ -15,17 +15,20 @@ import pytest
 
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.common.sqlite import connect
-from hermes_runtime.lcm import LcmConfig, LcmEngine, LcmStore, messagereads
-from hermes_runtime.lcm import retrieval as r
-from hermes_runtime.lcm.doctor import doctor
-from hermes_runtime.lcm.fulltext import index_path
-from hermes_runtime.lcm.schema import MIGRATIONS, fetch_all, schema_version
+from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.engine.lcmengine import LcmEngine
+from hermes_runtime.lcm.ops.doctor import doctor
+from hermes_runtime.lcm.search.textsearch import grep
+from hermes_runtime.lcm.store import messagereads
+from hermes_runtime.lcm.store.fulltext import index_path
+from hermes_runtime.lcm.store.lcmstore import LcmStore
+from hermes_runtime.lcm.store.schema import MIGRATIONS, fetch_all, schema_version
 
 
 def words(store: LcmStore, query: str) -> list[str]:
     """The stored text of every message grep finds for ``query``."""
     found = []
-    for hit in r.grep(store, query, limit=50):
+    for hit in grep(store, query, limit=50):
         if hit.kind == "message":
             message = messagereads.message(store, int(hit.id.split("_", 1)[1]))
             assert message is not None
@@ -59,7 +62,7 @@ def restore(copy: Path, db: Path) -> None:
 
 def test_postings_live_beside_lcm_db_never_inside_it(store: LcmStore) -> None:
     store.ingest("s", {"role": "user", "content": "the quokka smiles"})
-    assert r.grep(store, "quokka")[0].snippet == "the [quokka] smiles"
+    assert grep(store, "quokka")[0].snippet == "the [quokka] smiles"
     assert not any("fts" in name for name in tables(store.db_path))
     assert {"messages_fts", "summaries_fts", "indexed"} <= tables(index_path(store.db_path))
     assert store.fulltext_path == store.db_path.with_name("lcm-fts.db")
@@ -161,7 +164,7 @@ def test_a_missing_index_is_named_by_readers_and_built_by_a_writer(tmp_path: Pat
 
     reader = LcmStore(db, readonly=True)
     with pytest.raises(RuntimeFailure, match=r"lcm-fts\.db: no such file"):
-        r.grep(reader, "narwhal")
+        grep(reader, "narwhal")
     report = doctor(reader)
     assert not report.ok and report.checks["fulltext_index"] == "missing"
 

@@ -21,9 +21,10 @@ import pytest
 from support.lcm_conversations import SYSTEM, make_hermes_engine
 
 from hermes_runtime.common.sqlite import connect
-from hermes_runtime.lcm import hermes_plugin, sessions
-from hermes_runtime.lcm.hermes_plugin import LcmContextEngine
-from hermes_runtime.lcm.writebehind import StalePlan
+from hermes_runtime.lcm.host import hermes_plugin
+from hermes_runtime.lcm.host.hermes_plugin import LcmContextEngine
+from hermes_runtime.lcm.store import sessions
+from hermes_runtime.lcm.store.writebehind import StalePlan
 
 # Long enough that nothing in a test commits on the clock: what is stored was flushed.
 QUEUED_MS = 10_000

@@ -13,8 +13,10 @@ from typing import Any
 from agent.context_engine import ContextEngine
 from support.lcm_conversations import SYSTEM, make_hermes_engine, reconstruct, simple_conversation
 
-from hermes_runtime.lcm import LcmConfig, sessions, validation_errors
-from hermes_runtime.lcm.hermes_plugin import register
+from hermes_runtime.lcm.compact.assembly import validation_errors
+from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.host.hermes_plugin import register
+from hermes_runtime.lcm.store import sessions
 
 
 def test_entry_point_points_at_register() -> None:
@@ -180,7 +182,7 @@ def test_host_dropping_its_last_message_stores_nothing_new(tmp_path: Path) -> No
 def test_day_one_import_archives_hermes_history(tmp_path: Path) -> None:
     from hermes_state import SessionDB
 
-    from hermes_runtime.lcm.hermes_plugin import IMPORT_PREFIX, start_day_one_import
+    from hermes_runtime.lcm.host.plugin_host import IMPORT_PREFIX, start_day_one_import
 
     state = SessionDB(tmp_path / "state.db")
     state.create_session("before-lcm", source="cli")
@@ -200,7 +202,7 @@ def test_day_one_import_archives_hermes_history(tmp_path: Path) -> None:
 
 
 def test_config_embeddings_choice_builds_that_embedder(tmp_path: Path) -> None:
-    from hermes_runtime.lcm.engine import make_embedder
+    from hermes_runtime.lcm.embed.embedders import make_embedder
 
     def model_for(section: dict[str, Any]) -> str | None:
         embedder = make_embedder(LcmConfig.for_home(tmp_path, section))

@@ -22,9 +22,10 @@ import pytest
 from fakes.fixtures import FakeLLM
 from support.lcm_conversations import SYSTEM, reconstruct, simple_conversation
 
-from hermes_runtime.lcm import LcmConfig, validation_errors
-from hermes_runtime.lcm.hermes_plugin import LcmContextEngine
-from hermes_runtime.lcm.store import LcmStore
+from hermes_runtime.lcm.compact.assembly import validation_errors
+from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.host.hermes_plugin import LcmContextEngine
+from hermes_runtime.lcm.store.lcmstore import LcmStore
 
 HOST_TIMEOUT = 0.1  # what the host waits for compress() before it gives up
 LLM_STALL = 2.0  # how long the summary model stalls: far past the host's patience
@@ -199,7 +200,7 @@ def test_two_engines_on_one_database_summarize_each_range_once(
     second.on_session_start("s1")
     fake_llm.set_mode("hang", hang_seconds=0.5)  # both plan before either writes
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        runs = [pool.submit(e.engine.compact, "s1", 1_500) for e in (first, second)]
+        runs = [pool.submit(e.engine.compactions.compact, "s1", 1_500) for e in (first, second)]
         reports = [run.result() for run in runs]
     assert all(r.fits for r in reports)
     store = first.engine.store

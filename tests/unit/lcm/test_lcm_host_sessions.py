@@ -13,9 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from hermes_runtime.common.sqlite import connect
-from hermes_runtime.lcm import LcmConfig, LcmEngine, LcmStore, sessions
-from hermes_runtime.lcm.hermes_plugin import LcmContextEngine
-from hermes_runtime.lcm.schema import MIGRATIONS, fetch_all, schema_version
+from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.engine.lcmengine import LcmEngine
+from hermes_runtime.lcm.host.hermes_plugin import LcmContextEngine
+from hermes_runtime.lcm.store import sessions
+from hermes_runtime.lcm.store.lcmstore import LcmStore
+from hermes_runtime.lcm.store.schema import MIGRATIONS, fetch_all, schema_version
 
 SYSTEM = {"role": "system", "content": "You are Hermes."}
 
@@ -140,10 +143,10 @@ def test_pre_compaction_transcript_is_not_stored_twice(engine: LcmEngine) -> Non
         history += turn(index, size=400)
     question = {"role": "user", "content": "question 7: what was said in turn 2?"}
     host = [*history, question]
-    fitted, report = engine.fitted_context("s", 600, [SYSTEM])
+    fitted, report = engine.compactions.fitted_context("s", 600, [SYSTEM])
     assert not report.summaries_created  # nothing stored yet: compaction comes with the sync
     engine.sync("s", host)
-    fitted, report = engine.fitted_context("s", 600, [SYSTEM])
+    fitted, report = engine.compactions.fitted_context("s", 600, [SYSTEM])
     assert report.summaries_created
     # Hermes' turn hook then hands the transcript it held before compacting, plus the reply.
     reply = {"role": "assistant", "content": "answer 7"}
@@ -161,7 +164,7 @@ def test_repeated_text_after_a_compaction_is_still_stored(engine: LcmEngine) -> 
     for index in range(1, 5):
         host += [{"role": "user", "content": "ok " + "x" * 300}, *turn(index, size=300)[1:]]
     engine.sync("s", host)
-    fitted, report = engine.fitted_context("s", 400, [SYSTEM])
+    fitted, report = engine.compactions.fitted_context("s", 400, [SYSTEM])
     assert report.summaries_created
     again = [*fitted, {"role": "user", "content": "ok " + "x" * 300}]
     before = len(stored(engine.store, "s"))
@@ -176,7 +179,7 @@ def test_latest_user_message_is_never_folded(engine: LcmEngine) -> None:
     question = {"role": "user", "content": "The newest question, verbatim. " + "words " * 200}
     engine.sync("s", [SYSTEM, *history, question])
     # A budget below the question itself: everything older is folded, the question stays.
-    fitted, report = engine.fitted_context("s", 200, [SYSTEM])
+    fitted, report = engine.compactions.fitted_context("s", 200, [SYSTEM])
     assert report.summaries_created
     assert fitted[-1] == question
     assert all(question["content"] not in str(m.get("content")) for m in fitted[:-1])
@@ -199,7 +202,7 @@ def test_a_tool_loop_over_budget_folds_its_groups_but_keeps_the_question(
             {"role": "tool", "tool_call_id": call_id, "content": f"check {index} " + "o" * 800},
         ]
     engine.sync("s", [SYSTEM, *turn(1, size=1200), question, *loop])
-    fitted, report = engine.fitted_context("s", 900, [SYSTEM])
+    fitted, report = engine.compactions.fitted_context("s", 900, [SYSTEM])
     assert report.summaries_created
     users = [m for m in fitted if m.get("role") == "user"]
     assert question in fitted, json.dumps(users)[:500]
@@ -220,7 +223,7 @@ def test_a_tail_message_merged_into_the_block_then_reloaded_apart_is_stored_once
         history += turn(index, size=400)
     question = {"role": "user", "content": "question 7: what was said in turn 2?"}
     engine.sync("s", [*history, question])
-    fitted, report = engine.fitted_context("s", 600, [SYSTEM])
+    fitted, report = engine.compactions.fitted_context("s", 600, [SYSTEM])
     assert report.summaries_created and fitted[2]["role"] == "user"
     block, tail = fitted[1], fitted[2:]
     merged = {"role": "user", "content": f"{block['content']}\n\n{tail[0]['content']}"}

@@ -17,10 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.lcm_conversations import SYSTEM, make_hermes_engine, tool_turn
 
-from hermes_runtime.lcm import hostview, sessions
-from hermes_runtime.lcm.assembly import count_tokens
-from hermes_runtime.lcm.hermes_plugin import LcmContextEngine
+from hermes_runtime.lcm.compact.assembly import count_tokens
+from hermes_runtime.lcm.engine import hostsync
+from hermes_runtime.lcm.host.hermes_plugin import LcmContextEngine
 from hermes_runtime.lcm.records import message_tokens
+from hermes_runtime.lcm.store import sessions
 
 SESSION = "session-1"
 
@@ -43,7 +44,7 @@ class Pair:
     def __init__(self, tmp_path: Path) -> None:
         self.fast = make_hermes_engine(tmp_path / "fast", fresh_tail_messages=4)
         self.full = make_hermes_engine(tmp_path / "full", fresh_tail_messages=4)
-        self.full.engine._views = hostview.HostViews(capacity=0)
+        self.full.engine._views = hostsync.HostViews(capacity=0)
         # Each engine's host list; they share message dicts until a compaction.
         self.hosts: dict[str, list[dict[str, Any]]] = {"fast": [SYSTEM], "full": [SYSTEM]}
         self.turns = 0
@@ -102,10 +103,10 @@ def test_an_appending_host_takes_the_view_and_stores_each_turn_once(tmp_path: Pa
     view = pair.fast.engine._views.get(SESSION)
     assert view is not None
     host = pair.hosts["fast"]
-    fields = hostview.columns(host)
+    fields = hostsync.columns(host)
     assert fields is not None and view.appended(host, fields) == len(host)
     host[3]["content"] += " (edited)"  # Hermes rewrites a message: the view no longer holds
-    fields = hostview.columns(host)
+    fields = hostsync.columns(host)
     assert fields is not None and view.appended(host, fields) is None
     rows, _ = snapshot(pair.fast)
     assert len(rows) == len(host) - 1  # the system message is the host's, not stored

@@ -11,8 +11,9 @@ from fakes.fixtures import FakeLLM
 from support.lcm_conversations import reconstruct, simple_conversation
 from test_lcm_host_contract import assert_dag_intact
 
-from hermes_runtime.lcm import LcmConfig, LcmEngine
-from hermes_runtime.lcm.engine import make_summarizer
+from hermes_runtime.lcm.compact.summarize import make_summarizer
+from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.engine.lcmengine import LcmEngine
 
 
 def test_two_engines_with_overlapping_runs_summarize_each_message_once(
@@ -35,7 +36,7 @@ def test_two_engines_with_overlapping_runs_summarize_each_message_once(
     engines[0].ingest("s1", history)
     fake_llm.set_mode("hang", hang_seconds=1.0)
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        runs = [pool.submit(e.compact, "s1", 300) for e in engines]
+        runs = [pool.submit(e.compactions.compact, "s1", 300) for e in engines]
         while len(fake_llm.requests()) < 2:  # both have planned and are waiting on the model
             time.sleep(0.01)
         fake_llm.set_mode("normal")

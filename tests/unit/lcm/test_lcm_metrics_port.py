@@ -12,7 +12,7 @@ import http.client
 from support.net import free_port
 from support.wait import wait_until
 
-from hermes_runtime.lcm.hermes_plugin import serve_metrics
+from hermes_runtime.lcm.host.plugin_host import serve_metrics
 
 
 def _request(port: int, method: str, path: str) -> tuple[int, bytes]:

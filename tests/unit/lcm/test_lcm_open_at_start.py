@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from hermes_runtime.common.sqlite import connect
-from hermes_runtime.lcm import LcmConfig, LcmStore
-from hermes_runtime.lcm import retrieval as r
-from hermes_runtime.lcm.plugin_host import open_existing_database
-from hermes_runtime.lcm.schema import MIGRATIONS
+from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.host.plugin_host import open_existing_database
+from hermes_runtime.lcm.search.textsearch import grep
+from hermes_runtime.lcm.store.lcmstore import LcmStore
+from hermes_runtime.lcm.store.schema import MIGRATIONS
 
 
 def schema_3(db: Path) -> None:
@@ -57,7 +58,7 @@ def test_an_existing_database_is_migrated_and_indexed_at_start(
     thread.join(60)
     reader = LcmStore(config.db_path, readonly=True)  # the CLI beside the gateway
     try:
-        hits = r.grep(reader, "numbat")
+        hits = grep(reader, "numbat")
         assert [hit.snippet for hit in hits] == ["a [numbat] from before the upgrade"]
     finally:
         reader.close()

@@ -6,10 +6,12 @@ import os
 import time
 from pathlib import Path
 
-from hermes_runtime.lcm import LcmEngine, LcmStore, messagereads
-from hermes_runtime.lcm.batchrows import Placed
-from hermes_runtime.lcm.doctor import doctor, remove_orphan_outputs
-from hermes_runtime.lcm.outputs import relpath_for
+from hermes_runtime.lcm.engine.lcmengine import LcmEngine
+from hermes_runtime.lcm.ops.doctor import doctor, remove_orphan_outputs
+from hermes_runtime.lcm.store import messagereads
+from hermes_runtime.lcm.store.batchrows import Placed
+from hermes_runtime.lcm.store.lcmstore import LcmStore
+from hermes_runtime.lcm.store.outputs import relpath_for
 
 HOUR = 3600.0
 

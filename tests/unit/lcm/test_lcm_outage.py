@@ -13,9 +13,10 @@ import pytest
 from fakes.fixtures import FakeLLM
 from support.lcm_conversations import reconstruct, simple_conversation
 
-from hermes_runtime.lcm import LcmConfig, LcmEngine
-from hermes_runtime.lcm.outage import SummaryDeferred, may_defer
-from hermes_runtime.lcm.summarize import LEVEL_DETERMINISTIC, OpenAISummarizer
+from hermes_runtime.lcm.compact.outage import SummaryDeferred, may_defer
+from hermes_runtime.lcm.compact.summarize import LEVEL_DETERMINISTIC, OpenAISummarizer
+from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.engine.lcmengine import LcmEngine
 
 
 def make_engine(tmp_path: Path, fake_llm: FakeLLM) -> LcmEngine:
@@ -36,12 +37,12 @@ def test_a_compaction_defers_while_the_summary_model_fails(
     engine.ingest("s", messages)
     fake_llm.set_mode(mode)
     with pytest.raises(SummaryDeferred, match="summary model unavailable"):
-        engine.fitted_context("s", 600, defer=True)
+        engine.compactions.fitted_context("s", 600, defer=True)
     assert summaries(engine) == 0  # no extract, no half-written fold
     assert reconstruct(engine.store, engine.context("s")) == messages
 
     fake_llm.set_mode("normal")  # the model is back: the next compaction summarizes
-    _, report = engine.fitted_context("s", 600, defer=True)
+    _, report = engine.compactions.fitted_context("s", 600, defer=True)
     assert report.summaries_created
     assert any(level != LEVEL_DETERMINISTIC for level in report.levels), report.levels
     assert reconstruct(engine.store, engine.context("s")) == messages
@@ -55,7 +56,7 @@ def test_without_defer_the_extract_keeps_the_conversation_going(
     engine = make_engine(tmp_path, fake_llm)
     engine.ingest("s", simple_conversation(40))
     fake_llm.set_mode("fail")
-    _, report = engine.fitted_context("s", 600)
+    _, report = engine.compactions.fitted_context("s", 600)
     assert set(report.levels) == {LEVEL_DETERMINISTIC} and report.errors
     engine.close()
 

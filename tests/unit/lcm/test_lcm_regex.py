@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from hermes_runtime.common.errors import RuntimeFailure
-from hermes_runtime.lcm import LcmConfig, LcmEngine
+from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.engine.lcmengine import LcmEngine
 
 # With Python's backtracking `re`, `(a+)+$` against 40 `a` then `b` takes about 2**40 steps.
 EVIL = "(a+)+$"
@@ -74,11 +75,11 @@ def test_backreferences_and_lookaround_are_refused_by_name(tmp_path: Path, patte
 
 
 def test_invalid_pattern_is_named(tmp_path: Path) -> None:
-    from hermes_runtime.lcm import retrieval
+    from hermes_runtime.lcm.search.textsearch import grep
 
     engine = _engine(tmp_path)
     try:
         with pytest.raises(RuntimeFailure, match=r"invalid regular expression '\(unclosed'"):
-            retrieval.grep(engine.store, "(unclosed", regex=True)
+            grep(engine.store, "(unclosed", regex=True)
     finally:
         engine.close()

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from hermes_runtime.common.errors import RuntimeFailure
-from hermes_runtime.lcm import LcmConfig, LcmEngine
-from hermes_runtime.lcm.replay import answered_head, repeated_unit
+from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.engine.lcmengine import LcmEngine
+from hermes_runtime.lcm.store.replay import answered_head, repeated_unit
 
 SESSION = "retries"
 OPENING = [

@@ -10,11 +10,13 @@ from fakes.fixtures import FakeLLM
 from support.lcm_conversations import simple_conversation
 
 from hermes_runtime.common.errors import RuntimeFailure
-from hermes_runtime.lcm import LcmEngine
-from hermes_runtime.lcm import retrieval as r
-from hermes_runtime.lcm.embeddings import embed_all
-from hermes_runtime.lcm.schema import fetch_value
-from hermes_runtime.lcm.tools import TOOL_NAMES
+from hermes_runtime.lcm.embed.embedbatch import embed_all
+from hermes_runtime.lcm.engine.lcmengine import LcmEngine
+from hermes_runtime.lcm.engine.tools import TOOL_NAMES
+from hermes_runtime.lcm.search.hybrid import hybrid_search, vector_search
+from hermes_runtime.lcm.search.navigate import describe, expand, read_output
+from hermes_runtime.lcm.search.textsearch import grep
+from hermes_runtime.lcm.store.schema import fetch_value
 
 
 @pytest.fixture
@@ -22,7 +24,7 @@ def filled(engine: LcmEngine) -> LcmEngine:
     engine.ingest("alpha", simple_conversation(10))
     engine.ingest("alpha", [{"role": "user", "content": "the launch code is PELICAN-42"}])
     engine.ingest("beta", [{"role": "user", "content": "beta remembers PELICAN too"}])
-    engine.compact("alpha", 600)
+    engine.compactions.compact("alpha", 600)
     return engine
 
 
@@ -30,39 +32,39 @@ def filled(engine: LcmEngine) -> LcmEngine:
     "hostile", ['"unbalanced', "NEAR(a b)", "a AND OR NOT", "col:val*", "^x", "(((", "' OR 1=1 --"]
 )
 def test_hostile_queries_never_raise(filled: LcmEngine, hostile: str) -> None:
-    assert isinstance(r.grep(filled.store, hostile), list)
+    assert isinstance(grep(filled.store, hostile), list)
 
 
 def test_grep_scopes(filled: LcmEngine) -> None:
-    everywhere = r.grep(filled.store, "pelican")
+    everywhere = grep(filled.store, "pelican")
     assert {h.session_id for h in everywhere} == {"alpha", "beta"}
-    alpha = r.grep(filled.store, "pelican", session_id="alpha")
+    alpha = grep(filled.store, "pelican", session_id="alpha")
     assert alpha and {h.session_id for h in alpha} == {"alpha"}
     assert alpha[0].id.startswith("msg_")
 
 
 def test_grep_finds_messages_folded_into_summaries(filled: LcmEngine) -> None:
-    hits = r.grep(filled.store, "topic1", session_id="alpha")
+    hits = grep(filled.store, "topic1", session_id="alpha")
     message_hits = [h for h in hits if h.kind == "message"]
     assert message_hits and message_hits[0].covered_by is not None
-    expanded = r.expand(filled.store, message_hits[0].covered_by)
+    expanded = expand(filled.store, message_hits[0].covered_by)
     assert message_hits[0].id in {s["id"] for s in expanded["sources"]} or expanded["sources"]
 
 
 def test_regex_grep(filled: LcmEngine) -> None:
-    hits = r.grep(filled.store, r"PELICAN-\d+", regex=True)
+    hits = grep(filled.store, r"PELICAN-\d+", regex=True)
     assert [h.snippet for h in hits] == ["the launch code is PELICAN-42"]
     with pytest.raises(RuntimeFailure, match="regular expression"):
-        r.grep(filled.store, "(unclosed", regex=True)
+        grep(filled.store, "(unclosed", regex=True)
 
 
 def test_expand_paginates_until_done(filled: LcmEngine) -> None:
     summary_id = fetch_value(filled.store.conn, "SELECT max(id) FROM summaries")
     ref = f"sum_{summary_id}"
-    total = r.describe(filled.store, ref)["sources"]
+    total = describe(filled.store, ref)["sources"]
     seen, offset = [], 0
     while offset is not None:
-        page = r.expand(filled.store, ref, offset=offset, limit=2)
+        page = expand(filled.store, ref, offset=offset, limit=2)
         seen += [s["id"] for s in page["sources"]]
         offset = page["next_offset"]
     assert len(seen) == total == len(set(seen))
@@ -72,16 +74,16 @@ def test_read_output_by_range(engine: LcmEngine) -> None:
     text = "".join(f"{i:05d}\n" for i in range(2_000))
     stored = engine.store.ingest("s", {"role": "tool", "tool_call_id": "c", "content": text})
     assert stored.output_id
-    first = r.read_output(engine.store, stored.output_id, 0, 600)
+    first = read_output(engine.store, stored.output_id, 0, 600)
     assert first["content"] == text[:600] and first["next_offset"] == 600
-    last = r.read_output(engine.store, stored.output_id, len(text) - 6, 600)
+    last = read_output(engine.store, stored.output_id, len(text) - 6, 600)
     assert last["content"] == "01999\n" and last["next_offset"] is None
 
 
 @pytest.mark.parametrize("bad", ["sum_x", "msg_", "nope", "sum_999999", "out_ffff"])
 def test_bad_ids_are_named_in_the_error(engine: LcmEngine, bad: str) -> None:
     with pytest.raises(RuntimeFailure, match=bad):
-        r.expand(engine.store, bad)
+        expand(engine.store, bad)
 
 
 def test_tools_answer_json_even_on_errors(filled: LcmEngine) -> None:
@@ -96,31 +98,31 @@ def test_tools_answer_json_even_on_errors(filled: LcmEngine) -> None:
 
 
 def test_hybrid_search_with_static_embeddings(engine: LcmEngine) -> None:
-    from hermes_runtime.lcm.embeddings import StaticModelEmbedder
+    from hermes_runtime.lcm.embed.embedders import StaticModelEmbedder
 
     engine.ingest("s", simple_conversation(6))
     dog = engine.store.ingest("s", {"role": "user", "content": "my dog is called Biscuit"})
     embedder = StaticModelEmbedder()
     assert embed_all(engine.store, embedder) == engine.store.counts()["messages"]
     assert engine.store.counts()["embed_queue"] == 0
-    hits = r.hybrid_search(engine.store, embedder, "what is the name of my puppy dog", "s", 5)
+    hits = hybrid_search(engine.store, embedder, "what is the name of my puppy dog", "s", 5)
     assert hits[0].id == dog.ref
-    vector_only = r.hybrid_search(engine.store, embedder, "puppy dog", "s", 5, mode="vector")
+    vector_only = hybrid_search(engine.store, embedder, "puppy dog", "s", 5, mode="vector")
     assert vector_only and all(h.kind in ("message", "summary") for h in vector_only)
 
 
 def test_vectors_of_another_model_are_never_mixed(engine: LcmEngine) -> None:
-    from hermes_runtime.lcm.embeddings import StaticModelEmbedder
+    from hermes_runtime.lcm.embed.embedders import StaticModelEmbedder
 
     engine.ingest("s", [{"role": "user", "content": "unique walrus fact"}])
     embed_all(engine.store, StaticModelEmbedder())
     other = StaticModelEmbedder(model="some-other-model")
-    assert r.vector_search(engine.store, other, "walrus", "s", 5) == []
+    assert vector_search(engine.store, other, "walrus", "s", 5) == []
 
 
 def test_openai_embeddings_endpoint(tmp_path: Path, fake_llm: FakeLLM) -> None:
-    from hermes_runtime.lcm import LcmConfig
-    from hermes_runtime.lcm.embeddings import OpenAIEmbedder
+    from hermes_runtime.lcm.config import LcmConfig
+    from hermes_runtime.lcm.embed.embedders import OpenAIEmbedder
 
     section = {
         "embeddings": "openai",
@@ -134,7 +136,7 @@ def test_openai_embeddings_endpoint(tmp_path: Path, fake_llm: FakeLLM) -> None:
         target = lcm.store.ingest("s", {"role": "user", "content": "the harbour crane is red"})
         lcm.ingest("s", simple_conversation(4))
         assert embed_all(lcm.store, lcm.embedder) == lcm.store.counts()["messages"]
-        hits = r.hybrid_search(lcm.store, lcm.embedder, "red harbour crane", "s", 3, mode="vector")
+        hits = hybrid_search(lcm.store, lcm.embedder, "red harbour crane", "s", 3, mode="vector")
         assert hits[0].id == target.ref
         wrong = OpenAIEmbedder(fake_llm.base_url, "fake-embed", 32)
         with pytest.raises(ValueError, match="dimension 64, configured 32"):
@@ -147,7 +149,7 @@ def test_recent_activity_load_session_and_dag_tools(engine: LcmEngine) -> None:
     for name in ("first", "second", "third"):
         engine.ingest(name, simple_conversation(30))
     engine.ingest("first", [{"role": "user", "content": "latest words in first"}])
-    engine.compact("second", 600)
+    engine.compactions.compact("second", 600)
     recent = json.loads(engine.handle_tool("lcm_recent", {"limit": 5}, "third"))["sessions"]
     assert [s["session_id"] for s in recent] == ["first", "second"]  # this session left out
     assert recent[0]["last_user_message"]["text"] == "latest words in first"

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from hermes_runtime.lcm import LcmEngine
-from hermes_runtime.lcm.textsearch import MAX_RESULTS
+from hermes_runtime.lcm.engine.lcmengine import LcmEngine
+from hermes_runtime.lcm.search.textsearch import MAX_RESULTS
 
 
 @pytest.fixture

@@ -14,11 +14,12 @@ from support.lcm_conversations import blob
 
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.common.sqlite import connect
-from hermes_runtime.lcm import LcmStore, dag, messagereads
-from hermes_runtime.lcm.batchrows import ROWS_PER_STATEMENT
-from hermes_runtime.lcm.checkpoints import Checkpointer
-from hermes_runtime.lcm.dag import NewSummary
-from hermes_runtime.lcm.schema import MIGRATIONS, fetch_all, fetch_value, schema_version
+from hermes_runtime.lcm.store import dag, messagereads
+from hermes_runtime.lcm.store.batchrows import ROWS_PER_STATEMENT
+from hermes_runtime.lcm.store.checkpoints import Checkpointer
+from hermes_runtime.lcm.store.dag import NewSummary
+from hermes_runtime.lcm.store.lcmstore import LcmStore
+from hermes_runtime.lcm.store.schema import MIGRATIONS, fetch_all, fetch_value, schema_version
 
 
 def test_roundtrip_keeps_every_key_and_byte(store: LcmStore) -> None:
@@ -66,7 +67,7 @@ def test_base64_blob_never_enters_the_database(store: LcmStore, tmp_path: Path) 
 
 
 def test_a_base64_run_is_externalized_from_its_first_long_enough_run() -> None:
-    from hermes_runtime.lcm.outputs import BASE64_RUN_CHARS, needs_externalizing
+    from hermes_runtime.lcm.store.outputs import BASE64_RUN_CHARS, needs_externalizing
 
     run = "QUJD" * (BASE64_RUN_CHARS // 4)
     assert needs_externalizing("see: " + run + " end", 16_000)

@@ -20,8 +20,9 @@ from hermes_cli.plugins import clear_thread_tool_whitelist, set_thread_tool_whit
 from support.lcm_conversations import SYSTEM, make_hermes_engine, simple_conversation
 
 from hermes_runtime.common.sqlite import connect
-from hermes_runtime.lcm import hermes_plugin, sessions, writebehind
-from hermes_runtime.lcm.hermes_plugin import LcmContextEngine
+from hermes_runtime.lcm.host import hermes_plugin
+from hermes_runtime.lcm.host.hermes_plugin import LcmContextEngine
+from hermes_runtime.lcm.store import sessions, writebehind
 
 
 def plain_turns(first: int, count: int = 1) -> list[dict[str, Any]]:

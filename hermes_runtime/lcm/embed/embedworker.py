@@ -1,0 +1,94 @@
+"""The background thread that keeps vectors current while the agent runs.
+
+Why a module of its own: a gateway embeds beside its turns, never in them.
+The worker drains the queue newest first at a lower CPU priority, queues
+the history lacking its model's vectors when it starts (a model change
+re-embeds in the background), and notes its errors (``errors``, the last
+twenty) instead of failing the agent: the queue keeps the work.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+
+from hermes_runtime.lcm.embed.embedbatch import embed_batch
+from hermes_runtime.lcm.embed.embedders import Embedder
+from hermes_runtime.lcm.embed.embedqueue import enqueue_missing
+from hermes_runtime.lcm.store.lcmstore import LcmStore
+
+# Niceness of the worker's thread (Linux sets it per thread): a turn's work on the other
+# core and the gateway's event loop come first, the backlog takes what is left.
+WORKER_NICE = 10
+
+
+def lower_this_thread(nice: int = WORKER_NICE) -> bool:
+    """Lower the calling thread's CPU priority by ``nice`` (threads it starts inherit it).
+
+    Relative to the process's own niceness, never above 19: a gateway run
+    under ``nice`` keeps its worker below its turns (as root, setting an
+    absolute 10 would have raised a worker of a process at 19).
+    """
+    try:
+        thread = threading.get_native_id()
+        current = os.getpriority(os.PRIO_PROCESS, thread)
+        os.setpriority(os.PRIO_PROCESS, thread, min(19, current + nice))
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
+@dataclass
+class EmbeddingWorker:
+    """A daemon thread that drains the queue; ``wake()`` after ingest, ``stop()`` at exit.
+
+    Newest items first: a live turn becomes searchable at once even behind a
+    backlog, and ``lcm embed`` (oldest first) can drain the same queue beside
+    it. The thread runs at ``WORKER_NICE`` with one core's embedder (the
+    engine's), so turns keep the other core and first call on this one.
+    """
+
+    store: LcmStore
+    embedder: Embedder
+    idle_seconds: float = 2.0
+    nice: int = WORKER_NICE
+    errors: list[str] = field(default_factory=list)
+    _event: threading.Event = field(default_factory=threading.Event)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="lcm-embeddings", daemon=True)
+            self._thread.start()
+
+    def wake(self) -> None:
+        self._event.set()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._event.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def _run(self) -> None:
+        # Embeds committed items only: it neither waits for the turn hook's queue nor
+        # takes the error of a failed batch away from the hook and the readers.
+        self.store.db.skip_flush_on_this_thread()
+        lower_this_thread(self.nice)
+        try:
+            enqueue_missing(self.store, self.embedder.model)
+        except Exception as exc:  # the queue still holds new items; retried at next start
+            self.errors.append(f"backfill: {type(exc).__name__}: {exc}"[:300])
+        while not self._stop.is_set():
+            try:
+                if embed_batch(self.store, self.embedder, oldest_first=False).taken:
+                    continue
+            except Exception as exc:  # keep the agent running; the queue keeps the work
+                self.errors.append(f"{type(exc).__name__}: {exc}"[:300])
+                del self.errors[:-20]
+            self._event.wait(self.idle_seconds)
+            self._event.clear()
+        self.store.close()
