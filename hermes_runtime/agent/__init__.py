@@ -2,7 +2,7 @@
 
 Public surface:
 
-- ``AgentSettings.from_env()``: the settings the chart passes as env vars.
+- ``AgentSettings.from_environ(env)``: the settings the chart passes as env vars.
 - ``prepare(settings) -> PrepareReport``: seed ``config.yaml``/``SOUL.md`` without overwriting
   user edits, link the plugins (``agent prepare``, e.g. before a restore check; ``agent run``
   does it itself).

@@ -16,6 +16,7 @@ with its own cache. Importing this module loads only the agent package's light m
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 from collections.abc import Sequence
@@ -38,7 +39,7 @@ def prepare_gateway() -> None:
     check_launch()
     share_new_sqlite3_databases()  # Hermes' and plugins' new databases, for replicate
     try:
-        settings = AgentSettings.from_env()
+        settings = AgentSettings.from_environ(os.environ)
     except RuntimeFailure as exc:
         log_event("agent.idempotency.not_installed", level="warning", reason=str(exc))
         return

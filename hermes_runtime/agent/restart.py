@@ -221,7 +221,7 @@ class GatewayRestarter:
 
     def __post_init__(self) -> None:
         if self.wait_seconds is None:
-            self.wait_seconds = AgentSettings.from_env().stop_budget
+            self.wait_seconds = AgentSettings.from_environ(os.environ).stop_budget
         clear_own_drain(self.data_dir)
 
     def __call__(self, report: LinkReport) -> None:

@@ -1,11 +1,10 @@
-"""The agent entrypoint's settings: one dataclass, filled from the environment the chart sets
-(each variable's rule is one line of a pydantic model, ``AgentEnv``)."""
+"""The agent entrypoint's settings: one pydantic model, ``AgentSettings``, filled from the
+environment the chart sets; each field holds its default, its variable and its rule, so the
+three can never disagree."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Annotated
 
@@ -13,17 +12,11 @@ from pydantic import BeforeValidator, ConfigDict, Field, IPvAnyNetwork, Validati
 from pydantic_core import ErrorDetails
 
 from hermes_runtime.agent.handover import StopTimes
-from hermes_runtime.agent.successor import IPNetwork
-from hermes_runtime.common.boundedhttp import (
-    DEFAULT_HEAD_SECONDS,
-    DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_PER_PEER,
-    HttpLimitsEnv,
-    ServerLimits,
-)
+from hermes_runtime.common.boundedhttp import HttpLimitsEnv, ServerLimits
+from hermes_runtime.common.datadir import DATA_DIR_ENV, DEFAULT_DATA_DIR, resolve_data_dir
+from hermes_runtime.common.envsettings import given_values
 from hermes_runtime.common.errors import RuntimeFailure
 
-DEFAULT_DATA_DIR = Path("/opt/data")
 DEFAULT_METRICS_PORT = 9090
 DEFAULT_API_PORT = 8642
 # The gateway's own port, on loopback, behind the front door on the API port (frontdoor.py).
@@ -107,43 +100,146 @@ DEFAULT_PRELOAD = (
 )
 
 
-@dataclass(frozen=True)
-class AgentSettings:
-    """Where things are and how to run the gateway; see docs in ``from_env``."""
+def _modules(raw: object) -> object:
+    """The preload list: empty means the default, ``none`` means no warm gateway."""
+    if not isinstance(raw, str):
+        return raw  # a tuple given by name
+    names = tuple(name.strip() for name in raw.split(",") if name.strip())
+    if not names:
+        return DEFAULT_PRELOAD
+    if names == ("none",):
+        return ()
+    bad = [name for name in names if not all(part.isidentifier() for part in name.split("."))]
+    if bad:
+        raise ValueError(
+            f"{', '.join(bad)} is no module name (a comma-separated list of modules, or none)"
+        )
+    return names
 
-    data_dir: Path = DEFAULT_DATA_DIR
-    plugin_spec: Path | None = None
-    seed_config: Path | None = None
-    seed_soul: Path | None = None
-    secrets_env: Path | None = None
+
+def _cidrs(raw: object) -> object:
+    """A comma-separated list of CIDRs (empty: none)."""
+    if not isinstance(raw, str):
+        return raw  # a tuple given by name
+    return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+Port = Annotated[int, Field(ge=0, le=65535)]
+Seconds = Annotated[float, Field(ge=0)]
+ModuleNames = Annotated[tuple[str, ...], BeforeValidator(_modules)]
+Networks = Annotated[tuple[IPvAnyNetwork, ...], BeforeValidator(_cidrs)]
+
+
+class AgentSettings(HttpLimitsEnv):
+    """The entrypoint's settings: each field's default, environment variable and rule together.
+
+    The chart sets the variables (``validation_alias``); ``from_environ`` reads them, and an
+    unset or blank one means the default. Fields without a variable (``metrics_host``,
+    ``stop_timeout``, ``plugin_wait_seconds``, ``watch_interval``) come from the command line
+    or from tests, by name. The chart's values.schema.json states the same ranges
+    (tests/chart/test_chart_runtime_rules.py). The small HTTP ports' caps come from
+    ``HttpLimitsEnv`` (``common/boundedhttp.py``), which the gateway process reads too, for
+    LCM's port.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+        allow_inf_nan=False,
+        frozen=True,
+        validate_by_name=True,
+        validate_by_alias=True,
+    )
+
+    # Hermes' own data dir (``common/datadir.py`` resolves it, for every process alike).
+    data_dir: Path = Field(DEFAULT_DATA_DIR, validation_alias=DATA_DIR_ENV)
+    plugin_spec: Path | None = Field(None, validation_alias="HERMES_RUNTIME_PLUGIN_SPEC")
+    seed_config: Path | None = Field(None, validation_alias="HERMES_RUNTIME_SEED_CONFIG")
+    seed_soul: Path | None = Field(None, validation_alias="HERMES_RUNTIME_SEED_SOUL")
+    # Rendered by the Vault sidecar; merged into the gateway's environment, and the refresher
+    # notes its outcome beside it (``metrics.SecretsRefreshCollector``).
+    secrets_env: Path | None = Field(None, validation_alias="HERMES_RUNTIME_SECRETS_ENV")
     # The API key as a file (a Secret volume): a new key reaches the gateway without a new pod.
-    api_key_file: Path | None = None
-    metrics_port: int = DEFAULT_METRICS_PORT
+    api_key_file: Path | None = Field(None, validation_alias="HERMES_RUNTIME_API_KEY_FILE")
+    metrics_port: Port = Field(DEFAULT_METRICS_PORT, validation_alias="HERMES_RUNTIME_METRICS_PORT")
     metrics_host: str = "0.0.0.0"
-    api_host: str = "0.0.0.0"
-    api_port: int = DEFAULT_API_PORT
-    gateway_port: int = DEFAULT_GATEWAY_PORT  # 0: no front door, the gateway owns api_port
-    grace_seconds: float = DEFAULT_GRACE_SECONDS
-    prestop_seconds: float = 0.0
-    handover_seconds: float = 0.0  # preStop: how long to wait for a warm successor pod
-    pod_ip: str = ""  # where a stopping pod can forward clients to us ("": nowhere)
-    preload: tuple[str, ...] = DEFAULT_PRELOAD  # empty: no warm gateway
-    stop_timeout: float | None = None  # None: derived from the grace period (``stop_budget``)
-    plugin_wait_seconds: float = 0.0
-    watch_interval: float = 5.0
-    lock_timeout: float = DEFAULT_LOCK_TIMEOUT
-    idempotency_ttl: float = DEFAULT_IDEMPOTENCY_TTL  # 0: Hermes' in-memory cache only
-    control_socket: Path = DEFAULT_CONTROL_SOCKET  # where the preStop hook reaches us
-    front_door_max_held: int = DEFAULT_FRONT_DOOR_MAX_HELD
-    data_min_free_mib: int = DEFAULT_DATA_MIN_FREE_MIB  # 0: no reserve
-    # The caps of the metrics port and of LCM's (common/boundedhttp.py), and the time every
-    # port, the API port included, gives a connection to send its request head.
-    http_max_connections: int = DEFAULT_MAX_CONNECTIONS
-    http_max_per_peer: int = DEFAULT_MAX_PER_PEER  # 0: no per-address cap
-    http_head_seconds: float = DEFAULT_HEAD_SECONDS
-    front_door_max_connections: int = DEFAULT_FRONT_DOOR_MAX_CONNECTIONS
-    front_door_max_per_peer: int = DEFAULT_FRONT_DOOR_MAX_PER_PEER  # 0: no per-address cap
-    relay_cidrs: tuple[IPNetwork, ...] = ()  # where a successor may be (empty: anywhere)
+    # Where clients connect: the front door (or the gateway itself, gateway_port 0).
+    api_host: str = Field("0.0.0.0", validation_alias="API_SERVER_HOST")
+    api_port: Port = Field(DEFAULT_API_PORT, validation_alias="API_SERVER_PORT")
+    # 0: no front door, the gateway owns api_port.
+    gateway_port: Port = Field(DEFAULT_GATEWAY_PORT, validation_alias="HERMES_RUNTIME_GATEWAY_PORT")
+    # The pod's terminationGracePeriodSeconds, how long it stays reachable after turning
+    # unready, and how long the preStop hook waits for a warm successor (handover.StopTimes).
+    grace_seconds: Seconds = Field(
+        DEFAULT_GRACE_SECONDS, validation_alias="HERMES_RUNTIME_TERMINATION_GRACE_SECONDS"
+    )
+    prestop_seconds: Seconds = Field(0.0, validation_alias="HERMES_RUNTIME_PRESTOP_SECONDS")
+    handover_seconds: Seconds = Field(0.0, validation_alias="HERMES_RUNTIME_HANDOVER_SECONDS")
+    # This pod's address, told to the pod it replaces (which forwards new clients here; "":
+    # nowhere).
+    pod_ip: str = Field("", validation_alias="HERMES_RUNTIME_POD_IP")
+    # Comma-separated modules the warm gateway imports before the lock; ``none``: no warm one.
+    preload: ModuleNames = Field(DEFAULT_PRELOAD, validation_alias="HERMES_RUNTIME_GATEWAY_PRELOAD")
+    # None: derived from the grace period (``stop_budget``); ``--stop-timeout`` sets it.
+    stop_timeout: Seconds | None = None
+    plugin_wait_seconds: Seconds = 0.0  # ``--wait``
+    watch_interval: float = Field(5.0, gt=0)
+    # Seconds to wait for the data dir lock a previous pod holds.
+    lock_timeout: float = Field(
+        DEFAULT_LOCK_TIMEOUT, validation_alias="HERMES_RUNTIME_LOCK_TIMEOUT", ge=1
+    )
+    # How long an Idempotency-Key's answer is kept on the data volume (idempotency.py); 0
+    # leaves Hermes' in-memory cache, which a gateway crash empties.
+    idempotency_ttl: Seconds = Field(
+        DEFAULT_IDEMPOTENCY_TTL, validation_alias="HERMES_RUNTIME_IDEMPOTENCY_TTL_SECONDS"
+    )
+    # The Unix socket the preStop hook (``agent pre-stop``) reaches the entrypoint on.
+    control_socket: Path = Field(
+        DEFAULT_CONTROL_SOCKET, validation_alias="HERMES_RUNTIME_CONTROL_SOCKET"
+    )
+    # Connections the front door holds while no gateway accepts; more get an immediate 503.
+    front_door_max_held: int = Field(
+        DEFAULT_FRONT_DOOR_MAX_HELD,
+        validation_alias="HERMES_RUNTIME_FRONT_DOOR_MAX_HELD",
+        ge=1,
+        le=MAX_FRONT_DOOR_MAX_HELD,
+    )
+    # The data volume's reserve: below it /ready fails and new turns get a 503 (0: off).
+    data_min_free_mib: int = Field(
+        DEFAULT_DATA_MIN_FREE_MIB,
+        validation_alias="HERMES_RUNTIME_DATA_MIN_FREE_MIB",
+        ge=0,
+        le=MAX_DATA_MIN_FREE_MIB,
+    )
+    # The API port's caps: connections at once, and from one address (0: no such cap).
+    front_door_max_connections: int = Field(
+        DEFAULT_FRONT_DOOR_MAX_CONNECTIONS,
+        validation_alias="HERMES_RUNTIME_FRONT_DOOR_MAX_CONNECTIONS",
+        ge=1,
+        le=MAX_FRONT_DOOR_CONNECTIONS,
+    )
+    front_door_max_per_peer: int = Field(
+        DEFAULT_FRONT_DOOR_MAX_PER_PEER,
+        validation_alias="HERMES_RUNTIME_FRONT_DOOR_MAX_PER_PEER",
+        ge=0,
+        le=MAX_FRONT_DOOR_CONNECTIONS,
+    )
+    # Comma-separated CIDRs of the pod network: a successor's announced address must be in
+    # one (empty: anywhere).
+    relay_cidrs: Networks = Field((), validation_alias="HERMES_RUNTIME_RELAY_CIDRS")
+
+    @classmethod
+    def from_environ(cls, env: Mapping[str, str]) -> AgentSettings:
+        """The settings ``env`` gives; an unset or blank variable means the field's default.
+
+        A value that breaks its field's rule is a ``RuntimeFailure`` naming the variable and
+        the value (what an operator fixes in the chart's values).
+        """
+        given = given_values(cls, env)
+        given[DATA_DIR_ENV] = str(resolve_data_dir(env))
+        try:
+            return cls.model_validate(given)
+        except ValidationError as exc:
+            raise RuntimeFailure(_message(exc.errors()[0])) from None
 
     @property
     def http_limits(self) -> ServerLimits:
@@ -206,115 +302,6 @@ class AgentSettings:
     def home_dir(self) -> Path:
         """``$HOME`` for the gateway: writable and persistent even on a read-only root."""
         return self.data_dir / "home"
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> AgentSettings:
-        """Read the env the chart sets; an unset or empty variable means the default.
-
-        Each variable, its rule and its meaning are one line of ``AgentEnv`` below.
-        """
-        env = os.environ if env is None else env
-        defaults = {
-            AgentEnv.model_fields[f.name].alias: getattr(cls(), f.name)
-            for f in fields(cls)
-            if f.name in AgentEnv.model_fields
-        }
-        given = {
-            name: value.strip() for name, value in env.items() if name in defaults and value.strip()
-        }
-        try:
-            checked = AgentEnv.model_validate({**defaults, **given})
-        except ValidationError as exc:
-            raise RuntimeFailure(_message(exc.errors()[0])) from None
-        return cls(**checked.model_dump())
-
-
-def _modules(raw: object) -> object:
-    """The preload list: empty means the default, ``none`` means no warm gateway."""
-    if not isinstance(raw, str):
-        return raw  # the default tuple
-    names = tuple(name.strip() for name in raw.split(",") if name.strip())
-    if not names:
-        return DEFAULT_PRELOAD
-    if names == ("none",):
-        return ()
-    bad = [name for name in names if not all(part.isidentifier() for part in name.split("."))]
-    if bad:
-        raise ValueError(
-            f"{', '.join(bad)} is no module name (a comma-separated list of modules, or none)"
-        )
-    return names
-
-
-def _cidrs(raw: object) -> object:
-    """A comma-separated list of CIDRs (empty: none)."""
-    if not isinstance(raw, str):
-        return raw  # the default tuple
-    return tuple(part.strip() for part in raw.split(",") if part.strip())
-
-
-Port = Annotated[int, Field(ge=0, le=65535)]
-Seconds = Annotated[float, Field(ge=0)]
-ModuleNames = Annotated[tuple[str, ...], BeforeValidator(_modules)]
-Networks = Annotated[tuple[IPvAnyNetwork, ...], BeforeValidator(_cidrs)]
-
-
-class AgentEnv(HttpLimitsEnv):
-    """The entrypoint's environment variables (the chart sets them), one rule each.
-
-    Every field is also a field of ``AgentSettings``, which holds the defaults; the chart's
-    values.schema.json states the same ranges (tests/chart/test_chart_runtime_rules.py). The
-    small HTTP ports' caps come from ``HttpLimitsEnv`` (``common/boundedhttp.py``), which the
-    gateway process reads too, for LCM's port.
-    """
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
-
-    data_dir: Path = Field(alias="HERMES_HOME")
-    plugin_spec: Path | None = Field(alias="HERMES_RUNTIME_PLUGIN_SPEC")
-    seed_config: Path | None = Field(alias="HERMES_RUNTIME_SEED_CONFIG")
-    seed_soul: Path | None = Field(alias="HERMES_RUNTIME_SEED_SOUL")
-    # Rendered by the Vault sidecar; merged into the gateway's environment.
-    secrets_env: Path | None = Field(alias="HERMES_RUNTIME_SECRETS_ENV")
-    api_key_file: Path | None = Field(alias="HERMES_RUNTIME_API_KEY_FILE")
-    metrics_port: Port = Field(alias="HERMES_RUNTIME_METRICS_PORT")
-    # Where clients connect: the front door (or the gateway itself, gateway_port 0).
-    api_host: str = Field(alias="API_SERVER_HOST")
-    api_port: Port = Field(alias="API_SERVER_PORT")
-    gateway_port: Port = Field(alias="HERMES_RUNTIME_GATEWAY_PORT")
-    # Seconds to wait for the data dir lock a previous pod holds.
-    lock_timeout: float = Field(alias="HERMES_RUNTIME_LOCK_TIMEOUT", ge=1)
-    # The pod's terminationGracePeriodSeconds, how long it stays reachable after turning
-    # unready, and how long the preStop hook waits for a warm successor (handover.StopTimes).
-    grace_seconds: Seconds = Field(alias="HERMES_RUNTIME_TERMINATION_GRACE_SECONDS")
-    prestop_seconds: Seconds = Field(alias="HERMES_RUNTIME_PRESTOP_SECONDS")
-    handover_seconds: Seconds = Field(alias="HERMES_RUNTIME_HANDOVER_SECONDS")
-    # This pod's address, told to the pod it replaces (which forwards new clients here).
-    pod_ip: str = Field(alias="HERMES_RUNTIME_POD_IP")
-    # Comma-separated modules the warm gateway imports before the lock; ``none``: no warm one.
-    preload: ModuleNames = Field(alias="HERMES_RUNTIME_GATEWAY_PRELOAD")
-    # How long an Idempotency-Key's answer is kept on the data volume (idempotency.py); 0
-    # leaves Hermes' in-memory cache, which a gateway crash empties.
-    idempotency_ttl: Seconds = Field(alias="HERMES_RUNTIME_IDEMPOTENCY_TTL_SECONDS")
-    # The Unix socket the preStop hook (``agent pre-stop``) reaches the entrypoint on.
-    control_socket: Path = Field(alias="HERMES_RUNTIME_CONTROL_SOCKET")
-    # Connections the front door holds while no gateway accepts; more get an immediate 503.
-    front_door_max_held: int = Field(
-        alias="HERMES_RUNTIME_FRONT_DOOR_MAX_HELD", ge=1, le=MAX_FRONT_DOOR_MAX_HELD
-    )
-    # The data volume's reserve: below it /ready fails and new turns get a 503 (0: off).
-    data_min_free_mib: int = Field(
-        alias="HERMES_RUNTIME_DATA_MIN_FREE_MIB", ge=0, le=MAX_DATA_MIN_FREE_MIB
-    )
-    # The API port's caps: connections at once, and from one address (0: no such cap).
-    front_door_max_connections: int = Field(
-        alias="HERMES_RUNTIME_FRONT_DOOR_MAX_CONNECTIONS", ge=1, le=MAX_FRONT_DOOR_CONNECTIONS
-    )
-    front_door_max_per_peer: int = Field(
-        alias="HERMES_RUNTIME_FRONT_DOOR_MAX_PER_PEER", ge=0, le=MAX_FRONT_DOOR_CONNECTIONS
-    )
-    # Comma-separated CIDRs of the pod network: a successor's announced address must be in one.
-    relay_cidrs: Networks = Field(alias="HERMES_RUNTIME_RELAY_CIDRS")
 
 
 def _message(error: ErrorDetails) -> str:

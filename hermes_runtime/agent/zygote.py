@@ -37,7 +37,7 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,14 +119,36 @@ def _preload(modules: Sequence[str], guard: _Guard, go_fd: int) -> dict[str, Any
     }
 
 
+@dataclass(frozen=True)
+class Handoff:
+    """The launcher's settings, which the entrypoint passes in its environment (``start``):
+    the two pipes, the modules to preload, and the data dir its guard keeps closed. The data
+    dir is ``HERMES_HOME`` as given: the gateway's environment always names it
+    (``gateway.gateway_env``, from the entrypoint's settings), and this script imports
+    nothing of ``hermes_runtime`` to resolve it."""
+
+    status_fd: int
+    go_fd: int
+    preload: list[str]
+    data_dir: str
+
+    @classmethod
+    def take(cls, env: MutableMapping[str, str]) -> Handoff:
+        """Read the launcher's variables from ``env`` and remove its own two: the gateway it
+        becomes inherits ``env`` and must not see stale descriptors."""
+        status_fd, go_fd = (int(fd) for fd in env.pop(FDS_ENV).split(","))
+        preload = [m for m in env.pop(PRELOAD_ENV, "").split(",") if m]
+        return cls(status_fd, go_fd, preload, os.path.abspath(env["HERMES_HOME"]))
+
+
 def main(argv: Sequence[str]) -> None:
     """The child: preload, report, wait for "go", then run ``argv[0]`` as ``python -m``."""
     module, args = argv[0], list(argv[1:])
-    status_fd, go_fd = (int(fd) for fd in os.environ.pop(FDS_ENV).split(","))
-    preload = [m for m in os.environ.pop(PRELOAD_ENV, "").split(",") if m]
-    guard = _Guard(os.path.abspath(os.environ["HERMES_HOME"]))
+    handoff = Handoff.take(os.environ)
+    status_fd, go_fd = handoff.status_fd, handoff.go_fd
+    guard = _Guard(handoff.data_dir)
     sys.addaudithook(guard)
-    report = _preload(preload, guard, go_fd)
+    report = _preload(handoff.preload, guard, go_fd)
     with contextlib.suppress(OSError):  # the entrypoint may have given up on us already
         os.write(status_fd, json.dumps(report).encode() + b"\n")
     os.close(status_fd)

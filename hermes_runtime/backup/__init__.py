@@ -16,19 +16,20 @@ Public surface: ``open_repository``, ``create_backup``, ``list_snapshots`` (and
 ``verify_snapshot``, ``restore_snapshot``, ``prune_snapshots`` (with ``PrunePolicy``),
 ``write_backup_metrics`` and the status record the agent's ``/metrics`` exports
 (``record_backup_outcome``, ``read_backup_status``). Continuous replication with Litestream:
-``replica_location`` and ``replicate`` (with ``ReplicationSettings``); ``restore_snapshot``
-takes the replicas' location (``replicas_location``, from the URL ``<target>/litestream``) to
-restore each database from whichever copy is newer, and reads no replica without it. Every
-name a restore reads from the target is checked before it is joined onto a folder
-(``untrusted``): whoever can write the target chooses them.
+``replica_location`` (the target's ``Replicas``, ``backup/replicas/``) and ``replicate`` (with
+``ReplicationSettings``); ``restore_snapshot`` takes the replicas (``replicas_location``, from
+the URL ``<target>/litestream``) to restore each database from whichever copy is newer, and
+reads no replica without it. Every name a restore reads from the target is checked before it
+is joined onto a folder (``untrusted``): whoever can write the target chooses them.
 Design and runbook: docs/backup.md.
 """
 
 from hermes_runtime.backup.continuous import ReplicationSettings, find_replicable, replicate
 from hermes_runtime.backup.create import create_backup
-from hermes_runtime.backup.litestream import ReplicaLocation, replica_location, replicas_location
 from hermes_runtime.backup.metrics import write_backup_metrics
 from hermes_runtime.backup.prune import prune_snapshots
+from hermes_runtime.backup.replicas.base import Replicas
+from hermes_runtime.backup.replicas.target import replica_location, replicas_location
 from hermes_runtime.backup.reports import (
     BackupSummary,
     PrunePolicy,
@@ -58,7 +59,7 @@ __all__ = [
     "Listing",
     "PrunePolicy",
     "PruneReport",
-    "ReplicaLocation",
+    "Replicas",
     "ReplicationSettings",
     "ResticRepository",
     "RestoreReport",

@@ -38,7 +38,8 @@ from typing import Any
 
 import apsw
 
-from hermes_runtime.backup.litestream import ReplicaLocation, litestream_binary, litestream_env
+from hermes_runtime.backup.litestream import litestream_binary, litestream_env
+from hermes_runtime.backup.replicas.base import Replicas
 from hermes_runtime.backup.selection import SQLITE_HEADER, make_excluder, scan_data_dir
 from hermes_runtime.common.atomic import atomic_write_text
 from hermes_runtime.common.backoff import Backoff
@@ -113,7 +114,7 @@ def _not_replicable(path: Path) -> str | None:
 
 
 def litestream_config(
-    data_dir: Path, location: ReplicaLocation, databases: list[str], settings: ReplicationSettings
+    data_dir: Path, location: Replicas, databases: list[str], settings: ReplicationSettings
 ) -> dict[str, Any]:
     """Litestream's config: one entry per database, its replica under the target's prefix."""
     interval = f"{int(settings.sync_interval_seconds * 1000)}ms"
@@ -150,7 +151,7 @@ class Replicator:
     """Keeps ``litestream replicate`` running over the current set of databases until stopped."""
 
     data_dir: Path
-    location: ReplicaLocation
+    location: Replicas
     config_path: Path
     settings: ReplicationSettings = field(default_factory=ReplicationSettings)
     stopping: bool = False  # set by a signal handler: a plain flag, no lock to deadlock on
@@ -256,7 +257,7 @@ def stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
 @shared_umask()
 def replicate(
     data_dir: Path,
-    location: ReplicaLocation,
+    location: Replicas,
     *,
     settings: ReplicationSettings | None = None,
     work_dir: Path | None = None,
@@ -264,12 +265,8 @@ def replicate(
     """Replicate every database of ``data_dir`` continuously until SIGTERM or SIGINT."""
     if not data_dir.is_dir():
         raise RuntimeFailure(f"--data-dir {data_dir}: not a directory")
-    if location.kind == "file" and not Path(location.root).is_dir():
-        raise RuntimeFailure(
-            f"--target {location.url}: {location.root} is not a folder "
-            "(is the backup volume mounted?)"
-        )
-    scratch = Path(work_dir or os.environ.get("TMPDIR") or "/tmp")
+    location.check_reachable()
+    scratch = Path(work_dir or tempfile.gettempdir())  # Python's rule: $TMPDIR, else /tmp
     scratch.mkdir(parents=True, exist_ok=True)
     with private_folder(scratch) as config_dir:
         replicator = Replicator(

@@ -33,16 +33,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 from hermes_runtime.backup.dbsnap import check_database
-from hermes_runtime.backup.litestream import (
-    LTX_FOLDER,
-    ReplicaLocation,
-    ReplicaPlan,
-    restore_plan,
-    restore_replica,
-)
+from hermes_runtime.backup.litestream import LTX_FOLDER, ReplicaPlan, restore_plan, restore_replica
+from hermes_runtime.backup.replicas.base import Replicas, safe_url
 from hermes_runtime.backup.untrusted import checked_name, inside
 from hermes_runtime.common.errors import RuntimeFailure
 
@@ -114,18 +108,9 @@ def parse_ltx_key(key: str) -> LtxFile | None:
     return LtxFile(relpath, key, level, low, high) if relpath else None
 
 
-def replica_files(location: ReplicaLocation) -> dict[str, list[LtxFile]]:
+def replica_files(replicas: Replicas) -> dict[str, list[LtxFile]]:
     """Every LTX file under the replicas' root, per database (``ltx_files``: keys checked)."""
-    if location.kind == "file":
-        root = Path(location.replicas_root())
-        keys = (
-            [p.relative_to(root).as_posix() for p in root.rglob("*.ltx") if p.is_file()]
-            if root.is_dir()
-            else []
-        )
-    else:
-        keys = _list_s3_keys(location)
-    return ltx_files(keys, location.agent_url())
+    return ltx_files(replicas.ltx_keys(), replicas.agent_url())
 
 
 def ltx_files(keys: Iterable[str], root_url: str) -> dict[str, list[LtxFile]]:
@@ -146,14 +131,12 @@ def ltx_files(keys: Iterable[str], root_url: str) -> dict[str, list[LtxFile]]:
     return dict(sorted(files.items()))
 
 
-def list_replicas(location: ReplicaLocation) -> list[str]:
+def list_replicas(replicas: Replicas) -> list[str]:
     """The relative paths of the databases that have a replica under the target's prefix."""
-    return list(replica_files(location))
+    return list(replica_files(replicas))
 
 
-def last_transaction_at(
-    location: ReplicaLocation, files: list[LtxFile], max_txid: int
-) -> datetime | None:
+def last_transaction_at(replicas: Replicas, files: list[LtxFile], max_txid: int) -> datetime | None:
     """When Litestream read transaction ``max_txid`` from the WAL, from an LTX header.
 
     The header of the lowest-level file ending at that transaction below the snapshots' level
@@ -165,32 +148,30 @@ def last_transaction_at(
         return None
     ltx = min(ending, key=lambda f: f.level)
     magic, _flags, _page, _commit, _low, high, millis = LTX_HEADER.unpack_from(
-        _read_header(location, ltx.key)
+        _read_header(replicas, ltx.key)
     )
     if magic != LTX_MAGIC or high != max_txid:
         raise RuntimeFailure(
-            f"litestream replica {location.replica_url(ltx.relpath).split('?')[0]}: "
+            f"litestream replica {safe_url(replicas.replica_url(ltx.relpath))}: "
             f"{ltx.key} is not the LTX file its name says (bad header)"
         )
     return datetime.fromtimestamp(millis / 1000, UTC)
 
 
-def newer_replicas(
-    location: ReplicaLocation, copies: ResticCopies, scratch: Path
-) -> list[ReplicaPlan]:
+def newer_replicas(replicas: Replicas, copies: ResticCopies, scratch: Path) -> list[ReplicaPlan]:
     """The replicas to restore instead of the snapshot's copy, with their last transaction."""
     chosen = []
-    for relpath, files in replica_files(location).items():
-        plan = restore_plan(location, relpath, scratch)
+    for relpath, files in replica_files(replicas).items():
+        plan = restore_plan(replicas, relpath, scratch)
         if plan is None:
             continue
-        last_tx_at = last_transaction_at(location, files, int(plan.max_txid, 16))
+        last_tx_at = last_transaction_at(replicas, files, int(plan.max_txid, 16))
         if copies.replica_wins(relpath, last_tx_at):
             chosen.append(replace(plan, last_tx_at=last_tx_at))
     return chosen
 
 
-def restore_replicas(location: ReplicaLocation, plans: list[ReplicaPlan], stage: Path) -> None:
+def restore_replicas(replicas: Replicas, plans: list[ReplicaPlan], stage: Path) -> None:
     """Put each chosen replica into the staged tree, checked, in place of the snapshot's copy."""
     for plan in plans:
         dest = inside(stage, plan.relpath, f"Litestream replica {plan.url}")
@@ -198,7 +179,7 @@ def restore_replicas(location: ReplicaLocation, plans: list[ReplicaPlan], stage:
         tmp = dest.with_name(f"{dest.name}.litestream-restore")
         for path in (tmp, *(tmp.with_name(tmp.name + s) for s in ("-wal", "-shm"))):
             path.unlink(missing_ok=True)
-        restore_replica(location, plan.relpath, tmp)
+        restore_replica(replicas, plan.relpath, tmp)
         check = check_database(tmp)
         for suffix in ("-wal", "-shm"):
             tmp.with_name(tmp.name + suffix).unlink(missing_ok=True)
@@ -212,69 +193,9 @@ def restore_replicas(location: ReplicaLocation, plans: list[ReplicaPlan], stage:
         os.replace(tmp, dest)
 
 
-def _read_header(location: ReplicaLocation, key: str) -> bytes:
+def _read_header(replicas: Replicas, key: str) -> bytes:
     """The first bytes of one LTX file: its header is never compressed."""
-    size = LTX_HEADER.size
-    if location.kind == "file":
-        path = Path(location.replicas_root()) / key
-        try:
-            with path.open("rb") as fh:
-                header = fh.read(size)
-        except OSError as exc:
-            raise RuntimeFailure(f"litestream replica file {path}: {exc.strerror}") from exc
-    else:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        name = location.replicas_root() + key
-        try:
-            body = _s3_client(location).get_object(
-                Bucket=location.root, Key=name, Range=f"bytes=0-{size - 1}"
-            )["Body"]
-            header = bytes(body.read())
-        except (BotoCoreError, ClientError) as exc:
-            raise RuntimeFailure(
-                f"Litestream replicas {location.url}: cannot read file {name}: {exc}"
-            ) from exc
-    if len(header) < size:
-        raise RuntimeFailure(f"Litestream replicas {location.url}: file {key} is truncated")
+    header = replicas.read_header(key, LTX_HEADER.size)
+    if len(header) < LTX_HEADER.size:
+        raise RuntimeFailure(f"Litestream replicas {replicas.url}: file {key} is truncated")
     return header
-
-
-def _s3_client(location: ReplicaLocation) -> Any:
-    """A client with the keys of the location's environment (the one Litestream gets), if any."""
-    import boto3
-    from botocore.config import Config
-
-    env = location.env
-    return boto3.client(
-        "s3",
-        endpoint_url=location.endpoint,
-        region_name=location.region,
-        aws_access_key_id=env.get("AWS_ACCESS_KEY_ID") or None,
-        aws_secret_access_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
-        aws_session_token=env.get("AWS_SESSION_TOKEN") or None,
-        config=Config(
-            s3={"addressing_style": "path" if location.endpoint else "auto"},
-            retries={"max_attempts": 3},
-            connect_timeout=10,
-        ),
-    )
-
-
-def _list_s3_keys(location: ReplicaLocation) -> list[str]:
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    prefix = location.replicas_root()
-    keys: list[str] = []
-    try:
-        for page in (
-            _s3_client(location)
-            .get_paginator("list_objects_v2")
-            .paginate(Bucket=location.root, Prefix=prefix)
-        ):
-            keys += [str(item["Key"])[len(prefix) :] for item in page.get("Contents", [])]
-    except (BotoCoreError, ClientError) as exc:
-        raise RuntimeFailure(
-            f"Litestream replicas {location.url}: cannot list the keys under {prefix}: {exc}"
-        ) from exc
-    return keys

@@ -26,7 +26,6 @@ from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 
-from hermes_runtime.backup.litestream import ReplicaLocation
 from hermes_runtime.backup.manifest import MANIFEST_DIR, TreeManifest
 from hermes_runtime.backup.replica_order import (
     ReplicaChoice,
@@ -35,6 +34,7 @@ from hermes_runtime.backup.replica_order import (
     newer_replicas,
     restore_replicas,
 )
+from hermes_runtime.backup.replicas.base import Replicas
 from hermes_runtime.backup.reports import RestoreReport, SnapshotInfo
 from hermes_runtime.backup.restic import NO_LOCK, ResticRepository, logged
 from hermes_runtime.backup.selection import STAGING_PREFIX
@@ -54,7 +54,7 @@ def restore_snapshot(
     snapshot: str = "latest",
     force: bool = False,
     if_empty: bool = False,
-    replicas: ReplicaLocation | None = None,
+    replicas: Replicas | None = None,
 ) -> RestoreReport:
     """Restore into ``data_dir`` all or nothing: stage beside it, check, then swap by renames.
 
@@ -146,7 +146,7 @@ def _share_staged(stage: Path, data_dir: Path) -> None:
 
 
 def _snapshot_to_restore(
-    repo: ResticRepository, snapshot: str, replicas: ReplicaLocation | None
+    repo: ResticRepository, snapshot: str, replicas: Replicas | None
 ) -> SnapshotInfo | None:
     """The snapshot; None only for ``latest`` with replicas and no snapshot in the repository."""
     if replicas is None or snapshot != "latest":
@@ -199,7 +199,7 @@ def _stage_restore(
     repo: ResticRepository,
     snapshot: SnapshotInfo | None,
     stage: Path,
-    replicas: ReplicaLocation | None,
+    replicas: Replicas | None,
     staged: RestoredTree | None = None,
 ) -> tuple[TreeManifest | None, dict[str, ReplicaChoice]]:
     """The snapshot's tree in ``stage`` (``staged``: already there), then the newer replicas.

@@ -3,8 +3,8 @@
 Usage errors belong to argparse (exit 2), so value checks live here as
 argument *types*: a bad ``--keep-last 0`` is refused before any work starts,
 with argparse's ``usage:`` line and the option's name. Defaults that come
-from the environment are resolved here too, so ``--data-dir`` means the same
-thing (``$HERMES_HOME``) in every group. The kinds of option several groups
+from the environment are the CLI's settings (``settings.py``), so ``--data-dir``
+means the same thing (``$HERMES_HOME``) in every group. The kinds of option several groups
 have (``SECONDS``, a count ``N``, ``--label KEY=VALUE``) are added here, so
 each kind is checked and shown one way; so is a result's output (``emit``).
 """
@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
 import signal
 import sys
 import threading
@@ -22,11 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
-from urllib.parse import urlsplit
 
+from hermes_runtime.cli.settings import cli_settings, http_url_problem
 from hermes_runtime.common.errors import RuntimeFailure
 
-DEFAULT_DATA_DIR = Path("/opt/data")
 DATA_DIR_HELP = "Hermes data dir (default: $HERMES_HOME, else /opt/data)"
 Handler = Callable[[argparse.Namespace], int]
 
@@ -71,13 +69,9 @@ def subcommand_help(parser: argparse.ArgumentParser, name: str) -> str:
     return ""
 
 
-def default_data_dir() -> Path:
-    """``$HERMES_HOME`` (what Hermes itself uses), else the image's ``/opt/data``."""
-    return Path(os.environ.get("HERMES_HOME", "").strip() or DEFAULT_DATA_DIR)
-
-
 def add_data_dir(parser: argparse.ArgumentParser, help_text: str = DATA_DIR_HELP) -> None:
-    parser.add_argument("--data-dir", type=Path, default=default_data_dir(), help=help_text)
+    """``--data-dir``, by default the settings' (``$HERMES_HOME``, else ``/opt/data``)."""
+    parser.add_argument("--data-dir", type=Path, default=cli_settings().data_dir, help=help_text)
 
 
 def print_json(payload: Any) -> None:
@@ -232,18 +226,6 @@ def add_plugin_wait(parser: argparse.ArgumentParser, help_text: str = PLUGIN_WAI
     add_number(parser, "--wait", SECONDS, help_text, default=0.0, zero_ok=True)
 
 
-def http_url_problem(text: str) -> str | None:
-    """Why ``text`` is not an absolute http(s) URL with a host, or None when it is one."""
-    try:
-        parts = urlsplit(text)
-        parts.port  # noqa: B018  (raises ValueError on a bad port)
-    except ValueError as exc:
-        return f"not a URL ({exc})"
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return "expected an http:// or https:// URL with a host, e.g. https://host:8200"
-    return None
-
-
 def http_url(text: str) -> str:
     """An argparse type: the URL of a server (Vault, S3, an LLM), scheme included."""
     problem = http_url_problem(text)
@@ -255,24 +237,3 @@ def http_url(text: str) -> str:
 def add_server_url(parser: argparse.ArgumentParser, flag: str, help_text: str) -> None:
     """A server's ``URL`` option (Vault, S3, an LLM), checked by ``http_url``."""
     parser.add_argument(flag, type=http_url, metavar="URL", help=help_text)
-
-
-def env_text(name: str) -> str | None:
-    """The environment variable ``name``, stripped; None when unset or blank."""
-    return os.environ.get(name, "").strip() or None
-
-
-def env_url(*names: str) -> str | None:
-    """The first of the environment variables ``names`` that is set, checked as a URL.
-
-    A default from the environment is not a usage error when it is wrong, so
-    this raises ``RuntimeFailure`` (exit 1) naming the variable.
-    """
-    for name in names:
-        value = os.environ.get(name, "").strip()
-        if value:
-            problem = http_url_problem(value)
-            if problem is not None:
-                raise RuntimeFailure(f"{name}={value!r}: {problem}")
-            return value.rstrip("/")
-    return None

@@ -1,7 +1,7 @@
 """`hermes-runtime agent prepare|run|pre-stop`: the agent image's entrypoint and its preStop hook.
 
 Every option defaults to the environment variable the chart sets (see
-``AgentSettings.from_env``), so the image's ``CMD`` is just ``hermes-runtime agent run``.
+``AgentSettings.from_environ``), so the image's ``CMD`` is just ``hermes-runtime agent run``.
 This module only parses arguments and calls :mod:`hermes_runtime.agent`, which its
 handlers import when they run (``--help`` and usage errors do not load it).
 """
@@ -9,7 +9,7 @@ handlers import when they run (``--help`` and usage errors do not load it).
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,7 +61,7 @@ def _settings(args: argparse.Namespace) -> AgentSettings:
         "stop_timeout": getattr(args, "stop_timeout", None),
     }
     given = {key: value for key, value in overrides.items() if value is not None}
-    return dataclasses.replace(AgentSettings.from_env(), **given)
+    return AgentSettings.from_environ(os.environ).model_copy(update=given)
 
 
 def _check_given_files(args: argparse.Namespace) -> None:
@@ -101,7 +101,7 @@ def handle_pre_stop(args: argparse.Namespace) -> int:
     SIGTERM, which follows the hook whatever it returns, stops the pod."""
     from hermes_runtime.agent import ANSWER_MARGIN_SECONDS, PRE_STOP, AgentSettings, ask_entrypoint
 
-    settings = AgentSettings.from_env()
+    settings = AgentSettings.from_environ(os.environ)
     socket = args.socket or settings.control_socket
     timeout = args.timeout
     if timeout is None:

@@ -24,9 +24,8 @@ from hermes_runtime.cli._shared import (
     add_verb,
     capability_type,
     emit,
-    env_text,
-    env_url,
 )
+from hermes_runtime.cli.settings import cli_settings
 from hermes_runtime.common.errors import RuntimeFailure
 
 if TYPE_CHECKING:
@@ -82,12 +81,12 @@ def _agent(args: argparse.Namespace) -> str:
         return str(args.agent)
     from hermes_runtime.backup.agents import ENV, LEGACY, checked_agent
 
-    named = env_text(ENV)
+    named = cli_settings().agent
     return checked_agent(named, ENV) if named else LEGACY
 
 
 def _endpoint(args: argparse.Namespace) -> str | None:
-    return args.s3_endpoint or env_url("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+    return args.s3_endpoint or cli_settings().url("s3_endpoint_s3", "s3_endpoint")
 
 
 def _target(args: argparse.Namespace) -> Any:

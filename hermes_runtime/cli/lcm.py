@@ -17,12 +17,12 @@ from hermes_runtime.cli._shared import (
     add_number,
     add_server_url,
     add_verb,
-    default_data_dir,
     emit,
     non_negative_int,
     positive_int,
     require_file,
 )
+from hermes_runtime.cli.settings import cli_settings, named_variable
 
 NAME = "lcm"
 HELP = "Lossless Context Management: import history, assemble context, search, expand."
@@ -109,7 +109,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--db",
         type=Path,
-        default=default_data_dir() / "lcm.db",
+        default=cli_settings().data_dir / "lcm.db",
         help="LCM database (default: $HERMES_HOME/lcm.db, else /opt/data/lcm.db)",
     )
     p.add_argument("--outputs", type=Path, help="externalized outputs dir (default: beside --db)")
@@ -204,25 +204,23 @@ def _embed_parser(verbs: Any) -> None:
 
 
 def _config(args: argparse.Namespace) -> Any:
-    from hermes_runtime.lcm import LcmConfig
+    from hermes_runtime.lcm.config import LcmConfig
 
     return LcmConfig(db_path=args.db, outputs_dir=args.outputs or args.db.parent / "outputs")
 
 
 def _summarizer(args: argparse.Namespace) -> Any:
-    from hermes_runtime.lcm import make_summarizer
+    from hermes_runtime.lcm.compact.summarize import make_summarizer
 
     if not args.llm_base_url:
         return None
-    return make_summarizer(
-        args.llm_base_url, args.llm_model, os.environ.get(args.llm_api_key_env, "")
-    )
+    return make_summarizer(args.llm_base_url, args.llm_model, named_variable(args.llm_api_key_env))
 
 
 @contextlib.contextmanager
 def _reading(args: argparse.Namespace) -> Iterator[Any]:
     """The database, read-only (refused, untouched, unless it is an LCM database)."""
-    from hermes_runtime.lcm import open_readonly
+    from hermes_runtime.lcm.ops.operations import open_readonly
 
     store = open_readonly(args.db, args.outputs)
     try:
@@ -238,7 +236,8 @@ def _import(args: argparse.Namespace) -> int:
         raise UsageError("--session goes with FILE; --hermes-state keeps each session's id")
     if args.file and (args.prefix or args.before is not None):
         raise UsageError("--prefix and --before go with --hermes-state")
-    from hermes_runtime.lcm import import_history  # after the usage checks: they need none of it
+    # after the usage checks: they need none of it
+    from hermes_runtime.lcm.ops.operations import import_history
 
     source = args.file or args.hermes_state
     require_file(source, f"--hermes-state {source}" if args.hermes_state else str(source))
@@ -270,8 +269,10 @@ def _embed(args: argparse.Namespace) -> int:
 
 def _run_embed(args: argparse.Namespace) -> Any:
     """Embed the database's backlog with progress on stderr (a bar, or JSON lines)."""
-    from hermes_runtime.lcm import LcmStore, embed_database, offline_embedder
-    from hermes_runtime.lcm.embedprogress import progress_reporter
+    from hermes_runtime.lcm.embed.embedders import offline_embedder
+    from hermes_runtime.lcm.embed.embedjob import embed_database
+    from hermes_runtime.lcm.embed.embedprogress import progress_reporter
+    from hermes_runtime.lcm.store.lcmstore import LcmStore
 
     embedder = offline_embedder(args.model, threads=args.threads)
     store = LcmStore(args.db, args.outputs, create=False)
@@ -298,7 +299,7 @@ def _embedded_text(result: Any) -> str:
 
 
 def _context(args: argparse.Namespace) -> int:
-    from hermes_runtime.lcm import context_within
+    from hermes_runtime.lcm.compact.assembly import context_within
 
     with _reading(args) as store:
         payload = context_within(store, args.session, args.budget)
@@ -307,7 +308,7 @@ def _context(args: argparse.Namespace) -> int:
 
 
 def _grep(args: argparse.Namespace) -> int:
-    from hermes_runtime.lcm import grep
+    from hermes_runtime.lcm.search.textsearch import grep
 
     with _reading(args) as store:
         hits = grep(store, args.query, args.session, args.limit, args.regex)
@@ -316,7 +317,8 @@ def _grep(args: argparse.Namespace) -> int:
 
 
 def _search(args: argparse.Namespace) -> int:
-    from hermes_runtime.lcm import embedding_backlog, search_history
+    from hermes_runtime.lcm.embed.embedstatus import embedding_backlog
+    from hermes_runtime.lcm.ops.operations import search_history
 
     with _reading(args) as store:
         found = search_history(
@@ -334,13 +336,13 @@ def _search(args: argparse.Namespace) -> int:
 
 def _search_model(args: argparse.Namespace) -> str:
     """The model a CLI search ranks with (``search_history``'s default)."""
-    from hermes_runtime.lcm import offline_embedder
+    from hermes_runtime.lcm.embed.embedders import offline_embedder
 
     return str(offline_embedder(DEFAULT_EMBEDDER).model)
 
 
 def _expand(args: argparse.Namespace) -> int:
-    from hermes_runtime.lcm import expand
+    from hermes_runtime.lcm.search.navigate import expand
 
     with _reading(args) as store:
         payload = expand(store, args.id, args.offset, args.limit)
@@ -349,7 +351,7 @@ def _expand(args: argparse.Namespace) -> int:
 
 
 def _stats(args: argparse.Namespace) -> int:
-    from hermes_runtime.lcm import stats
+    from hermes_runtime.lcm.ops.doctor import stats
 
     with _reading(args) as store:
         payload = stats(store)
@@ -358,13 +360,9 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from hermes_runtime.lcm import (
-        LcmStore,
-        doctor,
-        embedding_status,
-        rebuild_fts,
-        remove_orphan_outputs,
-    )
+    from hermes_runtime.lcm.embed.embedjob import embedding_status
+    from hermes_runtime.lcm.ops.doctor import doctor, rebuild_fts, remove_orphan_outputs
+    from hermes_runtime.lcm.store.lcmstore import LcmStore
 
     writes = args.fix or args.rebuild_fts
     store = LcmStore(args.db, args.outputs, readonly=not writes, create=False)

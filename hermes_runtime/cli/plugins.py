@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,11 +21,11 @@ from hermes_runtime.cli._shared import (
     add_verb,
     stop_on_signals,
 )
+from hermes_runtime.cli.settings import DEFAULT_PLUGIN_SPEC, cli_settings
 
 if TYPE_CHECKING:
     from hermes_runtime.plugins import LinkReport
 
-DEFAULT_SPEC = "/etc/hermes-runtime/plugins.yaml"
 NAME = "plugins"
 HELP = "Link git-synced plugin repositories into Hermes plugin directory."
 
@@ -59,13 +58,12 @@ def register(verbs: Any) -> None:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    spec = os.environ.get("HERMES_RUNTIME_PLUGIN_SPEC") or DEFAULT_SPEC
     add_data_dir(parser)
     parser.add_argument(
         "--spec",
         type=Path,
-        default=Path(spec),
-        help=f"plugin spec (default: $HERMES_RUNTIME_PLUGIN_SPEC, else {DEFAULT_SPEC})",
+        default=cli_settings().plugin_spec,
+        help=f"plugin spec (default: $HERMES_RUNTIME_PLUGIN_SPEC, else {DEFAULT_PLUGIN_SPEC})",
     )
     add_plugin_wait(parser, f"{PLUGIN_WAIT_HELP} (default 0)")
 

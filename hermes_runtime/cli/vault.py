@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,9 +22,9 @@ from hermes_runtime.cli._shared import (
     add_verb,
     capability_type,
     emit,
-    env_url,
     stop_on_signals,
 )
+from hermes_runtime.cli.settings import cli_settings
 
 if TYPE_CHECKING:
     from hermes_runtime.vault import OutputFile, VaultSettings
@@ -42,7 +41,8 @@ def add_connection_args(parser: argparse.ArgumentParser) -> None:
         "--addr",
         "Vault/OpenBao URL, e.g. https://vault.example:8200 (default: $VAULT_ADDR)",
     )
-    token_given = bool(os.environ.get(TOKEN_ENV, "").strip())
+    settings = cli_settings()
+    token_given = settings.vault_token_given
     parser.add_argument(
         "--auth",
         choices=AUTH_METHODS,
@@ -53,11 +53,10 @@ def add_connection_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--role", help="Vault role (kubernetes auth)")
     parser.add_argument("--auth-path", help="auth mount path (default: the method's name)")
     parser.add_argument("--audience", help="audience the ServiceAccount token must carry")
-    ca_cert = os.environ.get("VAULT_CACERT", "").strip()
     parser.add_argument(
         "--ca-cert",
         type=Path,
-        default=Path(ca_cert) if ca_cert else None,
+        default=settings.vault_ca_cert,
         help="PEM CA bundle to verify Vault's TLS certificate (default: $VAULT_CACERT)",
     )
     parser.add_argument(
@@ -88,7 +87,7 @@ def settings_from_args(args: argparse.Namespace) -> VaultSettings:
         raise UsageError("--auth kubernetes needs --role")
     if args.auth == "approle" and (args.role_id_file is None or args.secret_id_file is None):
         raise UsageError("--auth approle needs --role-id-file and --secret-id-file")
-    addr = args.addr or env_url("VAULT_ADDR")
+    addr = args.addr or cli_settings().url("vault_addr")
     if addr is None:
         raise UsageError("--addr is required (or set VAULT_ADDR)")
     return VaultSettings(

@@ -78,7 +78,7 @@ HeadSeconds = Annotated[float, Field(ge=0.5, le=300)]
 class HttpLimitsEnv(BaseModel):
     """The environment variables of the small HTTP ports' caps (9090 and LCM's 9091).
 
-    The entrypoint's settings model (``agent/settings.py``, ``AgentEnv``) includes these
+    The entrypoint's settings model (``agent/settings.py``, ``AgentSettings``) includes these
     fields; the gateway process, which serves LCM's port, inherits the same environment and
     reads them with ``http_limits_from_env``."""
 

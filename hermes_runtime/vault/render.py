@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from hermes_runtime.common.datadir import resolve_data_dir
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.common.logs import log_event
 from hermes_runtime.vault.auth import Session, TokenKeeper, VaultSettings, login
@@ -124,10 +125,11 @@ def filesystem_type(path: Path) -> str:
 
 
 def check_output_path(out: Path, environ: Mapping[str, str], log: TextIO | None) -> None:
-    """Refuse the data dir (it is backed up); warn when the file would land on a disk."""
+    """Refuse the data dir (it is backed up, ``resolve_data_dir``); warn when the file would
+    land on a disk."""
     resolved = out.parent.resolve() / out.name
-    home = environ.get("HERMES_HOME")
-    if home and resolved.is_relative_to(Path(home).resolve()):
+    home = resolve_data_dir(environ)
+    if resolved.is_relative_to(home.resolve()):
         raise RuntimeFailure(
             f"--out {out} is inside HERMES_HOME ({home}), which is backed up; "
             "write secrets to an in-memory volume such as /run/hermes/secrets/env"

@@ -18,7 +18,7 @@ import yaml
 from chart_testlib import CHART, render, render_error
 from pydantic import TypeAdapter
 
-from hermes_runtime.agent.settings import AgentEnv
+from hermes_runtime.agent.settings import AgentSettings
 from hermes_runtime.lcm.config import LcmSection
 from hermes_runtime.plugins import load_spec
 from hermes_runtime.plugins.spec import NAME_PATTERN, SpecItem
@@ -39,7 +39,7 @@ LCM_FIELDS = {
     ("embeddings", "model"): "embeddings_model",
     ("embeddings", "dim"): "embeddings_dim",
 }
-# agent.* values rendered into the entrypoint's environment -> the field of AgentEnv
+# agent.* values rendered into the entrypoint's environment -> the field of AgentSettings
 AGENT_FIELDS = {
     ("terminationGracePeriodSeconds",): "grace_seconds",
     ("preStopSeconds",): "prestop_seconds",
@@ -101,7 +101,7 @@ def bounds(node: dict[str, Any]) -> dict[str, Any]:
 def test_agent_fields_have_the_same_bounds(values_path: tuple[str, ...], field: str) -> None:
     """Bounds only: the chart takes whole seconds where the runtime also takes fractions."""
     chart = chart_property("agent", *values_path)
-    runtime = model_property(AgentEnv.model_json_schema(by_alias=False), field)
+    runtime = model_property(AgentSettings.model_json_schema(by_alias=False), field)
     assert bounds(chart) == bounds(runtime)
     assert chart["type"] == "integer" and runtime["type"] in ("integer", "number")
 
@@ -109,7 +109,7 @@ def test_agent_fields_have_the_same_bounds(values_path: tuple[str, ...], field: 
 def test_agent_fields_are_the_variables_the_chart_sets() -> None:
     env = {e["name"] for e in render({}).container("agent")["env"]}
     for field in AGENT_FIELDS.values():
-        assert AgentEnv.model_fields[field].alias in env
+        assert AgentSettings.model_fields[field].validation_alias in env
 
 
 def test_vault_variable_names_have_the_same_rule() -> None:

@@ -22,14 +22,14 @@ from hermes_runtime.common.errors import RuntimeFailure
 
 
 def test_the_drain_time_follows_the_grace_period_and_is_never_zero() -> None:
-    settings = AgentSettings.from_env(
+    settings = AgentSettings.from_environ(
         {
             "HERMES_RUNTIME_TERMINATION_GRACE_SECONDS": "60",
             "HERMES_RUNTIME_PRESTOP_SECONDS": "5",
         }
     )
     assert settings.stop_budget == 53  # 60 - 5 (preStop) - 2 (our own exit)
-    waiting = AgentSettings.from_env(
+    waiting = AgentSettings.from_environ(
         {
             "HERMES_RUNTIME_TERMINATION_GRACE_SECONDS": "60",
             "HERMES_RUNTIME_PRESTOP_SECONDS": "4",
@@ -38,28 +38,28 @@ def test_the_drain_time_follows_the_grace_period_and_is_never_zero() -> None:
     )
     assert waiting.drain_timeout == 31  # 60 - 20 (successor wait) - 4 - 2 - 3
     assert settings.drain_timeout == 50  # Hermes' shutdown gets the last 3 s
-    default = AgentSettings.from_env({})
+    default = AgentSettings.from_environ({})
     assert default.drain_timeout == 25  # Kubernetes' default 30 s grace period
-    tiny = AgentSettings.from_env({"HERMES_RUNTIME_TERMINATION_GRACE_SECONDS": "0"})
+    tiny = AgentSettings.from_environ({"HERMES_RUNTIME_TERMINATION_GRACE_SECONDS": "0"})
     assert tiny.drain_timeout == 1.0
 
 
 def test_the_warm_gateway_preload_list_is_read_from_the_env() -> None:
-    assert AgentSettings.from_env({}).preload == DEFAULT_PRELOAD
+    assert AgentSettings.from_environ({}).preload == DEFAULT_PRELOAD
     given = {"HERMES_RUNTIME_GATEWAY_PRELOAD": " openai, aiohttp.web "}
-    assert AgentSettings.from_env(given).preload == ("openai", "aiohttp.web")
-    assert AgentSettings.from_env({"HERMES_RUNTIME_GATEWAY_PRELOAD": "none"}).preload == ()
+    assert AgentSettings.from_environ(given).preload == ("openai", "aiohttp.web")
+    assert AgentSettings.from_environ({"HERMES_RUNTIME_GATEWAY_PRELOAD": "none"}).preload == ()
     with pytest.raises(
         RuntimeFailure,
         match="HERMES_RUNTIME_GATEWAY_PRELOAD='open-ai' is refused: open-ai is no module",
     ):
-        AgentSettings.from_env({"HERMES_RUNTIME_GATEWAY_PRELOAD": "open-ai"})
+        AgentSettings.from_environ({"HERMES_RUNTIME_GATEWAY_PRELOAD": "open-ai"})
 
 
 @pytest.mark.parametrize("value", ["soon", "-1", "inf", "nan"])
 def test_a_bad_grace_period_names_the_variable(value: str) -> None:
     with pytest.raises(RuntimeFailure, match="HERMES_RUNTIME_TERMINATION_GRACE_SECONDS"):
-        AgentSettings.from_env({"HERMES_RUNTIME_TERMINATION_GRACE_SECONDS": value})
+        AgentSettings.from_environ({"HERMES_RUNTIME_TERMINATION_GRACE_SECONDS": value})
 
 
 def test_pre_stop_turns_the_pod_unready_and_it_stays_reachable_after_its_gateway(

@@ -14,7 +14,7 @@ KEY = "k" * 32
 
 
 def test_defaults_match_the_image_contract() -> None:
-    settings = AgentSettings.from_env({})
+    settings = AgentSettings.from_environ({})
     assert settings.data_dir == Path("/opt/data")
     assert settings.metrics_port == 9090
     assert settings.api_port == 8642
@@ -24,7 +24,7 @@ def test_defaults_match_the_image_contract() -> None:
 
 
 def test_env_overrides_and_empty_values_mean_default() -> None:
-    settings = AgentSettings.from_env(
+    settings = AgentSettings.from_environ(
         {
             "HERMES_HOME": "/data",
             "HERMES_RUNTIME_PLUGIN_SPEC": "/etc/p.yaml",
@@ -43,7 +43,7 @@ def test_env_overrides_and_empty_values_mean_default() -> None:
 @pytest.mark.parametrize("value", ["http", "-1", "70000"])
 def test_a_bad_port_names_the_variable(value: str) -> None:
     with pytest.raises(RuntimeFailure, match="HERMES_RUNTIME_METRICS_PORT"):
-        AgentSettings.from_env({"HERMES_RUNTIME_METRICS_PORT": value})
+        AgentSettings.from_environ({"HERMES_RUNTIME_METRICS_PORT": value})
 
 
 def test_gateway_env_enables_the_api_server_and_loads_secrets(tmp_path: Path) -> None:
@@ -62,7 +62,7 @@ def test_gateway_env_enables_the_api_server_and_loads_secrets(tmp_path: Path) ->
 
 
 def test_without_the_front_door_the_gateway_owns_the_api_port(tmp_path: Path) -> None:
-    settings = AgentSettings.from_env(
+    settings = AgentSettings.from_environ(
         {
             "HERMES_HOME": str(tmp_path),
             "API_SERVER_PORT": "9999",
@@ -112,21 +112,21 @@ def test_hermes_respawn_storm_breaker_is_off_unless_the_operator_set_it(tmp_path
 
 
 def test_the_idempotency_ttl_defaults_to_hermes_own_and_can_be_set_or_turned_off() -> None:
-    assert AgentSettings.from_env({}).idempotency_ttl == 300.0
+    assert AgentSettings.from_environ({}).idempotency_ttl == 300.0
     env = {"HERMES_RUNTIME_IDEMPOTENCY_TTL_SECONDS": "90"}
-    assert AgentSettings.from_env(env).idempotency_ttl == 90.0
+    assert AgentSettings.from_environ(env).idempotency_ttl == 90.0
     env = {"HERMES_RUNTIME_IDEMPOTENCY_TTL_SECONDS": "0"}
-    assert AgentSettings.from_env(env).idempotency_ttl == 0.0
+    assert AgentSettings.from_environ(env).idempotency_ttl == 0.0
     with pytest.raises(RuntimeFailure, match="HERMES_RUNTIME_IDEMPOTENCY_TTL_SECONDS"):
-        AgentSettings.from_env({"HERMES_RUNTIME_IDEMPOTENCY_TTL_SECONDS": "-5"})
+        AgentSettings.from_environ({"HERMES_RUNTIME_IDEMPOTENCY_TTL_SECONDS": "-5"})
 
 
 def test_the_control_socket_front_door_cap_and_abandon_time_come_from_the_env() -> None:
-    default = AgentSettings.from_env({})
+    default = AgentSettings.from_environ({})
     assert default.control_socket == Path("/run/hermes-runtime/agent.sock")
     assert default.front_door_max_held == 256
     assert default.abandon_seconds == 40  # Kubernetes' default grace period (30 s) + 10 s
-    given = AgentSettings.from_env(
+    given = AgentSettings.from_environ(
         {
             "HERMES_RUNTIME_CONTROL_SOCKET": "/run/x/agent.sock",
             "HERMES_RUNTIME_FRONT_DOOR_MAX_HELD": "32",
@@ -141,20 +141,22 @@ def test_the_control_socket_front_door_cap_and_abandon_time_come_from_the_env() 
 @pytest.mark.parametrize("value", ["0", "-3", "many", "1.5", "100001"])
 def test_a_bad_front_door_cap_names_the_variable(value: str) -> None:
     with pytest.raises(RuntimeFailure, match="HERMES_RUNTIME_FRONT_DOOR_MAX_HELD"):
-        AgentSettings.from_env({"HERMES_RUNTIME_FRONT_DOOR_MAX_HELD": value})
+        AgentSettings.from_environ({"HERMES_RUNTIME_FRONT_DOOR_MAX_HELD": value})
 
 
 def test_the_data_volume_reserve_comes_from_the_env() -> None:
-    assert AgentSettings.from_env({}).data_min_free_bytes == 64 << 20
-    given = AgentSettings.from_env({"HERMES_RUNTIME_DATA_MIN_FREE_MIB": "8"})
+    assert AgentSettings.from_environ({}).data_min_free_bytes == 64 << 20
+    given = AgentSettings.from_environ({"HERMES_RUNTIME_DATA_MIN_FREE_MIB": "8"})
     assert given.data_min_free_mib == 8 and given.data_min_free_bytes == 8 << 20
-    assert AgentSettings.from_env({"HERMES_RUNTIME_DATA_MIN_FREE_MIB": "0"}).data_min_free_mib == 0
+    assert (
+        AgentSettings.from_environ({"HERMES_RUNTIME_DATA_MIN_FREE_MIB": "0"}).data_min_free_mib == 0
+    )
 
 
 @pytest.mark.parametrize("value", ["-1", "lots", "1.5", "1048577"])
 def test_a_bad_data_volume_reserve_names_the_variable(value: str) -> None:
     with pytest.raises(RuntimeFailure, match="HERMES_RUNTIME_DATA_MIN_FREE_MIB"):
-        AgentSettings.from_env({"HERMES_RUNTIME_DATA_MIN_FREE_MIB": value})
+        AgentSettings.from_environ({"HERMES_RUNTIME_DATA_MIN_FREE_MIB": value})
 
 
 def test_the_api_key_file_wins_over_the_env_and_vault_wins_over_it(tmp_path: Path) -> None:
@@ -170,7 +172,7 @@ def test_the_api_key_file_wins_over_the_env_and_vault_wins_over_it(tmp_path: Pat
     vault.write_text(f"API_SERVER_KEY={KEY}-from-vault\n")
     both = AgentSettings(data_dir=tmp_path, api_key_file=key_file, secrets_env=vault)
     assert gateway_env(both, base={})["API_SERVER_KEY"] == KEY + "-from-vault"
-    from_env = AgentSettings.from_env({"HERMES_RUNTIME_API_KEY_FILE": str(key_file)})
+    from_env = AgentSettings.from_environ({"HERMES_RUNTIME_API_KEY_FILE": str(key_file)})
     assert from_env.api_key_file == key_file
 
 

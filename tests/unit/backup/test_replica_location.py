@@ -11,6 +11,8 @@ import pytest
 from hermes_runtime.backup import ReplicationSettings, replica_location
 from hermes_runtime.backup.continuous import META_RELPATH, litestream_config, private_folder
 from hermes_runtime.backup.replica_order import parse_ltx_key
+from hermes_runtime.backup.replicas.files import FileReplicas
+from hermes_runtime.backup.replicas.s3 import S3Replicas
 from hermes_runtime.common.errors import RuntimeFailure
 
 S3_ENV = {
@@ -45,8 +47,15 @@ def test_s3_target_keeps_its_prefix_endpoint_and_region() -> None:
     assert "forcePathStyle=true" in url and "region=eu-west-1" in url
     assert location.replicas_root() == "team/a/litestream/hermes-runtime/"
     bare = replica_location("s3://bkp", "https://minio:9000", environ={})
+    assert isinstance(bare, S3Replicas)
     assert bare.replica_config("x.db")["path"] == "litestream/hermes-runtime/x.db"
     assert bare.endpoint == "https://minio:9000" and bare.region == "us-east-1"
+
+
+def test_the_kind_of_replicas_is_chosen_from_the_url_alone() -> None:
+    """The AWS variables of the environment never make a folder target an S3 one."""
+    assert isinstance(replica_location("file:///backup", environ=S3_ENV), FileReplicas)
+    assert isinstance(replica_location("s3://bkp", environ={}), S3Replicas)
 
 
 def test_aws_itself_needs_no_endpoint_nor_path_style() -> None:

@@ -112,19 +112,18 @@ def test_a_replica_is_never_put_through_a_symlink_of_the_stage(tmp_path: Path) -
 
 
 @pytest.mark.parametrize(
-    ("url", "root", "prefix"),
+    ("url", "root"),
     [
-        ("file:///backup/litestream", "/backup", ""),
-        ("file:///backup//litestream/", "/backup", ""),  # $(TARGET)/litestream, TARGET ends in /
-        ("s3://bkp/agent/litestream", "bkp", "agent"),
-        ("s3://bkp/litestream", "bkp", ""),
+        ("file:///backup/litestream", "/backup/litestream/hermes-runtime/"),
+        # $(TARGET)/litestream, TARGET ends in /
+        ("file:///backup//litestream/", "/backup/litestream/hermes-runtime/"),
+        ("s3://bkp/agent/litestream", "agent/litestream/hermes-runtime/"),
+        ("s3://bkp/litestream", "litestream/hermes-runtime/"),
     ],
 )
-def test_replicas_are_named_by_where_backup_replicate_writes_them(
-    url: str, root: str, prefix: str
-) -> None:
+def test_replicas_are_named_by_where_backup_replicate_writes_them(url: str, root: str) -> None:
     location = replicas_location(url, environ={})
-    assert (location.root, location.prefix) == (root, prefix)
+    assert location.replicas_root() == root
     assert location.url == url.replace("//litestream/", "/litestream")
     assert location.replica_path("lcm.db").endswith("litestream/hermes-runtime/lcm.db")
 
