@@ -1,7 +1,8 @@
 """``hermes-runtime <group> <verb>``: parse arguments, call a capability, map errors to exit codes.
 
 Exit codes: 0 success, 1 operational failure, 2 usage error (argparse's own
-convention, an unknown command included). This is the CLI's one error path:
+convention, an unknown command included), or a failure kind's own ``exit_code`` (3: the
+secrets Job refused an existing Secret). This is the CLI's one error path:
 
 - a usage error is found by argparse (types, choices, mutually exclusive
   groups) or raised as ``UsageError`` by a handler: ``usage:`` plus
@@ -35,13 +36,13 @@ from collections.abc import Collection, Sequence
 from hermes_runtime import __version__
 from hermes_runtime.cli import agent, backup, lcm, plugins, secrets, vault
 from hermes_runtime.cli._shared import UsageError
+from hermes_runtime.cli.settings import DEBUG_ENV, cli_settings
 from hermes_runtime.common.errors import RuntimeFailure
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
-DEBUG_ENV = "HERMES_RUNTIME_DEBUG"
 
 GROUPS = (plugins, backup, lcm, vault, secrets, agent)
 
@@ -84,11 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit:  # --help or a usage error: what argparse printed is flushed here
         _flush_stdout()
         raise
-    debug = bool(args.debug) or os.environ.get(DEBUG_ENV, "").strip().lower() in (
-        "1",
-        "true",
-        "yes",
-    )
+    debug = bool(args.debug) or cli_settings().debug
     try:
         code = int(args.handler(args))
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
@@ -103,6 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except RuntimeFailure as exc:
         _report(str(exc), debug)
+        return exc.exit_code
     except OSError as exc:
         _report(_describe_os_error(exc), debug)
     except Exception as exc:

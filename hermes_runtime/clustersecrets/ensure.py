@@ -99,7 +99,7 @@ def ensure_secrets(
                 log_event("secrets.refused", secret=secret.name, namespace=api.namespace)
                 refused.append(str(exc))
     if refused:
-        raise RuntimeFailure("; ".join(refused))
+        raise Refused("; ".join(refused))
     return results
 
 

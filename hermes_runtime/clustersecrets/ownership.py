@@ -32,7 +32,12 @@ ADOPT_VALUE = "secretsJob.adoptExisting"
 
 
 class Refused(RuntimeFailure):
-    """An existing Secret the Job may not keep: not its own, or without the key."""
+    """An existing Secret the Job may not keep: not its own, or without the key.
+
+    Its own exit status, so the Job's ``podFailurePolicy`` fails the Job at the first refusal:
+    another try would read the same Secret and refuse it again."""
+
+    exit_code = 3
 
 
 class Verdict(Enum):

@@ -10,7 +10,13 @@ class RuntimeFailure(Exception):
 
     The message must name the field, file or URL at fault, because it is what
     an operator reads at 3 a.m.
+
+    ``exit_code`` is the CLI's exit status for it: 1, or a failure kind's own number where a
+    caller acts on the kind (a Job's ``podFailurePolicy`` that must not retry a refusal no
+    retry can change).
     """
+
+    exit_code: int = 1
 
 
 def name_list(names: list[str], limit: int = 5) -> str:

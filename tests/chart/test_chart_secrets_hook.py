@@ -15,6 +15,8 @@ import pytest
 from chart_testlib import FULLNAME, Manifest, render, render_error
 
 from hermes_runtime.cli import build_parser
+from hermes_runtime.clustersecrets.ownership import Refused
+from hermes_runtime.common.errors import RuntimeFailure
 
 NAME = f"{FULLNAME}-secrets"
 API = f"{FULLNAME}-api"
@@ -137,3 +139,13 @@ def test_adopting_a_secret_the_chart_does_not_generate_is_refused_naming_it() ->
 @pytest.mark.parametrize("bad", ["Upper", "-x", "a_b"])
 def test_an_adopted_name_must_be_a_secret_name(bad: str) -> None:
     assert "/secretsJob/adoptExisting/0" in render_error({"secretsJob": {"adoptExisting": [bad]}})
+
+
+def test_a_refused_secret_fails_the_job_at_once_other_failures_are_retried() -> None:
+    spec = render().one("Job", NAME)["spec"]
+    assert spec["backoffLimit"] > 0  # an API server not reachable yet is retried
+    (rule,) = spec["podFailurePolicy"]["rules"]
+    assert rule["action"] == "FailJob"
+    exits = rule["onExitCodes"]
+    assert (exits["containerName"], exits["operator"]) == ("secrets", "In")
+    assert exits["values"] == [Refused.exit_code] != [RuntimeFailure.exit_code]

@@ -18,7 +18,11 @@ generated restic password, the default NetworkPolicy) and then does what that sh
   as a link out of the data dir, links into ``/proc/self``, a FIFO;
 - and then the agent keeps serving: a new turn is answered, the turn before the attack is still
   in LCM, no container restarted, the next backup job succeeds, wrote nothing outside the data
-  dir, and its snapshot restores (the verify Job).
+  dir, and its snapshot restores (the verify Job);
+- attacks the hand-over: holds ``successor.lock`` with a record pointing at a listener in
+  another namespace and calls the preStop hook in a loop (the repeats are ignored, the pod stays
+  ready and serving), then a real rollout: no client byte reaches the planted address, and the
+  new pod answers the session.
 """
 
 from __future__ import annotations
@@ -239,6 +243,66 @@ print(json.dumps({"planted": os.path.islink("/opt/data/.hermes-backup")}))
 """
 OUTSIDE = "import json, os; print(json.dumps({'outside': os.listdir('/tmp/outside')}))"
 
+# A listener in another namespace on the release's API and metrics ports: what a planted
+# successor.lock points the stopping pod at. It answers every request with a made-up proof and
+# prints, after each, the bytes each port has received; the API port must get none.
+LISTEN = """
+import json, socket, sys, threading, time
+spec = json.loads(sys.argv[1])
+received = {str(port): 0 for port in spec["ports"]}
+def serve(port):
+    server = socket.create_server(("0.0.0.0", port))
+    while True:
+        conn, _ = server.accept()
+        conn.settimeout(2)
+        try:
+            data = conn.recv(65536)
+            received[str(port)] += len(data)
+            print(json.dumps(received), flush=True)
+            conn.sendall(b"HTTP/1.0 200 OK\\r\\n\\r\\n" + b"0" * 64)
+        except OSError:
+            pass
+        conn.close()
+for port in spec["ports"]:
+    threading.Thread(target=serve, args=(port,), daemon=True).start()
+print(json.dumps(received), flush=True)
+time.sleep(spec["seconds"])
+"""
+
+# From the agent's shell: hold successor.lock (as a waiting successor would) with a record that
+# points at the listener, in a process that outlives this exec. Whether the lock is held.
+HOLD_SUCCESSOR_LOCK = """
+import json, subprocess, sys
+code = '''
+import fcntl, os, sys, time
+fd = os.open("/opt/data/.hermes-runtime/successor.lock", os.O_RDWR | os.O_CREAT, 0o664)
+fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+os.ftruncate(fd, 0)
+os.pwrite(fd, sys.argv[1].encode(), 0)
+print("held", flush=True)
+time.sleep(3600)
+'''
+holder = subprocess.Popen(
+    [sys.executable, "-c", code, sys.argv[1]], start_new_session=True,
+    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+)
+print(json.dumps({"held": holder.stdout.readline().decode().strip() == "held"}))
+"""
+
+# The preStop hook called from the agent's shell, three times in a row: what each answered.
+PRE_STOP_LOOP = """
+import json, subprocess
+answers = []
+for _ in range(3):
+    done = subprocess.run(
+        ["hermes-runtime", "agent", "pre-stop", "--json"],
+        capture_output=True, text=True, timeout=120,
+    )
+    answers.append(json.loads(done.stdout) if done.returncode == 0 else done.stderr[-500:])
+print(json.dumps({"answers": answers}))
+"""
+LISTEN_SECONDS = 1800  # at most: deleted once read
+
 
 @pytest.fixture
 def other_namespace(cluster: kube.Cluster) -> Iterator[str]:
@@ -264,6 +328,32 @@ def in_agent(
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def start_listener(cluster: kube.Cluster, namespace: str) -> str:
+    """The LISTEN pod in `namespace`, running; its name."""
+    spec = {"ports": [PORTS["api"], PORTS["metrics"]], "seconds": LISTEN_SECONDS}
+    pod = kube.restricted_pod(
+        kube.unique_name("listen"), images.ref("agent"), ["python3", "-c", LISTEN, json.dumps(spec)]
+    )
+    cluster.core.create_namespaced_pod(namespace, pod)
+    name = str(pod.metadata.name)
+    kube.wait_until(lambda: "{" in pod_log_or_empty(cluster, namespace, name), 180, name)
+    return name
+
+
+def pod_log_or_empty(cluster: kube.Cluster, namespace: str, name: str) -> str:
+    try:
+        return kube.pod_log(cluster, namespace, name)
+    except client.ApiException:
+        return ""  # not started yet
+
+
+def listener_report(cluster: kube.Cluster, namespace: str, name: str) -> dict[str, int]:
+    """Bytes the LISTEN pod has received by port; the pod is deleted."""
+    log = kube.pod_log(cluster, namespace, name)
+    cluster.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+    return dict(json.loads(log.strip().splitlines()[-1]))
 
 
 def secret_value(cluster: kube.Cluster, namespace: str, name: str, key: str) -> str:
@@ -478,3 +568,36 @@ def test_an_injected_shell_reaches_nothing_and_the_agent_keeps_serving(
         if e.involved_object.name == before and e.reason in ("Killing", "BackOff")
     ]
     assert not stopped, stopped
+
+    # 8. The hand-over, attacked from the agent's shell: a successor.lock held with a record
+    # that points at a listener in another namespace, then the preStop hook in a loop. The
+    # first call is taken (a successor "waits": the pod stays ready and serving), the repeats
+    # are ignored and logged; then a real rollout. The stopping pod asks the planted address
+    # for the release's proof, gets a made-up one, and relays no client there: the listener's
+    # API port receives no byte, and the new pod answers the agent's session.
+    listener = start_listener(cluster, other_namespace)
+    listener_ip = cluster.core.read_namespaced_pod(listener, other_namespace).status.pod_ip
+    record = {"host": listener_ip, "api_port": PORTS["api"], "metrics_port": PORTS["metrics"]}
+    assert in_agent(cluster, namespace, HOLD_SUCCESSOR_LOCK, json.dumps(record)) == {"held": True}
+    loop = in_agent(cluster, namespace, PRE_STOP_LOOP)["answers"]
+    assert all(isinstance(answer, dict) for answer in loop), loop
+    assert [answer.get("ignored", False) for answer in loop] == [False, True, True], loop
+    log = kube.pod_log(cluster, namespace, after, "agent")
+    assert log.count("agent.pre_stop.ignored") >= 2, log[-3000:]
+    name, ready, restarts = agent_state(cluster, namespace)
+    assert (name, ready) == (after, True) and not any(restarts.values()), restarts
+    assert chat(cluster, namespace, session, ["Are you still serving?"])[-1]
+
+    kube.kubectl(cluster, namespace, "rollout", "restart", f"deployment/{FULLNAME}")
+
+    def replaced() -> bool:
+        pods = cluster.core.list_namespaced_pod(namespace, label_selector=AGENT_SELECTOR).items
+        alone = len(pods) == 1 and pods[0].metadata.name != after
+        return alone and agent_state(cluster, namespace)[1]
+
+    kube.wait_until(replaced, 420, "the rolled-out agent pod alone and Ready")
+    assert chat(cluster, namespace, session, ["Back after the rollout?"])[-1]
+    assert lcm_json(cluster, namespace, "grep", codeword)["results"]
+    heard = listener_report(cluster, other_namespace, listener)
+    print(f"bytes the planted successor address received, by port: {heard}")
+    assert heard[str(PORTS["api"])] == 0, heard

@@ -184,6 +184,12 @@ def test_default_policy_confines_the_agent_and_the_release_still_works(
 
     target_ip = start_target(cluster, other_namespace)
     api_ip, api_port = api_server_endpoint(cluster)
+    # ci.yaml's kubeApi.discover: the secrets Job's policy names the API server's own address
+    # and port, looked up at install, and nothing else (the hook ran through it: installed).
+    (secrets_policy,) = [p for p in policies.items if p.metadata.name == f"{FULLNAME}-secrets"]
+    (rule,) = secrets_policy.spec.egress
+    assert [peer.ip_block.cidr for peer in rule.to] == [f"{api_ip}/32"], rule.to
+    assert [port.port for port in rule.ports] == [api_port], rule.ports
     (agent,) = cluster.core.list_namespaced_pod(namespace, label_selector=AGENT_SELECTOR).items
     agent_ip = agent.status.pod_ip
     target_svc = f"{TARGET}.{other_namespace}.svc.cluster.local"

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from kubernetes import client
 
 from . import images, kube
 
@@ -59,3 +60,33 @@ def test_install_with_ci_values_is_ready_healthy_and_passes_helm_test(
     assert result.logs.strip(), f"GET {url} returned an empty body"
 
     helm.test(RELEASE)
+
+
+@pytest.mark.timeout(600)
+def test_a_secret_someone_else_created_is_refused_at_once_and_named(
+    cluster: kube.Cluster, namespace: str, helm: kube.Helm
+) -> None:
+    """Whoever can create Secrets in the namespace pre-seeds the backup password the chart
+    would generate: the install fails at the secrets Job's first refusal (its podFailurePolicy,
+    no retries), and what Helm prints names the Secret and the value that adopts it."""
+    images.require(IMAGES)
+    password = f"{RELEASE}-hermes-agent-backup-password"
+    seeded = client.V1Secret(
+        metadata=client.V1ObjectMeta(name=password),
+        string_data={"RESTIC_PASSWORD": "known-to-whoever-made-it"},
+    )
+    created = cluster.core.create_namespaced_secret(namespace, seeded)
+    with pytest.raises(AssertionError) as failed:
+        helm.install(RELEASE, CHART, values=[CI_VALUES], timeout="4m")
+    said = str(failed.value)
+    assert password in said and "secretsJob.adoptExisting" in said, said[-3000:]
+    batch = client.BatchV1Api(cluster.api)
+    job = batch.read_namespaced_job(f"{RELEASE}-hermes-agent-secrets", namespace)
+    reasons = [c.reason for c in job.status.conditions or [] if c.type == "Failed"]
+    assert reasons == ["PodFailurePolicy"], job.status
+    tries = cluster.core.list_namespaced_pod(
+        namespace, label_selector=f"job-name={job.metadata.name}"
+    )
+    assert len(tries.items) == 1, [p.metadata.name for p in tries.items]  # no retry
+    kept = cluster.core.read_namespaced_secret(password, namespace)  # untouched, not marked
+    assert kept.metadata.resource_version == created.metadata.resource_version
