@@ -25,6 +25,14 @@ REGISTRY ?= localhost:5001
 # starts); compileall writes the .pyc files explicitly and Python still reads them.
 COMPILE = $(BIN)/python -m compileall -q -j 0 hermes_runtime tests bench >/dev/null
 KUBECONFIG_LOCAL := $(CURDIR)/.cache/kind/kubeconfig
+# The multi-node cluster (ci/kind/multi-up.sh): NODES nodes in all, a control plane and
+# NODES-1 workers (at least 3 nodes), beside the single-node cluster.
+KUBECONFIG_MULTI := $(CURDIR)/.cache/kind-multi/kubeconfig
+NODES ?= 3
+# The multi-node tier's cluster: the local one unless MULTINODE_KUBECONFIG names yours (with
+# the classes `local-path` and `shared-path`, pulling from REGISTRY).
+MULTINODE_KUBECONFIG ?=
+E2E_MULTINODE_IMAGES := agent fake-llm git-server busybox
 export PATH := $(BIN):$(TOOLS_BIN):$(PATH)
 PYTEST := $(BIN)/pytest
 PYTEST_ARGS ?=
@@ -42,15 +50,16 @@ E2E_PYTEST := $(PYTEST) tests/e2e -n $(E2E_WORKERS) --dist load --longest-first 
 TEST_WORKERS ?= 3
 TIER_PYTEST := $(PYTEST) -n $(TEST_WORKERS) --dist worksteal
 
-.PHONY: help system-deps venv tools images demo-images integration-images image-test-images image image-push image-tests unit integration chart py314 e2e test lint demo cluster cluster-down clean
+.PHONY: help system-deps venv tools images demo-images integration-images image-test-images image image-push image-tests unit integration chart py314 e2e e2e-multinode test lint demo cluster cluster-down cluster-multi cluster-multi-down clean
 
 help:
 	@echo "make demo   - the main job: cluster, images, helm install, a conversation, a backup"
 	@echo "make test   - every test tier (installs what it needs)"
 	@echo "make lint   - ruff + mypy"
-	@echo "make unit | integration | chart | image-tests | py314 | e2e   (benchmarks: docs/benchmarks.md)"
+	@echo "make unit | integration | chart | image-tests | py314 | e2e | e2e-multinode   (benchmarks: docs/benchmarks.md)"
 	@echo "make image | image-push REGISTRY=...   - the agent image, tagged with the chart appVersion"
 	@echo "make cluster | cluster-down   - the kind cluster and local registry (docs/cluster.md)"
+	@echo "make cluster-multi [NODES=3] | cluster-multi-down   - the multi-node kind cluster"
 
 .cache:
 	mkdir -p $(CACHE_HOME)
@@ -119,6 +128,13 @@ cluster: venv tools
 cluster-down:
 	ci/cluster-down.sh
 
+cluster-multi: venv tools
+	NODES=$(NODES) ci/kind/multi-up.sh
+	@echo "export KUBECONFIG=$(KUBECONFIG_MULTI)"
+
+cluster-multi-down:
+	ci/kind/multi-down.sh
+
 # Against the user's KUBECONFIG when set (images pushed to REGISTRY, which it must pull from);
 # otherwise the local kind cluster and registry, brought up first (warm: about a minute).
 # The node restart (tests/e2e/test_faults_node.py) stops every pod of the node, so it runs
@@ -128,6 +144,17 @@ e2e: venv tools
 	REGISTRY=$(REGISTRY) ci/e2e-prepare.sh $(E2E_IMAGES)
 	KUBECONFIG="$${KUBECONFIG:-$(KUBECONFIG_LOCAL)}" $(E2E_PYTEST) -m "not node_restart" $(PYTEST_ARGS)
 	$(if $(filter-out $(KUBECONFIG_LOCAL),$(KUBECONFIG)),@echo "e2e: the node restart (-m node_restart) runs only on the local kind cluster: not run against $(KUBECONFIG)",KUBECONFIG="$(KUBECONFIG_LOCAL)" $(PYTEST) tests/e2e -n 0 -m node_restart $(PYTEST_ARGS))
+
+# The multi-node tier (tests/e2e_multinode): drains and storage that follows a pod, on the
+# multi-node cluster (brought up first: warm about 15 s, cold about 90 s once the node image
+# exists), its images pushed as for `make e2e`. The scenarios cordon and drain nodes: one at a
+# time.
+e2e-multinode: venv tools
+	$(if $(MULTINODE_KUBECONFIG),true,NODES=$(NODES) ci/kind/multi-up.sh)
+	REGISTRY=$(REGISTRY) ci/build-images.sh $(E2E_MULTINODE_IMAGES)
+	KUBECONFIG="$(or $(MULTINODE_KUBECONFIG),$(KUBECONFIG_MULTI))" \
+	  HERMES_MULTINODE_NODES=$(if $(MULTINODE_KUBECONFIG),0,$(NODES)) \
+	  $(PYTEST) tests/e2e_multinode -n 0 -o cache_dir=$(CURDIR)/.cache/pytest $(PYTEST_ARGS)
 
 # The cluster's Go binaries compile in the background while the venv, tools and images are
 # installed (mostly network waits); nothing to do when cached (ci/with-background.sh). The tiers
@@ -142,6 +169,7 @@ test: system-deps | .cache
 	$(TIER_PYTEST) tests/unit tests/integration tests/chart tests/image $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory py314
 	$(MAKE) --no-print-directory e2e
+	$(MAKE) --no-print-directory e2e-multinode
 
 lint: venv
 	$(BIN)/ruff check hermes_runtime tests bench
