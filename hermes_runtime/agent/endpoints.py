@@ -60,7 +60,7 @@ from hermes_runtime.common.boundedhttp import REFUSAL, ServerLimits, Slots
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.common.logs import log_event
 from hermes_runtime.common.sqlite import connect
-from hermes_runtime.lcm import selected_config
+from hermes_runtime.lcm.config import selected_config
 
 PROBE_TIMEOUT = 2.0  # seconds per check; the kubelet's own timeout is the outer bound
 MAX_DISCARDED_BODY = 64 * 1024  # a refused request's body read before closing
@@ -240,6 +240,7 @@ class Endpoints:
         elif path == "/ready":
             checks = await self._checks()
             ok = all(verdict == "ok" for verdict in checks.values())
+            self._metrics.ready.set(1.0 if ok else 0.0)
             await _send(writer, method, 200 if ok else 503, {"ready": ok, "checks": checks})
         elif path == SUCCESSOR_PROOF_PATH:
             nonce = parse_qs(query).get("nonce", [""])[0]

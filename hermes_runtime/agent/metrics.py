@@ -1,6 +1,7 @@
 """Prometheus figures of the agent entrypoint: gateway restarts and crashes, plugin link
-results, uptime, the data volume's free space, the outcome of the last backups (read from
-the status record on the data volume) and of the Vault refresher's last refresh.
+results, the front door's connections and its cap, the last /ready verdict, uptime, the data
+volume's free space and reserve, the outcome of the last backups (read from the status record
+on the data volume) and of the Vault refresher's last refresh. docs/metrics.md lists them all.
 
 Each ``AgentMetrics`` owns its registry (no process-global collectors), so tests and several
 supervisors in one process never clash.
@@ -24,6 +25,9 @@ from hermes_runtime.common.logs import log_event
 from hermes_runtime.plugins import LinkReport
 from hermes_runtime.vault import read_refresh_status, refresh_status_path
 
+# The front door's connection outcomes (frontdoor.py), each series exported from 0.
+FRONT_DOOR_OUTCOMES = ("forwarded", "relayed", "gave_up", "refused", "full")
+
 
 @dataclass
 class AgentMetrics:
@@ -34,8 +38,9 @@ class AgentMetrics:
     # A path on the data volume whose filesystem the free-space gauges measure (None: the
     # backup status record's, which lives on the data volume; neither: no such gauges).
     data_volume: Path | None = None
-    # The Vault refresher's status beside the agent's secrets file (None: no such series).
-    secrets_refresh_status: Path | None = field(default_factory=lambda: secrets_status_from_env())
+    # The Vault refresher's status beside the agent's secrets file (None: no such series;
+    # ``secrets_status_path`` gives it from the settings' secrets file).
+    secrets_refresh_status: Path | None = None
 
     def __post_init__(self) -> None:
         self.gateway_restarts = Counter(
@@ -78,6 +83,14 @@ class AgentMetrics:
             ["outcome"],
             registry=self.registry,
         )
+        for outcome in FRONT_DOOR_OUTCOMES:  # every series from 0: increase() sees the first
+            self.front_door_connections.labels(outcome=outcome)
+        self.front_door_max_held = Gauge(
+            "hermes_runtime_front_door_max_held",
+            "The most client connections the API port holds waiting for a gateway "
+            "(HERMES_RUNTIME_FRONT_DOOR_MAX_HELD); past it new ones are refused.",
+            registry=self.registry,
+        )
         self.front_door_held = Gauge(
             "hermes_runtime_front_door_held",
             "Client connections on the API port waiting for a gateway now (capped by "
@@ -88,6 +101,18 @@ class AgentMetrics:
             "hermes_runtime_front_door_wait_seconds",
             "Seconds a client connection waited for a gateway (long while one restarts).",
             buckets=(0.005, 0.05, 0.25, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+            registry=self.registry,
+        )
+        self.ready = Gauge(
+            "hermes_runtime_ready",
+            "1 when the last /ready answered 200 (the kubelet's readiness probe), 0 when it "
+            "answered 503 (0 too before the first probe).",
+            registry=self.registry,
+        )
+        self.data_volume_reserve = Gauge(
+            "hermes_runtime_data_volume_reserve_bytes",
+            "Free bytes the data volume keeps in reserve (HERMES_RUNTIME_DATA_MIN_FREE_MIB): "
+            "under it the front door refuses new turns and /ready answers 503.",
             registry=self.registry,
         )
         uptime = Gauge(
@@ -112,11 +137,10 @@ class AgentMetrics:
         self.plugin_link_runs.labels(outcome="ok" if report.ok else "failed").inc()
 
 
-def secrets_status_from_env() -> Path | None:
-    """Beside HERMES_RUNTIME_SECRETS_ENV (the agent's Vault env file), where the refresher
-    sidecar notes its outcome; unset: no Vault, no such series."""
-    env_file = os.environ.get("HERMES_RUNTIME_SECRETS_ENV")
-    return refresh_status_path(Path(env_file)) if env_file else None
+def secrets_status_path(secrets_env: Path | None) -> Path | None:
+    """Beside the agent's Vault env file (``AgentSettings.secrets_env``), where the refresher
+    sidecar notes its outcome; no such file named: no Vault, no such series."""
+    return refresh_status_path(secrets_env) if secrets_env is not None else None
 
 
 class SecretsRefreshCollector(Collector):

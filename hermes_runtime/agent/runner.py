@@ -36,7 +36,7 @@ from hermes_runtime.agent.frontdoor import DoorPolicy, FrontDoor
 from hermes_runtime.agent.gateway import gateway_command, gateway_env, mark_planned_stop
 from hermes_runtime.agent.handover import HandOver
 from hermes_runtime.agent.hook import PRE_STOP
-from hermes_runtime.agent.metrics import AgentMetrics
+from hermes_runtime.agent.metrics import AgentMetrics, secrets_status_path
 from hermes_runtime.agent.seed import SeedResult, seed_config, seed_soul
 from hermes_runtime.agent.settings import AgentSettings
 from hermes_runtime.agent.successor import Announcement, RelayPolicy, Successor, answer_proof
@@ -162,7 +162,10 @@ def run_agent(settings: AgentSettings, metrics: AgentMetrics | None = None) -> i
     is already started and imports its libraries (``zygote.py``), and once warm this pod
     announces itself as the successor, which ends the old pod's preStop wait. Then ``_serve``.
     """
-    metrics = metrics or AgentMetrics(backup_status_file=backup_status_path(settings.data_dir))
+    metrics = metrics or AgentMetrics(
+        backup_status_file=backup_status_path(settings.data_dir),
+        secrets_refresh_status=secrets_status_path(settings.secrets_env),
+    )
     ensure_data_dir(settings)
     path = lock_path(settings.state_dir)
     # One gateway per data volume: wait for the one before us (a pod being replaced) to exit
@@ -258,6 +261,8 @@ async def _serve(
     supervisor.install_signal_handlers(on_stop=handover.terminate)
     policy = DoorPolicy(max_held=settings.front_door_max_held, limits=settings.front_door_limits)
     reserve = DataReserve(settings.data_dir, settings.data_min_free_bytes)
+    metrics.front_door_max_held.set(policy.max_held)
+    metrics.data_volume_reserve.set(settings.data_min_free_bytes)
     async with contextlib.AsyncExitStack() as servers:
         door = await _front_door(servers, settings, handover, supervisor, policy, metrics, reserve)
         readiness = _readiness(settings, supervisor, handover, policy.hold_seconds, reserve)

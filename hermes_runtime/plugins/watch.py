@@ -73,8 +73,12 @@ def watch(
     interval: float = DEFAULT_INTERVAL,
     baseline: LinkReport | None = None,
     wait_seconds: float = 0,
+    on_report: Callable[[LinkReport], None] | None = None,
 ) -> None:
     """Poll until ``stop`` is set; call ``on_change(report)`` when the loaded set changes.
+
+    ``on_report`` sees every convergence's report, a failed one too (which changes nothing
+    loaded, so ``on_change`` never hears of it): the agent's metrics say a plugin is stale.
 
     ``baseline`` is the report of the entrypoint's own first ``link_plugins``
     (the gateway already runs that state); without one, the first convergence
@@ -90,6 +94,8 @@ def watch(
         if snapshot != last_snapshot or due:
             last_snapshot = snapshot
             report = _converge_once(data_dir, spec_path, wait_seconds)
+            if report is not None and on_report is not None:
+                on_report(report)
             retry_at = (
                 None if report is not None and report.ok else time.monotonic() + RETRY_SECONDS
             )

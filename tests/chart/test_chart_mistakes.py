@@ -31,20 +31,8 @@ VAULT = {"path": "secret/data/hermes", "key": "k", "env": "LLM_API_KEY"}
 
 # case -> (values, text the error must contain: the field, as path or dotted name)
 SCHEMA_MISTAKES: dict[str, tuple[dict[str, Any], str]] = {
-    "cpu with a doubled unit": (
-        {"agent": {"resources": {"requests": {"cpu": "250mm"}}}},
-        "/agent/resources/requests/cpu",
-    ),
-    "memory written like a file size": (
-        {"agent": {"resources": {"limits": {"memory": "2GB"}}}},
-        "/agent/resources/limits/memory",
-    ),
-    "git-sync memory with a space": (
-        {"gitSync": {"resources": {"limits": {"memory": "128 Mi"}}}},
-        "/gitSync/resources/limits/memory",
-    ),
     "backup cpu negative": (
-        {"backup": {"resources": {"requests": {"cpu": "-1"}}}},
+        {"backup": {"resources": {"requests": {"cpu": -1}}}},
         "/backup/resources/requests/cpu",
     ),
     "resources with a typo": ({"agent": {"resources": {"request": {"cpu": "1"}}}}, "request"),
@@ -105,7 +93,6 @@ SCHEMA_MISTAKES: dict[str, tuple[dict[str, Any], str]] = {
     "vault address without a scheme": ({"vault": {"address": "vault:8200"}}, "/vault/address"),
     "port out of range": ({"metrics": {"port": 90900}}, "/metrics/port"),
     "gateway port out of range": ({"apiServer": {"gatewayPort": 70000}}, "/apiServer/gatewayPort"),
-    "cron with four fields": (cron("0 3 * *"), "/backup/schedule"),
     "host alias without an ip": (
         {"agent": {"hostAliases": [{"hostnames": ["llm.internal"]}]}},
         "/agent/hostAliases/0",
@@ -129,6 +116,24 @@ SCHEMA_MISTAKES: dict[str, tuple[dict[str, Any], str]] = {
 }
 
 TEMPLATE_MISTAKES: dict[str, tuple[dict[str, Any], str]] = {
+    # Quantities and schedules: the schema checks only their type, so the message is readable.
+    "cpu with a doubled unit": (
+        {"agent": {"resources": {"requests": {"cpu": "250mm"}}}},
+        "agent.resources.requests.cpu",
+    ),
+    "memory written like a file size": (
+        {"agent": {"resources": {"limits": {"memory": "2GB"}}}},
+        "agent.resources.limits.memory",
+    ),
+    "git-sync memory with a space": (
+        {"gitSync": {"resources": {"limits": {"memory": "128 Mi"}}}},
+        "gitSync.resources.limits.memory",
+    ),
+    "backup cpu negative as text": (
+        {"backup": {"resources": {"requests": {"cpu": "-1"}}}},
+        "backup.resources.requests.cpu",
+    ),
+    "cron with four fields": (cron("0 3 * *"), "backup.schedule"),
     "two plugins with one name": ({"plugins": [plugin(), plugin(ref="v2")]}, "plugins[1].name"),
     "plugin named like the built-in lcm": ({"plugins": [plugin("lcm")]}, "plugins[0].name"),
     "plugin names equal once '_' is '-'": (

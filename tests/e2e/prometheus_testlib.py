@@ -49,8 +49,9 @@ EVALUATION_INTERVAL = "3s"
 def monitoring_values() -> dict[str, Any]:
     """Values of the hermes-agent release: a fast ServiceMonitor, this Prometheus let in.
 
-    `serviceMonitor.enabled` stays off for the install (the chart refuses it on a cluster
-    without the API); `render_monitoring` turns it on, as on an operator's cluster."""
+    `serviceMonitor.enabled` and both `prometheusRule.enabled` stay off for the install (the
+    chart refuses them on a cluster without the API); `render_monitoring` turns them on, as
+    on an operator's cluster."""
     return {
         "metrics": {
             "serviceMonitor": {
@@ -74,6 +75,8 @@ def render_monitoring(
     for api in MONITORING_APIS:
         args += ["--api-versions", api]
     args += ["--set", "metrics.serviceMonitor.enabled=true"]
+    args += ["--set", "metrics.prometheusRule.enabled=true"]
+    args += ["--set", "backup.prometheusRule.enabled=true"]
     docs = [d for d in yaml.safe_load_all(helm.run(*args, timeout=120)) if d]
     monitors = [d for d in docs if d["kind"] == "ServiceMonitor"]
     rules = [d for d in docs if d["kind"] == "PrometheusRule"]
@@ -214,6 +217,14 @@ class AlertWatch:
         )
         assert answer.status_code == 200, answer.text
         return list(answer.json()["data"]["result"])
+
+    def query_status(self, expr: str) -> tuple[int, dict[str, Any]]:
+        """An instant query's HTTP status and body, an error included (a bad expression)."""
+        url = f"{self.base_url}/api/v1/query"
+        answer = kube.with_transport_retries(
+            "prometheus query", lambda: httpx.get(url, params={"query": expr}, timeout=10)
+        )
+        return answer.status_code, dict(answer.json())
 
     def wait_scraped(self, expr: str, timeout: float = 120) -> list[dict[str, Any]]:
         """Poll until ``expr`` returns a sample (the target is up and scraped)."""

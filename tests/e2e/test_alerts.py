@@ -13,11 +13,16 @@ pass integrity_check (tests/e2e/faults_testlib.py).
   the status record's error names the endpoint; SeaweedFS back: both clear (the next backup
   succeeds into the same repository).
 - Gateway killed in a loop (SIGKILL three times; the supervisor restarts it in place):
-  HermesGatewayRestarting fires, with nothing of the agent restarted by the kubelet.
+  HermesGatewayRestarting fires, with nothing of the agent restarted by the kubelet. Right
+  after each kill more connections than the front door holds (`agent.frontDoorMaxHeld`, 256)
+  are opened from inside the pod: those past its maximum are refused with a 503, and
+  HermesFrontDoorSaturated fires (quiet before: a healthy agent refuses nothing).
 - Data volume filled (a tmpfs volume, tests/e2e/storage_testlib.py): HermesDataVolumeFull
   goes pending then firing while the volume still has room (above `agent.dataVolume.minFreeMiB`,
-  8 MiB here: the pod still serves); then filled to the last byte (a new file is refused) for a
-  while the clients keep chatting; the ballast removed, the alert clears and the agent serves.
+  8 MiB here: the pod still serves, HermesDataVolumeReserveReached stays quiet); then filled
+  to the last byte (a new file is refused) while the clients keep chatting, until
+  HermesDataVolumeReserveReached and HermesAgentUnready (/ready answers 503) fire, and
+  FULL_SECONDS at least; the ballast removed, the three alerts clear and the agent serves.
   The full volume's own checks come last (so the alert's clearing and the data checks run
   whatever they find): /ready's data check answers 503 while the volume is full (under the
   reserve the front door refuses new turns with a 503), and every turn answered with HTTP 200
@@ -88,9 +93,14 @@ RESTART_VALUES = {
             "dataVolumeFor": "10s",
             "gatewayCrashes": 3,
             "gatewayCrashWindow": "2m",
+            "frontDoorWindow": "2m",
+            "reserveFor": "5s",
+            "unreadyFor": "5s",
         }
     },
 }
+SATURATED = "HermesFrontDoorSaturated"
+FULL_ALERTS = ("HermesDataVolumeReserveReached", "HermesAgentUnready")
 # The reserve under which the agent takes no new turns: below the alert's threshold (12 MiB
 # free of 96), so the alert fires while the pod still serves; the full volume is under it.
 VOLUME_VALUES = {
@@ -102,8 +112,21 @@ KILLS = 3  # under the supervisor's 5 crashes a minute, after which the containe
 # In the agent container: SIGKILL the gateway KILLS times, each time once its successor runs
 # (a new pid in the gateway's own pid file); prints the time of each kill.
 KILL_LOOP = """
-import json, os, signal, sys, time
+import json, os, signal, socket, sys, time
+port = int(os.environ.get("API_SERVER_PORT", "8642"))
 killed = []
+def knock(count):
+    # Connections to the front door while no gateway accepts: up to its maximum are held,
+    # the rest refused.
+    opened = []
+    for _ in range(count):
+        try:
+            opened.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        except OSError:
+            pass
+    time.sleep(0.5)
+    for conn in opened:
+        conn.close()
 def current():
     try:
         pid = json.load(open("/opt/data/gateway.pid"))["pid"]
@@ -120,6 +143,7 @@ for _ in range(int(sys.argv[1])):
     time.sleep(1)
     os.kill(pid, signal.SIGKILL)
     killed.append(pid)
+    knock(300)
     print(time.time(), pid, flush=True)
 """
 # In the agent container: write a ballast until only argv[1] of the data volume is free (0:
@@ -328,10 +352,16 @@ def test_gateway_killed_in_a_loop_fires_the_restart_alert(
     images.require(IMAGES)
     began = time.monotonic()
     alert = "HermesGatewayRestarting"
-    assert alert in start_release(cluster, namespace, helm, tmp_path, RESTART_VALUES)
+    alerts = start_release(cluster, namespace, helm, tmp_path, RESTART_VALUES)
+    assert {alert, SATURATED} <= set(alerts), alerts
     with kube.port_forward(cluster, namespace, "svc/prometheus", 9090) as port:
         watch = prom.AlertWatch(f"http://127.0.0.1:{port}")
         quiet_and_scraped(watch, alert)
+        watch.wait_scraped(
+            f'hermes_runtime_front_door_connections_total{{{JOB},outcome="refused"}}'
+        )
+        quiet = watch.poll()
+        assert SATURATED not in quiet, quiet
         print(f"\ninstalled and scraped in {time.monotonic() - began:.0f} s")
         pod = lib.serving_pod_name(cluster, namespace)
         start = time.time()
@@ -340,6 +370,9 @@ def test_gateway_killed_in_a_loop_fires_the_restart_alert(
         assert len(kills) == KILLS, out
         firing = watch.wait_for(alert, "firing", 120)
         assert firing > kills[-1] - 1, (firing, kills)  # not before the loop
+        saturated = watch.wait_for(SATURATED, "firing", 120)
+        assert saturated > kills[0] - 1, (saturated, kills)
+        print(f"front door saturated: firing {saturated - start:.1f} s after the first kill")
         assert lib.serving_pod_name(cluster, namespace) == pod, "the pod was replaced"
         assert lib.agent_container_restarts(cluster, namespace) == 0, "kubelet restart"
         # It clears once the window (2m) holds fewer crashes: not waited for here.
@@ -367,6 +400,10 @@ def test_a_full_data_volume_fires_its_alert_and_loses_no_acknowledged_turn(
         with kube.port_forward(cluster, namespace, "svc/prometheus", 9090) as port:
             watch = prom.AlertWatch(f"http://127.0.0.1:{port}")
             quiet_and_scraped(watch, alert, VOLUME_MIB)
+            quiet = watch.poll()
+            assert not set(FULL_ALERTS) & set(quiet), quiet
+            for other in FULL_ALERTS:
+                watch.forget(other)  # seen while the pod started (unready then): not this
             print(f"\ninstalled and scraped in {time.monotonic() - began:.0f} s")
             start = time.time()
             near = json.loads(
@@ -376,6 +413,8 @@ def test_a_full_data_volume_fires_its_alert_and_loses_no_acknowledged_turn(
             pending = watch.wait_for(alert, "pending", 60)
             firing = watch.wait_for(alert, "firing", 60)
             assert pending < firing
+            near = watch.poll()  # over the reserve: the agent still takes turns
+            assert not set(FULL_ALERTS) & set(near), near
             full = json.loads(agent_exec(cluster, namespace, ["python3", "-c", FILL, "0"]))
             assert full["error"] == "No space left on device", full
             refused = agent_exec(cluster, namespace, ["python3", "-c", WRITE_NEW_FILE])
@@ -384,10 +423,16 @@ def test_a_full_data_volume_fires_its_alert_and_loses_no_acknowledged_turn(
             print(f"volume full (a new file is refused): /ready {ready}")
             if ready["status"] != 503:
                 failures.append(f"/ready on a full volume: {ready}")
-            time.sleep(FULL_SECONDS)  # the clients keep chatting against the full volume
+            filled = time.time()
+            for other in FULL_ALERTS:  # the clients keep chatting against the full volume
+                seen = watch.wait_for(other, "firing", 90)
+                print(f"{other} firing {seen - filled:.1f} s after the volume filled up")
+            time.sleep(max(0.0, FULL_SECONDS - (time.time() - filled)))
             end = time.time()
             agent_exec(cluster, namespace, ["rm", "-f", "/opt/data/fault-ballast.bin"])
             cleared = watch.wait_for(alert, "inactive", 120)
+            for other in FULL_ALERTS:
+                watch.wait_for(other, "inactive", 120)
             row = after_fault(
                 cluster,
                 namespace,

@@ -240,7 +240,11 @@ def prepare_production(setup: Setup) -> dict[str, Any]:
             "api_server_key": secrets.token_hex(32),
             "llm_api_key": "sk-" + secrets.token_hex(16),
         },
-        "hermes/backup": {"access_key_id": access_key, "secret_access_key": secret_key},
+        "hermes/backup": {
+            "access_key_id": access_key,
+            "secret_access_key": secret_key,
+            "restic_password": secrets.token_hex(32),
+        },
     }
     with openbao_client(setup.cluster, setup.namespace, bao) as root:
         configure_vault(root, setup.namespace, setup.example["vault"], kv)

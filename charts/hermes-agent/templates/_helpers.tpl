@@ -492,6 +492,38 @@ networkPolicy.kubeApi.cidrs. Pass the root context.
 {{- concat $cidrs ($np.clusterCidrs | default list) ($np.kubeApi.cidrs | default list) | uniq | toJson -}}
 {{- end -}}
 
+{{/*
+The API server's addresses as /32 and /128 CIDRs, from the `kubernetes` EndpointSlice of the
+`default` namespace (the API server keeps it), as a JSON list; `[]` when
+networkPolicy.kubeApi.discover is off or there is no cluster to ask (`helm template`). Helm's
+`lookup` fails the render when the installer may not read it: the value's description says so.
+Pass the root context.
+*/}}
+{{- define "hermes-agent.discoveredApiCidrs" -}}
+{{- $out := list -}}
+{{- if .Values.networkPolicy.kubeApi.discover -}}
+{{- $slice := lookup "discovery.k8s.io/v1" "EndpointSlice" "default" "kubernetes" | default dict -}}
+{{- range $slice.endpoints | default list -}}
+{{- range .addresses | default list -}}
+{{- $out = append $out (printf "%s/%s" . (ternary "128" "32" (contains ":" .))) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $out | uniq | toJson -}}
+{{- end -}}
+
+{{/* The API server's endpoint ports from the same EndpointSlice, as a JSON list. */}}
+{{- define "hermes-agent.discoveredApiPorts" -}}
+{{- $out := list -}}
+{{- if .Values.networkPolicy.kubeApi.discover -}}
+{{- $slice := lookup "discovery.k8s.io/v1" "EndpointSlice" "default" "kubernetes" | default dict -}}
+{{- range $slice.ports | default list -}}
+{{- $out = append $out (int .port) -}}
+{{- end -}}
+{{- end -}}
+{{- $out | toJson -}}
+{{- end -}}
+
 {{/* The peer "any public IPv4 address": 0.0.0.0/0 except npPrivateCidrs. Pass the root context. */}}
 {{- define "hermes-agent.npPublicPeer" -}}
 {{- dict "ipBlock" (dict "cidr" "0.0.0.0/0" "except" (include "hermes-agent.npPrivateCidrs" . | fromJsonArray)) | toJson -}}

@@ -82,6 +82,35 @@ def test_broken_commit_does_not_restart_and_bad_spec_keeps_links(
         assert (data_dir / "plugins" / "w").is_symlink()
 
 
+def test_every_convergence_is_reported_a_broken_commit_too(
+    data_dir: Path, synced_plugin, tmp_path: Path
+) -> None:
+    """``on_report`` hears of the broken commit that ``on_change`` never does: the agent's
+    hermes_runtime_plugin_linked turns 0 (HermesPluginSyncStale)."""
+    synced = synced_plugin("w")
+    spec = write_spec(tmp_path / "plugins.yaml", [{"name": "w"}])
+    baseline = link_plugins(data_dir, spec)
+    changes: list[LinkReport] = []
+    reports: list[LinkReport] = []
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=watch,
+        args=(data_dir, spec, changes.append, stop),
+        kwargs={"interval": 0.05, "baseline": baseline, "on_report": reports.append},
+    )
+    thread.start()
+    try:
+        synced.repo.commit({}, remove=("plugin.yaml",))
+        synced.sync()
+        wait_until(lambda: any(not r.ok for r in reports))
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert changes == []
+    (failed,) = [r for r in reports if not r.ok]
+    assert [f.name for f in failed.failures] == ["w"]
+
+
 def test_first_sync_after_start_is_linked(data_dir: Path, synced_plugin, tmp_path: Path) -> None:
     synced = synced_plugin("late", sync=False)
     spec = write_spec(tmp_path / "plugins.yaml", [{"name": "late"}])
