@@ -42,7 +42,8 @@ def test_the_static_model_adds_to_full_text(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """0.533 / 0.567 / 0.367 measured. Fused as an equal of full-text, it may rank one fact
-    lower than its vector ranking alone: a heavier weight lost keyword questions (docs/design/lcm-retrieval.md, "Hybrid weights").
+    lower than its vector ranking alone: a heavier weight lost keyword questions
+    (docs/design/lcm-retrieval.md, "Hybrid weights").
     """
     figures = load_eval(monkeypatch).evaluate(tmp_path, StaticModelEmbedder())
     assert figures["hybrid"] > figures["fts"]
