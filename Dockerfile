@@ -18,8 +18,8 @@
 # 3.51.3. The stdlib `sqlite3` module (Hermes' state.db) links libsqlite3.so.0 dynamically, so a
 # builder stage compiles the SQLite amalgamation that the npm package better-sqlite3 carries
 # (only registries reachable here: PyPI, npm, apt) and the final stage swaps it in for Debian's.
-# The multi-platform index digest of python:3.11-slim-bookworm (Python 3.11.16, Debian bookworm
-# of 2026-08-24; amd64 and arm64 among its platforms), as docker-library/repo-info records it.
+# The multi-platform index digest of python:3.11-slim-bookworm (Python 3.11.16, Debian bookworm;
+# amd64 and arm64 among its platforms), as docker-library/repo-info records it.
 # Bump: docker buildx imagetools inspect python:3.11-slim-bookworm --format '{{.Manifest.Digest}}'
 ARG BASE_IMAGE=python:3.11-slim-bookworm@sha256:0bee7276f83efd4a1ee05bbbf4281d95ed28e079220a9457f25a93e3f1e3c31b
 
@@ -223,13 +223,13 @@ ENV PATH=/opt/hermes-runtime/app/bin:/opt/hermes-runtime/venv/bin:/usr/local/sbi
     HERMES_RUNTIME_MODEL_CACHE=/opt/hermes-runtime/models
 RUN HERMES_HOME=/tmp/version-check hermes --version && hermes-runtime --version \
     && litestream version && rm -rf /tmp/version-check
-# LCM's e5 graph (int8 for CPUs with VNNI, int7 without: lcm/e5onnx.py), built once here into
-# the read-only cache the runtime reads: no pod builds it (~3 s of CPU) into its data volume.
+# LCM's e5 graph (int8 for CPUs with VNNI, int7 without: lcm/embed/e5onnx.py), built once here
+# into the read-only cache the runtime reads: no pod spends CPU building it into its data volume.
 RUN python3 -c 'from hermes_runtime.lcm.embed.e5onnx import E5Weights, model_file; w = E5Weights.load(); print([str(model_file(w, bits)) for bits in (8, 7)])' \
     && chmod -R a+rX /opt/hermes-runtime/models && ls -l /opt/hermes-runtime/models
 # One BLAS thread for numpy (OpenBLAS): LCM's embedding worker keeps one core busy, and a
-# search's numpy spread over both cores fought it: a turn's p99 while a backlog was embedded
-# was 1.89x idle, 1.06x with one thread (bench/lcm_time_to_searchable.py --turn-latency).
+# search's numpy spread over both cores fights it, slowing turns while a backlog is embedded;
+# on one thread a turn stays near its idle latency (docs/benchmarks.md, "LCM: embeddings").
 ENV OPENBLAS_NUM_THREADS=1
 USER 10000:10000
 WORKDIR /opt/data

@@ -21,7 +21,7 @@ IMAGE_TEST_IMAGES := agent $(INTEGRATION_IMAGES) busybox
 # Where `make image-push` publishes the agent image (REGISTRY/hermes-runtime/agent:<appVersion>).
 REGISTRY ?= localhost:5001
 # Bytecode for our own sources: with PYTHONDONTWRITEBYTECODE set (CI shells often have it) every
-# `python -m hermes_runtime` a test starts would compile them again (~0.1 s each, hundreds of
+# `python -m hermes_runtime` a test starts would compile them again (at each of hundreds of
 # starts); compileall writes the .pyc files explicitly and Python still reads them.
 COMPILE = $(BIN)/python -m compileall -q -j 0 hermes_runtime tests bench >/dev/null
 KUBECONFIG_LOCAL := $(CURDIR)/.cache/kind/kubeconfig
@@ -44,9 +44,8 @@ E2E_WORKERS ?= 3
 E2E_PYTEST := $(PYTEST) tests/e2e -n $(E2E_WORKERS) --dist load --longest-first \
   -o cache_dir=$(CURDIR)/.cache/pytest
 # The unit, integration, chart and image tiers, three tests at a time: most of their time is
-# spent waiting on the servers and processes they start (on 2 cores: 300-340 s with 3 workers,
-# 390-450 s with 2, 810-920 s one by one; docs/benchmarks.md). 0: one by one, in pytest's own
-# process.
+# spent waiting on the servers and processes they start, so even on 2 cores three workers end
+# sooner than two, and two far sooner than one by one. 0: one by one, in pytest's own process.
 TEST_WORKERS ?= 3
 TIER_PYTEST := $(PYTEST) -n $(TEST_WORKERS) --dist worksteal
 
@@ -65,10 +64,10 @@ help:
 	mkdir -p $(CACHE_HOME)
 	ln -sfn $(CACHE_HOME) .cache
 
-# uv installs the project into the venv: the same pins as pip, in ~25 s where pip took ~60 s
-# with a warm cache (every fresh clone, every CI run; docs/benchmarks.md). --compile-bytecode as
-# pip does: with PYTHONDONTWRITEBYTECODE set, every Python process the tests start would
-# otherwise compile Hermes' and its libraries' sources again (the tiers took 400 s, not 310).
+# uv installs the project into the venv: the same pins as pip, in well under pip's time with a
+# warm cache (every fresh clone, every CI run). --compile-bytecode as pip does: with
+# PYTHONDONTWRITEBYTECODE set, every Python process the tests start would otherwise compile
+# Hermes' and its libraries' sources again, which slows every tier.
 # The venv keeps its own pip for anything that installs at run time.
 $(STAMP): pyproject.toml | .cache
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -146,9 +145,8 @@ e2e: venv tools
 	$(if $(filter-out $(KUBECONFIG_LOCAL),$(KUBECONFIG)),@echo "e2e: the node restart (-m node_restart) runs only on the local kind cluster: not run against $(KUBECONFIG)",KUBECONFIG="$(KUBECONFIG_LOCAL)" $(PYTEST) tests/e2e -n 0 -m node_restart $(PYTEST_ARGS))
 
 # The multi-node tier (tests/e2e_multinode): drains and storage that follows a pod, on the
-# multi-node cluster (brought up first: warm about 15 s, cold about 90 s once the node image
-# exists), its images pushed as for `make e2e`. The scenarios cordon and drain nodes: one at a
-# time.
+# multi-node cluster (brought up first), its images pushed as for `make e2e`. The scenarios
+# cordon and drain nodes: one at a time.
 e2e-multinode: venv tools
 	$(if $(MULTINODE_KUBECONFIG),true,NODES=$(NODES) ci/kind/multi-up.sh)
 	REGISTRY=$(REGISTRY) ci/build-images.sh $(E2E_MULTINODE_IMAGES)
@@ -158,9 +156,9 @@ e2e-multinode: venv tools
 
 # The cluster's Go binaries compile in the background while the venv, tools and images are
 # installed (mostly network waits); nothing to do when cached (ci/with-background.sh). The tiers
-# then run one after another: building beside the unit tier was tried (issue 12) and made its
-# timing-sensitive tests (datalock, supervisor signals) fail under the extra load; within a tier
-# tests run side by side (TEST_WORKERS, E2E_WORKERS).
+# then run one after another, none beside the build: its extra load makes the unit tier's
+# timing-sensitive tests (datalock, supervisor signals) fail; within a tier tests run side by
+# side (TEST_WORKERS, E2E_WORKERS).
 test: system-deps | .cache
 	ci/with-background.sh cluster-binaries $(CURDIR)/.cache/logs/cluster-binaries.log \
 	  'ci/kind/build-node-image.sh binaries' \
@@ -179,7 +177,7 @@ lint: venv
 	$(TOOLS_BIN)/actionlint .github/workflows/*.yaml
 
 # As in `make test`: with no KUBECONFIG the cluster's Go binaries compile in the background
-# (~12 min cold, nothing when cached) while the venv, the tools and the demo's images are
+# (minutes cold, nothing when cached) while the venv, the tools and the demo's images are
 # installed and built (mostly network waits); ci/demo.sh then starts the cluster and pushes
 # the images it finds built. With your own KUBECONFIG nothing is compiled.
 DEMO_IMAGES := agent fake-llm git-server

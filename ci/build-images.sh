@@ -98,8 +98,8 @@ previous_context() {
 }
 
 # Before an agent image is pushed: every CLI group's verbs build and every capability
-# imports (a tree caught half-edited once pushed an image whose `backup` group failed to
-# import, and every e2e run pulled it).
+# imports (otherwise a tree caught half-edited pushes an image whose CLI group fails to
+# import, and every e2e run pulls it).
 smoke_test_agent() { # TAG
   local group out
   for group in plugins backup lcm vault secrets agent; do

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs a background job beside a foreground command, and waits for both. `make test` uses it to
-# compile the cluster's Go binaries (ci/kind/build-node-image.sh binaries: ~12 min of compiling
-# on a cold machine, nothing when cached) while the foreground installs the venv and builds the
-# images, which mostly wait on the network; the test tiers start only after both, so no
-# timing-sensitive test ever runs beside a compiler (docs/cluster.md, "Cold start").
+# compile the cluster's Go binaries (ci/kind/build-node-image.sh binaries: many minutes of
+# compiling on a cold machine, nothing when cached) while the foreground installs the venv and
+# builds the images, which mostly wait on the network; the test tiers start only after both, so
+# no timing-sensitive test ever runs beside a compiler (docs/cluster.md, "Cold start").
 #
 # Usage: ci/with-background.sh NAME LOG 'BACKGROUND COMMAND' FOREGROUND COMMAND...
 # The background job's output goes to LOG (its tail is printed if it fails). Exit status: the

@@ -1,4 +1,4 @@
-"""The data volume's reserve: below it the agent takes no new turns (issue 30).
+"""The data volume's reserve: below it the agent takes no new turns.
 
 Why: on a full data volume Hermes still answers a turn (HTTP 200) it cannot store in its
 ``state.db``, and LCM can only hold the turn in memory until there is room

@@ -13,9 +13,9 @@ come from outside the pod), so whatever it serves, every pod of the cluster can 
 
 The stop is not asked for here. The container's preStop hook is an ``exec`` of ``hermes-runtime
 agent pre-stop``, which reaches ``HandOver.pre_stop`` through the entrypoint's Unix socket
-(``control.py``, ``hook.py``): only the kubelet starts it. It used to be ``httpGet /pre-stop``
-on this port (no shell needed, Kubernetes 1.27 has no ``sleep`` action); one unauthenticated
-GET from any pod then turned the pod unready for good. Once the pod stops, ``/ready`` says
+(``control.py``, ``hook.py``): only the kubelet starts it. Not an ``httpGet /pre-stop`` on this
+port, though that needs no shell: one unauthenticated GET from any pod would turn the pod
+unready for good. Once the pod stops, ``/ready`` says
 what the hand-over says (``HandOver.stop_verdict``, ``handover.py``) instead of its checks.
 
 Served on the entrypoint's event loop (plain ``asyncio`` streams: two GET paths need no web
@@ -119,8 +119,8 @@ class Readiness:
         read-only or vanished volume.
 
         A new file each time (then removed): rewriting one probe file in place reuses its
-        block, which a full volume still allows, so the check answered ok on a volume that
-        refused every new file (issue 30)."""
+        block, which a full volume still allows, so the check would answer ok on a volume
+        that refuses every new file."""
         if self.reserve is not None and (verdict := self.reserve.measure()) != OK:
             return verdict
         probe = self.state_dir / f".ready-probe-{os.getpid()}-{threading.get_ident()}"

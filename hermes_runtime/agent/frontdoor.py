@@ -2,7 +2,7 @@
 
 Why: every planned restart (new plugin code, rotated secrets; ``restart.py``) and every crash
 restarted in place (``supervisor.py``) replaces the gateway process, and a new Hermes gateway
-needs 4-6 s to import and bind its port. Without a front door the API port is closed for
+needs seconds to import and bind its port. Without a front door the API port is closed for
 that long: clients get "connection refused" and the Service drops the pod. The entrypoint
 outlives every gateway, so it owns the port instead. While a gateway is being replaced it
 holds new connections (accepted, not yet forwarded) and forwards them once the new gateway
@@ -31,7 +31,7 @@ still ready) until the successor is Ready. Where a new client goes is one decisi
 
 A full data volume (free space under ``HERMES_RUNTIME_DATA_MIN_FREE_MIB``, ``datareserve.py``)
 refuses every new connection the same way, counted as ``full``, with a body that says so: an
-answer the agent could not store must not be given (issue 30). Only a connection whose first
+answer the agent could not store must not be given. Only a connection whose first
 request is a ``GET`` or ``HEAD`` (its request line is read first) is still forwarded: it
 stores nothing, and the kubelet's liveness probe (``GET /health`` on this port) must not
 restart a container whose LCM holds turns in memory until the volume has room. Connections

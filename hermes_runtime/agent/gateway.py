@@ -126,7 +126,7 @@ def gateway_env(settings: AgentSettings, base: Mapping[str, str] | None = None) 
 # (on the data volume) and, past 5 in 120 s, sleeps 10, 20, 40 ... s before it binds its port.
 # Here every pod replacement (rollout, delete, eviction) and every restart in place (plugins,
 # secrets, crash) is such a start, so a few healthy hand-overs and restarts within two minutes
-# turned into 10 s, then 20 s outages (issue 17's fault runs: the 6th and 7th start). Crash
+# would each wait out the breaker's growing sleep: an outage the pod did nothing to earn. Crash
 # loops are bounded already, by the supervisor's ``CrashPolicy`` and then the kubelet's
 # back-off. The variable wins over config.yaml in Hermes: set it in the container's env to
 # turn the breaker back on. (compat.RESPAWN_STORM_ENV: compat/launch.py.)

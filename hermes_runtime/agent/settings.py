@@ -39,7 +39,7 @@ DEFAULT_FRONT_DOOR_MAX_PER_PEER = 1024
 MAX_FRONT_DOOR_CONNECTIONS = 1_000_000
 # Free space the data volume keeps for the turns in flight (datareserve.py): below it /ready
 # fails and the front door refuses new connections (503), so no turn is answered that cannot
-# be stored (issue 30). 64 MiB: a few hundred turns with their WAL growth; 0 turns it off.
+# be stored. 64 MiB: a few hundred turns with their WAL growth; 0 turns it off.
 DEFAULT_DATA_MIN_FREE_MIB = 64
 MAX_DATA_MIN_FREE_MIB = 1 << 20  # 1 TiB: beyond that a typo, not a reserve
 # What the warm gateway imports while the pod waits for the data dir lock (zygote.py): every

@@ -48,7 +48,7 @@ class CrashPolicy:
     """How the supervisor answers a gateway that dies on its own: restart it in place.
 
     Why in place: when the container exits instead, the kubelet's back-off grows with every
-    crash (5 s, 23 s, 31.5 s outages in our kill -9 runs). Here the first restart waits
+    crash, and the container is down for each of its waits. Here the first restart waits
     ``first_backoff``, each quick crash after it doubles that up to ``max_backoff``; a gateway
     that ran ``stable_seconds`` starts over at ``first_backoff``. Only ``max_crashes`` within
     ``window_seconds`` end the container, and then the kubelet's back-off is the last resort.

@@ -204,9 +204,9 @@ def stream_restic(
     ``create_missing``: where restic finds no repository, ``restic init`` and run again; a new
     folder repository is opened to the group (the backup roles of a pod run as UIDs of their
     own and share it through the pod's group: restic then creates every later file so). Why
-    not probe first: every restic run derives the key (about 0.5 s of CPU here), so a probe
-    before each backup to S3 doubled that for every backup, to help only the first. restic's
-    lines about the missing repository are then not relayed.
+    not probe first: every restic run derives the key (a deliberately costly step), so a probe
+    before each backup to S3 would double that cost for every backup, to help only the first.
+    restic's lines about the missing repository are then not relayed.
     """
     records: list[dict[str, Any]] = []
 

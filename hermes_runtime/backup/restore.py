@@ -162,13 +162,14 @@ def _restore_latest_beside_listing(
 ) -> tuple[SnapshotInfo, RestoredTree | None]:
     """The latest snapshot, and its tree staged in ``stage`` while it was being listed.
 
-    Why: every restic run derives the repository key first (~0.7 s of CPU here), and a restore
-    waited for the listing's before starting its own run. Here the listing runs beside it,
-    which resolves ``latest`` itself (``LatestTagged``). The staged tree counts only if its
-    manifest carries the backup id tagged on the snapshot the listing calls latest: a create
-    that lands between them, a snapshot without that tag, or a failed run gives None
-    (``stage`` removed; the caller restores the listed snapshot by its id, reporting any
-    error anew). Raises only what the listing raises (no snapshot, an unreachable repository).
+    Why: every restic run derives the repository key first (a deliberately costly step), and a
+    restore after the listing would wait for the listing's before starting its own run. Here
+    the listing runs beside it, which resolves ``latest`` itself (``LatestTagged``). The
+    staged tree counts only if its manifest carries the backup id tagged on the snapshot the
+    listing calls latest: a create that lands between them, a snapshot without that tag, or a
+    failed run gives None (``stage`` removed; the caller restores the listed snapshot by its
+    id, reporting any error anew). Raises only what the listing raises (no snapshot, an
+    unreachable repository).
     """
     quiet = repo.with_messages_to(lambda line: None)  # a failure here is redone and reported
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="restic-list") as pool:

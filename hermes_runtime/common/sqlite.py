@@ -18,9 +18,10 @@ MIN_SQLITE_VERSION = (3, 51, 3)
 # Prepared statements apsw keeps per connection (its default is 100). Its cache is a
 # ring: every statement run goes back in at the next slot and pushes out the oldest, so a
 # statement stays compiled only while it runs again within that many statements. A
-# compaction in the LCM engine loop runs about 100, and half of its statements were
-# compiled anew every time (bench/lcm_engine_loop.py). Memory: SQLite's own, about 0.8 MiB
-# more on the connection that stores messages (its 18 multi-row INSERT texts, all sizes).
+# compaction in the LCM engine loop runs about as many as the default holds, so with the
+# default many of its statements would be compiled anew every time (bench/lcm_engine_loop.py).
+# The cost is memory, SQLite's own and small: most of it on the connection that stores
+# messages (its multi-row INSERT texts, one for each batch size).
 STATEMENT_CACHE_SIZE = 256
 
 

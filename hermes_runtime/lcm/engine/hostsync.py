@@ -109,7 +109,7 @@ class FingerprintMemo:
 
     Hermes' turn hook passes the whole live transcript every turn, so without
     a memo each turn re-hashes every message it holds (JSON + blake2b, most of
-    a turn's cost at a few hundred messages). Only messages without tool
+    a turn's cost once the transcript is long). Only messages without tool
     calls are remembered, keyed on the values ``fingerprint`` reads: a str
     caches its own hash, so looking up the same content object again is
     cheap, and an equal key always means an equal fingerprint. Bounded, and

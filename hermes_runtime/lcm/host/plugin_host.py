@@ -90,9 +90,9 @@ def start_day_one_import(
     ``state.db`` open through the standard ``sqlite3`` module, and apsw brings
     a second SQLite library into the process. Two SQLite libraries in one
     process do not see each other's POSIX locks, so one can truncate the
-    ``-shm`` file the other has mapped (the gateway died of SIGBUS in 3 of 8
-    e2e runs). In its own process the importer is an ordinary second reader.
-    A thread only waits for the child and logs how it ended.
+    ``-shm`` file the other has mapped, and the gateway dies of SIGBUS. In its
+    own process the importer is an ordinary second reader. A thread only waits
+    for the child and logs how it ended.
     """
     if not state_db.exists() or engine.store.counts()["sessions"]:
         return None

@@ -45,7 +45,7 @@ def stats(store: LcmStore) -> dict[str, Any]:
 
 
 def doctor(store: LcmStore, full: bool = False) -> DoctorReport:
-    """Run the checks. The default tier stays under a second at 1M messages.
+    """Run the checks. The default tier reads no page it can avoid: quick on any history.
 
     Default: file size against the page count (truncation), foreign keys,
     FTS consistency by document counts and highest ids (an index that missed
