@@ -103,7 +103,11 @@ def vault_values(
         for path, keys in kv.items()
         for key in keys
     ]
+    # One source per secret: ci.yaml's apiServer.key gives way when Vault fills the API key.
+    from_vault = {entry["env"] for entry in entries}
+    api_server = {"apiServer": {"key": ""}} if "API_SERVER_KEY" in from_vault else {}
     return {
+        **api_server,
         "vault": {
             "enabled": True,
             "address": address,
