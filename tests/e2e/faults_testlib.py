@@ -23,7 +23,7 @@ from kubernetes import client
 from support.chat_load import Attempt, HealthChange, parse_records
 
 from . import images, kube
-from .test_scenario_conversation import AGENT_SELECTOR, RELEASE, agent_exec
+from .test_scenario_conversation import AGENT_SELECTOR, BACKENDS_CHART, RELEASE, agent_exec
 
 LOAD_POD = "fault-load"
 LOAD_SCRIPT = Path(__file__).resolve().parents[1] / "support" / "chat_load.py"
@@ -81,6 +81,20 @@ class Records:
 def _named(items: list[Any], what: str) -> Any:
     assert len(items) == 1, f"expected one {what}, found {[i.metadata.name for i in items]}"
     return items[0]
+
+
+def install_backends(helm: kube.Helm) -> None:
+    """The in-namespace fake LLM and git server (tests/e2e/charts/ci-backends), from the
+    registry's images."""
+    helm.install(
+        "backends",
+        BACKENDS_CHART,
+        set_values={
+            "fakeLlm.image": images.ref("fake-llm"),
+            "gitServer.image": images.ref("git-server"),
+        },
+        timeout="3m",
+    )
 
 
 def release_secret_with(cluster: kube.Cluster, namespace: str, key: str, what: str) -> str:

@@ -32,7 +32,6 @@ from . import faults_testlib as lib
 from . import images, kube
 from .test_scenario_conversation import (
     AGENT_SELECTOR,
-    BACKENDS_CHART,
     CHART,
     CI_VALUES,
     RELEASE,
@@ -382,15 +381,7 @@ def test_faults_lose_and_duplicate_no_answered_turn(
 ) -> None:
     images.require(IMAGES)
     began = time.monotonic()
-    helm.install(
-        "backends",
-        BACKENDS_CHART,
-        set_values={
-            "fakeLlm.image": images.ref("fake-llm"),
-            "gitServer.image": images.ref("git-server"),
-        },
-        timeout="3m",
-    )
+    lib.install_backends(helm)
     values = tmp_path / "faults.yaml"
     values.write_text(json.dumps(VALUES))
     helm.install(RELEASE, CHART, values=[CI_VALUES, values], timeout="5m")

@@ -39,7 +39,7 @@ from e2e.test_faults import (
     serving_pod,
     timeline,
 )
-from e2e.test_scenario_conversation import BACKENDS_CHART, CHART, CI_VALUES, RELEASE
+from e2e.test_scenario_conversation import CHART, CI_VALUES, RELEASE
 from kubernetes import client
 from support.chat_load import FaultFigures, fault_figures
 
@@ -59,15 +59,7 @@ def install(
     running and answered; the serving agent pod."""
     images.require(IMAGES)
     began = time.monotonic()
-    helm.install(
-        "backends",
-        BACKENDS_CHART,
-        set_values={
-            "fakeLlm.image": images.ref("fake-llm"),
-            "gitServer.image": images.ref("git-server"),
-        },
-        timeout="3m",
-    )
+    lib.install_backends(helm)
     values = tmp_path / "drain.yaml"
     values.write_text(json.dumps({**VALUES, **extra}))
     helm.install(RELEASE, CHART, values=[CI_VALUES, values], timeout="5m")
