@@ -15,6 +15,8 @@ import os
 import sys
 from pathlib import Path
 
+from generated import write_or_check  # ci/generated.py, beside this script
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "docs" / "cli.md"
 ENV_PREFIXES = ("HERMES_", "VAULT_", "AWS_", "API_SERVER_")
@@ -102,17 +104,7 @@ def main() -> int:
     cli.add_argument("--check", action="store_true", help="exit 1 if the file is out of date")
     cli.add_argument("--out", type=Path, default=DEFAULT_OUT, help="file to write or check")
     args = cli.parse_args()
-    text = render()
-    if args.check:
-        current = args.out.read_text() if args.out.exists() else ""
-        if current != text:
-            print(
-                f"{args.out} is out of date: run python3 ci/gen-cli-reference.py", file=sys.stderr
-            )
-            return 1
-        return 0
-    args.out.write_text(text)
-    return 0
+    return write_or_check(args.out, render(), "python3 ci/gen-cli-reference.py", args.check)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from generated import write_or_check  # ci/generated.py, beside this script
+
 REPO = Path(__file__).resolve().parents[1]
 OUTPUT = REPO / "charts" / "hermes-agent" / "files" / "dashboard.json"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
@@ -470,16 +472,7 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if the file is out of date")
     parser.add_argument("--output", type=Path, default=OUTPUT, help="the dashboard file")
     args = parser.parse_args()
-    text = render()
-    if args.check:
-        current = args.output.read_text(encoding="utf-8") if args.output.exists() else ""
-        if current != text:
-            print(f"{args.output} is out of date: run ci/gen-dashboard.py", file=sys.stderr)
-            return 1
-        return 0
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text, encoding="utf-8")
-    return 0
+    return write_or_check(args.output, render(), "ci/gen-dashboard.py", args.check)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from generated import write_or_check  # noqa: E402  (ci/generated.py, beside this script)
 from prometheus_client import REGISTRY, CollectorRegistry  # noqa: E402
 from prometheus_client.metrics import MetricWrapperBase  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
@@ -179,15 +180,7 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if the file is out of date")
     parser.add_argument("--output", type=Path, default=OUTPUT, help="the document")
     args = parser.parse_args()
-    text = render()
-    if args.check:
-        current = args.output.read_text(encoding="utf-8") if args.output.exists() else ""
-        if current != text:
-            print(f"{args.output} is out of date: run ci/gen-metrics-doc.py", file=sys.stderr)
-            return 1
-        return 0
-    args.output.write_text(text, encoding="utf-8")
-    return 0
+    return write_or_check(args.output, render(), "ci/gen-metrics-doc.py", args.check)
 
 
 if __name__ == "__main__":

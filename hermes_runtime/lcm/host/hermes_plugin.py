@@ -195,12 +195,16 @@ class _Shared:
         except Exception as exc:  # the next sync of each session stores the turns again
             logger.warning("LCM: committing the queued turns failed: %s", exc)
 
+    @staticmethod
+    def _config_from_home() -> LcmConfig:
+        """LCM's settings from the ``lcm`` section of Hermes' config, in Hermes' home."""
+        home = hermes_home()
+        return LcmConfig.for_home(home, read_lcm_section(home))
+
     def engine(self) -> LcmEngine:
         with self._guard:
             if self._engine is None:
-                config = self._config or LcmConfig.for_home(
-                    hermes_home(), read_lcm_section(hermes_home())
-                )
+                config = self._config or self._config_from_home()
                 self._engine = LcmEngine(config, start_worker=True)
                 self._engine.start_background()  # checkpoints, indexing, embeddings
                 atexit.register(commit_at_exit, self._engine)
