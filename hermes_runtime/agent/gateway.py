@@ -8,8 +8,9 @@ gateway exit 75 for us to restart it instead of spawning a detached copy of itse
 ``hermes_cli/gateway.py`` (``run_gateway``) sleeps before it binds once more than
 ``gateway.respawn_storm.max_starts`` starts landed in its window, unless
 ``HERMES_GATEWAY_MAX_STARTS`` is 0. Those names live in the adapter ``compat/launch.py``
-(the gateway process logs when the installed Hermes is not a release it knows); the
-planned-stop marker is written through ``compat/planned_stop.py``.
+(the gateway process logs when the installed Hermes is not a release it knows). A stop
+sends the gateway SIGINT, which Hermes counts as intentional (``run.py``'s
+``shutdown_signal_handler``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from hermes_runtime.vault import read_env_file
 __all__ = [
     "gateway_command",
     "gateway_env",
-    "mark_planned_stop",
     "read_api_key_file",
     "read_secrets_env",
 ]
@@ -143,14 +143,3 @@ def _dotenv_defines(path: Path, name: str) -> bool:
         if sep and key.strip() == name and value.strip().strip("'\""):
             return True
     return False
-
-
-def mark_planned_stop(data_dir: Path, pid: int) -> None:
-    """Tell the gateway ``pid`` that the coming SIGTERM is a planned stop (pod termination).
-
-    Without Hermes' planned-stop marker, a SIGTERM counts as "unexpected": the gateway exits 1
-    (so systemd would revive it) and we would report a failure for a normal shutdown. Hermes'
-    own helper writes the marker, through the adapter that checks it first (on a Hermes it
-    does not know: no marker, logged).
-    """
-    compat.write_planned_stop(data_dir, pid)

@@ -29,7 +29,7 @@ serving until a successor is ready to take over. A stop, step by step:
    waits for and relays to a successor, which keeps it ready), so calling ``pre-stop`` in a
    loop cannot keep the pod out of the Service. A real stop is then unready from its SIGTERM.
 3. The kubelet sends SIGTERM: ``HandOver.terminate``, which tells the supervisor
-   (``stop_gateway``): the gateway gets Hermes' planned-stop marker and SIGTERM, drains its
+   (``stop_gateway``): the gateway gets SIGINT (Hermes' intentional stop), drains its
    in-flight turns (``StopTimes.drain_timeout``) and exits, or is killed after
    ``StopTimes.stop_budget``. From now on the front door asks ``route``: in ``RELAYING``
    every new client goes to the successor's front door (which holds it until its own gateway

@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import functools
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -33,7 +34,7 @@ from hermes_runtime.agent.datalock import (
 from hermes_runtime.agent.datareserve import DataReserve
 from hermes_runtime.agent.endpoints import Endpoints, Readiness
 from hermes_runtime.agent.frontdoor import DoorPolicy, FrontDoor
-from hermes_runtime.agent.gateway import gateway_command, gateway_env, mark_planned_stop
+from hermes_runtime.agent.gateway import gateway_command, gateway_env
 from hermes_runtime.agent.handover import HandOver
 from hermes_runtime.agent.hook import PRE_STOP
 from hermes_runtime.agent.metrics import AgentMetrics, secrets_status_path
@@ -248,7 +249,7 @@ async def _serve(
             lambda: gateway_env(settings),
             cwd=settings.data_dir,
             pass_fds=(lock.fd,),
-            before_stop=lambda pid: mark_planned_stop(settings.data_dir, pid),
+            stop_signal=signal.SIGINT,  # Hermes' intentional stop: exit 0, no marker
         ),
         SupervisorPolicy(stop_timeout=settings.stop_budget, drain_dir=settings.data_dir),
         metrics=metrics,

@@ -68,14 +68,17 @@ class CrashPolicy:
 
 @dataclass(frozen=True)
 class GatewayLaunch:
-    """How a gateway child is started, and what it is told before a stop."""
+    """How a gateway child is started, and which signal stops it."""
 
     command: tuple[str, ...]
     env: Callable[[], Mapping[str, str]]
     cwd: Path | None = None
     pass_fds: tuple[int, ...] = ()  # the data dir lock: the gateway holds it too
-    # Runs with the child's PID before SIGTERM: the agent tells Hermes the stop is planned.
-    before_stop: Callable[[int], None] | None = None
+    # The signal a stop forwards to the child (None: the one received). Hermes' gateway gets
+    # SIGINT, which it always counts as an intentional stop (exit 0). A SIGTERM counts only
+    # with Hermes' planned-stop marker, whose polling thread can fire beside the signal and
+    # turn the same stop into an "unexpected" exit 1.
+    stop_signal: int | None = None
 
 
 @dataclass(frozen=True)
@@ -215,7 +218,7 @@ class Supervisor:
 
     def request_stop(self, signum: int = signal.SIGTERM) -> None:
         """Stop: forward ``signum`` to the gateway, wait for it, then ``run`` returns its exit
-        status. ``launch.before_stop(pid)`` runs first (the planned-stop marker). A second,
+        status. The child gets ``launch.stop_signal`` if set. A second,
         different stop signal while the gateway stops is forwarded too (an impatient Ctrl+C).
         """
         self._stop_signal = signum
@@ -239,7 +242,8 @@ class Supervisor:
     def _on_stop(self) -> None:
         self._stopping.set()
         self._wake.set()
-        child, signum, forwarded = self.child, self._stop_signal, self._forwarded
+        child, received, forwarded = self.child, self._stop_signal, self._forwarded
+        signum = None if received is None else self._child_signal(received)
         stopping = forwarded is not None and child is not None and child.returncode is None
         if stopping and child is not None and signum is not None and signum != forwarded:
             self._forwarded = signum
@@ -299,10 +303,12 @@ class Supervisor:
         finally:
             exited.cancel()
 
+    def _child_signal(self, received: int) -> int:
+        """The stop signal the child gets for ``received`` (``GatewayLaunch.stop_signal``)."""
+        return self._launch.stop_signal or received
+
     async def _stop(self, child: subprocess.Popen[bytes], signum: int) -> int:
-        if self._launch.before_stop is not None:
-            self._launch.before_stop(child.pid)
-        return await self._terminate(child, signum)
+        return await self._terminate(child, self._child_signal(signum))
 
     async def _restart(self, child: subprocess.Popen[bytes], reason: str) -> int | None:
         """Quiesce, then SIGUSR1; None when restarted, or the status if a stop came first."""

@@ -12,8 +12,10 @@ each kind is checked and shown one way; so is a result's output (``emit``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
+import os
 import signal
 import sys
 import threading
@@ -127,11 +129,25 @@ def require_file(path: Path, named: str) -> None:
 
 
 def stop_on_signals() -> threading.Event:
-    """SIGTERM/SIGINT end a long-running verb's loop cleanly (exit 0) instead of a traceback."""
+    """SIGTERM/SIGINT end a long-running verb's loop cleanly (exit 0) instead of a traceback.
+
+    The handler only writes a byte to a pipe, and a thread sets the Event. A handler that set
+    the Event itself could hang the process: Python runs handlers in the main thread between
+    two bytecodes, possibly while that thread holds the Event's own lock inside ``wait``.
+    """
     stop = threading.Event()
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)  # a storm of signals never blocks the handler
+
+    def relay() -> None:
+        os.read(read_end, 1)
+        stop.set()
+
+    threading.Thread(target=relay, name="stop-signal", daemon=True).start()
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
-        stop.set()
+        with contextlib.suppress(BlockingIOError):
+            os.write(write_end, b"s")
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)

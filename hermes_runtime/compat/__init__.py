@@ -11,8 +11,6 @@ degrades with one ``hermes.compat.degraded`` log line that says what is lost:
   Hermes keeps its in-memory cache);
 - ``drain``: the external drain marker and status file of a quiesced restart (degraded:
   restart without holding new turns back);
-- ``planned_stop``: the planned-stop marker before a pod's SIGTERM (degraded: the gateway
-  may exit 1);
 - ``launch``: the command, env and exit code of the gateway (degraded: started anyway,
   with a warning);
 - ``state_db``: the ``state.db`` columns LCM's import reads (the caller refuses);
@@ -44,7 +42,6 @@ from hermes_runtime.compat.launch import (
     RESTART_EXIT_CODE,
     check_launch,
 )
-from hermes_runtime.compat.planned_stop import write_planned_stop
 from hermes_runtime.compat.state_db import READ_COLUMNS, check_state_db, columns_problem
 from hermes_runtime.compat.turn_outcome import FailedTurnObserver, observe_failed_turns
 from hermes_runtime.compat.version import (
@@ -95,5 +92,4 @@ __all__ = [
     "parse_version",
     "review_marker",
     "version_problem",
-    "write_planned_stop",
 ]

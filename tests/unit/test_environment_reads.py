@@ -31,7 +31,6 @@ PENDING = {
     # The API server's address, which the kubelet puts in every pod's environment.
     "clustersecrets/api.py",
     # Saves and restores HERMES_HOME around a call into Hermes that reads it.
-    "compat/planned_stop.py",
 }
 WHOLE = {"copy"}  # methods that hand the environment on whole
 

@@ -9,8 +9,8 @@ import in ``FAKE_IMPORT_LOG`` (outside the data dir): the entrypoint's warm gate
 Hermes' libraries. It serves ``/health`` on the port the entrypoint gives it (behind the front
 door) after ``FAKE_START_SECONDS``, keeps a history file of its
 starts and ends in the data dir (the evidence the lock tests read), writes Hermes' drain
-state file, and on SIGTERM waits ``FAKE_DRAIN_SECONDS`` before exiting, as a draining gateway
-does. Everything else (settings, lock, seeding,
+state file, and on SIGINT or SIGTERM waits ``FAKE_DRAIN_SECONDS`` before exiting, as a
+draining gateway does. Everything else (settings, lock, seeding,
 supervisor, metrics) is the real entrypoint.
 """
 
@@ -77,12 +77,15 @@ class Health(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
-stop = threading.Event()
+stopping = []  # a plain flag: a handler that set an Event could deadlock the main thread
+
+def stopped():
+    return bool(stopping)
 
 def state_file():
     # Hermes' drain contract (gateway/drain_control.py): the external drain marker turns the
     # gateway "draining"; active_agents is its in-flight work (none here).
-    while not stop.is_set():
+    while not stopped():
         draining = (home / ".drain_request.json").exists()
         state = {"gateway_state": "draining" if draining else "running", "active_agents": 0}
         tmp = home / "gateway_state.json.tmp"
@@ -91,8 +94,8 @@ def state_file():
         time.sleep(0.05)
 
 threading.Thread(target=state_file, daemon=True).start()
-signal.signal(signal.SIGTERM, lambda s, f: stop.set())
-signal.signal(signal.SIGUSR1, lambda s, f: stop.set())
+for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):  # SIGINT: Hermes' planned stop
+    signal.signal(signum, lambda s, f: stopping.append(s))
 note("start")
 with open(home / "gateway-env.log", "a") as fh:
     fh.write(json.dumps({k: v for k, v in os.environ.items() if k.startswith("HERMES_")}) + "\n")
@@ -101,8 +104,8 @@ server = http.server.ThreadingHTTPServer(
     (os.environ["API_SERVER_HOST"], int(os.environ["API_SERVER_PORT"])), Health
 )
 threading.Thread(target=server.serve_forever, daemon=True).start()
-while not stop.wait(0.02):
-    pass
+while not stopped():
+    time.sleep(0.02)
 time.sleep(float(os.environ.get("FAKE_DRAIN_SECONDS", "0.3")))
 note("end")
 server.shutdown()

@@ -36,6 +36,7 @@ def on_term(signum, frame):
     if os.environ.get("IGNORE_TERM") != "1":
         sys.exit(int(os.environ.get("TERM_EXIT", "0")))
 signal.signal(signal.SIGTERM, on_term)
+signal.signal(signal.SIGINT, on_term)
 signal.signal(signal.SIGUSR1, lambda s, f: sys.exit(75))
 if action != "run":
     sys.exit(int(action))
@@ -49,6 +50,7 @@ def make_supervisor(
     plan: str,
     metrics: AgentMetrics | None = None,
     crash_policy: CrashPolicy | None = None,
+    stop_signal: int | None = None,
     **env: str,
 ) -> tuple[Supervisor, Path]:
     script = tmp_path / "child.py"
@@ -56,7 +58,11 @@ def make_supervisor(
     log = tmp_path / "starts.log"
     child_env = {**os.environ, **env}
     supervisor = Supervisor(
-        GatewayLaunch((sys.executable, str(script), str(log), plan), lambda: child_env),
+        GatewayLaunch(
+            (sys.executable, str(script), str(log), plan),
+            lambda: child_env,
+            stop_signal=stop_signal,
+        ),
         SupervisorPolicy(
             stop_timeout=2.0,
             poll_seconds=0.02,
@@ -192,6 +198,19 @@ def test_stop_forwards_sigterm_and_returns_the_child_status(tmp_path: Path) -> N
     assert result == [0]
     assert (tmp_path / "starts.log.signals").read_text().split() == [str(int(signal.SIGTERM))]
     assert starts(log) == 1
+
+
+def test_a_launch_with_its_own_stop_signal_gets_it_once_for_any_stop(tmp_path: Path) -> None:
+    """The agent's gateway gets SIGINT (Hermes' intentional stop) for the kubelet's SIGTERM;
+    a second SIGTERM while it stops sends nothing more."""
+    supervisor, log = make_supervisor(tmp_path, "run", stop_signal=signal.SIGINT, TERM_EXIT="0")
+    thread, result = run_in_thread(supervisor)
+    wait_for(lambda: starts(log) == 1)
+    supervisor.request_stop(signal.SIGTERM)
+    supervisor.request_stop(signal.SIGTERM)
+    thread.join(10)
+    assert result == [0]
+    assert (tmp_path / "starts.log.signals").read_text().split() == [str(int(signal.SIGINT))]
 
 
 def test_a_child_that_ignores_sigterm_is_killed_after_the_timeout(tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextvars
 import json
-import os
 import threading
 import types
 from pathlib import Path
@@ -25,7 +24,6 @@ from hermes_runtime.compat import (
     parse_version,
     review_marker,
     version_problem,
-    write_planned_stop,
 )
 
 
@@ -127,33 +125,6 @@ def test_a_drain_contract_of_another_shape_is_degraded(
     assert "write_drain_request() takes" in found[1]["problem"]
     assert found[2]["hermes_version"] == "0.24.1" and "SIGUSR1" in found[2]["fallback"]
     assert not (tmp_path / ".drain_request.json").exists()
-
-
-# -- planned-stop marker ------------------------------------------------------------------------
-
-
-def test_the_planned_stop_marker_is_written_by_the_installed_hermes(tmp_path: Path) -> None:
-    import gateway.status as status
-
-    before = os.environ.get("HERMES_HOME")
-    assert write_planned_stop(tmp_path, os.getpid())
-    marker = tmp_path / status._PLANNED_STOP_MARKER_FILENAME
-    assert json.loads(marker.read_text())["target_pid"] == os.getpid()
-    assert os.environ.get("HERMES_HOME") == before
-
-
-def test_a_planned_stop_writer_of_another_shape_is_degraded(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    status = types.ModuleType("gateway.status")
-    status.write_planned_stop_marker = lambda pid, reason: True  # type: ignore[attr-defined]
-    assert not write_planned_stop(tmp_path, os.getpid(), status, "0.19.0")
-    assert not write_planned_stop(tmp_path, os.getpid(), types.ModuleType("s"), "0.19.0")
-    found = events(capsys)
-    assert "does not take a PID" in found[0]["problem"]
-    assert "has no write_planned_stop_marker" in found[1]["problem"]
-    assert all("exit 1" in e["fallback"] for e in found)
-    assert list(tmp_path.iterdir()) == []
 
 
 # -- launch -------------------------------------------------------------------------------------
