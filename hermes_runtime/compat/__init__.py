@@ -18,11 +18,14 @@ degrades with one ``hermes.compat.degraded`` log line that says what is lost:
   runtime's ``resolve_data_dir``);
 - ``turn_outcome``: ``AIAgent.run_conversation``, wrapped so LCM sees a failed turn, which no
   hook reports (degraded: a turn whose model calls all failed is not kept in LCM).
+- ``auxiliary``: ``agent.auxiliary_client.call_llm``, Hermes' auxiliary model, and the plugin
+  call that declares an auxiliary task (degraded: ``lcm_expand_query`` is not offered).
 
 The modules import Hermes only inside the functions that need it; importing this package
 imports nothing of Hermes. docs/hermes-versions.md lists what is tested and accepted.
 """
 
+from hermes_runtime.compat.auxiliary import AuxiliaryCall, auxiliary_call, register_task
 from hermes_runtime.compat.background_review import on_review_thread, review_marker
 from hermes_runtime.compat.context_engine import check_hooks, check_registration, engine_base
 from hermes_runtime.compat.drain import DRAIN_MARKER, STATUS_FILE, DrainControl, drain_control
@@ -73,10 +76,12 @@ __all__ = [
     "STATUS_FILE",
     "TESTED_VERSION",
     "Accepts",
+    "AuxiliaryCall",
     "DrainControl",
     "FailedTurnObserver",
     "HermesIncompatible",
     "Verdict",
+    "auxiliary_call",
     "cache_problem",
     "check_cache",
     "check_hooks",
@@ -90,6 +95,7 @@ __all__ = [
     "observe_failed_turns",
     "on_review_thread",
     "parse_version",
+    "register_task",
     "review_marker",
     "version_problem",
 ]

@@ -83,6 +83,28 @@ def read_lcm_section(home: Path) -> dict[str, Any]:
     return section if isinstance(section, dict) else {}
 
 
+def auxiliary_configured(home: Path, task: str) -> bool:
+    """Whether ``home/config.yaml`` names a model for Hermes' auxiliary task ``task``.
+
+    Named: its ``auxiliary.<task>`` section sets a ``base_url``, a ``model``, or a
+    ``provider`` other than ``auto``. Why not Hermes' ``auto``: it falls back to the
+    agent's own model, and a tool that spends a second call of that model on every use
+    must be asked for. A config.yaml that cannot be read names none.
+    """
+    from ruamel.yaml import YAMLError
+
+    try:
+        auxiliary = _hermes_config(home).get("auxiliary")
+    except (OSError, ValueError, YAMLError):
+        return False
+    section = auxiliary.get(task) if isinstance(auxiliary, dict) else None
+    if not isinstance(section, dict):
+        return False
+    provider = str(section.get("provider") or "").strip().lower()
+    named = (str(section.get(key) or "").strip() for key in ("base_url", "model"))
+    return provider not in ("", "auto") or any(named)
+
+
 def selected_config(home: Path) -> LcmConfig | None:
     """LCM's settings when ``home/config.yaml`` selects it (``context.engine: lcm``), else None.
 

@@ -49,6 +49,18 @@ def record_batch(embedded: int, busy_seconds: float, queue_left: int | None = No
         QUEUE.set(queue_left)
 
 
+def recent_rate() -> float | None:
+    """Items a second this process's worker embedded over its last minute of work (None: none).
+
+    No sample is embedded to measure it (``measured_rate`` does, for ``lcm doctor``):
+    the agent's tools ask it during a turn.
+    """
+    with _recent_lock:
+        items = sum(n for _, n, _ in _recent)
+        busy = sum(s for _, _, s in _recent)
+    return round(items / busy, 2) if busy > 0 and items else None
+
+
 def queue_length(store: LcmStore) -> int:
     return int(fetch_value(store.conn, "SELECT count(*) FROM embed_queue") or 0)
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from hermes_runtime.lcm.store.lcmstore import LcmStore
 from hermes_runtime.lcm.store.schema import fetch_all
+from hermes_runtime.lcm.store.timewindow import IdWindow
 
 REFRESH_PAGE = 20_000  # rows read at a time when the vector index catches up
 
@@ -335,8 +336,13 @@ class VectorIndex:
         query: np.ndarray,
         session_id: str | None,
         limit: int,
+        window: IdWindow | None = None,
     ) -> list[tuple[str, int, float]]:
-        """(kind, item id, score), best first: cosine less the row's hubness penalty."""
+        """(kind, item id, score), best first: cosine less the row's hubness penalty.
+
+        ``window``: only rows of that time window, masked before the candidates are
+        picked (as the session is), so the top rows are the window's best.
+        """
         with self._lock:
             vectors = self._refresh(store, model, int(query.shape[0]))
             n = vectors.count
@@ -349,6 +355,9 @@ class VectorIndex:
                 if code is None:
                     return []
                 allowed = vectors.sessions[:n] == code
+            if window is not None:
+                inside = window.mask(vectors.kinds[:n], vectors.items[:n])
+                allowed = inside if allowed is None else allowed & inside
             rows = self._candidates(vectors, query, allowed, limit)
             scores = vectors.exact_scores(rows, query) - self.hub_weight * vectors.hubs[rows]
             if len(scores) == 0:

@@ -23,6 +23,7 @@ from hermes_runtime.lcm.embed.embedders import Embedder, make_embedder
 from hermes_runtime.lcm.embed.embedworker import EmbeddingWorker
 from hermes_runtime.lcm.embed.vectorindex import VectorIndex
 from hermes_runtime.lcm.engine import failedturns, hostsync, tools
+from hermes_runtime.lcm.engine.expandquery import Completion
 from hermes_runtime.lcm.engine.failedturns import TurnFailure
 from hermes_runtime.lcm.engine.hostsync import (
     FingerprintMemo,
@@ -68,6 +69,8 @@ class LcmEngine:
         self._prints = FingerprintMemo()
         self._views = hostsync.HostViews()
         self.worker: EmbeddingWorker | None = None
+        # The host's auxiliary model, which ``lcm_expand_query`` needs (None: not offered).
+        self.auxiliary: Completion | None = None
         if start_worker and self.embedder is not None:
             self.worker = EmbeddingWorker(self.store, self.embedder)
         # One compaction of a session, and the context fitted to a budget (compacting as
@@ -338,7 +341,14 @@ class LcmEngine:
         started = time.perf_counter()
         try:
             payload = tools.dispatch(
-                self.store, self.embedder, self.vectors, name, args or {}, session_id
+                self.store,
+                self.embedder,
+                self.vectors,
+                name,
+                args or {},
+                session_id,
+                worker=self.worker is not None,
+                complete=self.auxiliary,
             )
         except RuntimeFailure as exc:
             payload = {"error": str(exc)}

@@ -3,6 +3,8 @@
 The schemas are data the host reads once (``hermes_plugin.py`` registers
 them); ``dispatch`` answers a call with the store, embedder and vectors the
 engine hands it (``LcmEngine.handle_tool`` adds the JSON, errors and metrics).
+``lcm_expand_query`` needs the host's auxiliary model: ``offered_schemas`` leaves
+it out when there is none, so a model never sees a tool that cannot answer.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.lcm.compact.assembly import context_within
 from hermes_runtime.lcm.embed.embedders import Embedder
 from hermes_runtime.lcm.embed.vectorindex import VectorIndex
+from hermes_runtime.lcm.engine import selfhelp
+from hermes_runtime.lcm.engine.expandquery import MAX_QUERIES, Completion, expand_query
 from hermes_runtime.lcm.search.hybrid import hybrid_search
 from hermes_runtime.lcm.search.navigate import (
     describe,
@@ -24,6 +28,7 @@ from hermes_runtime.lcm.search.navigate import (
 )
 from hermes_runtime.lcm.search.textsearch import grep
 from hermes_runtime.lcm.store.lcmstore import LcmStore
+from hermes_runtime.lcm.store.timewindow import IdWindow, TimeWindow
 
 
 def _integer(default: int) -> dict[str, Any]:
@@ -32,6 +37,12 @@ def _integer(default: int) -> dict[str, Any]:
 
 STRING: dict[str, Any] = {"type": "string"}
 SCOPE: dict[str, Any] = {"type": "string", "enum": ["session", "all"], "default": "session"}
+_WHEN = "ISO 8601 date or datetime (UTC unless it names a zone), or an age like 7d, 36h"
+SINCE: dict[str, Any] = {"type": "string", "description": f"only what was said from then: {_WHEN}"}
+UNTIL: dict[str, Any] = {
+    "type": "string",
+    "description": f"only what was said before then (a date includes that day): {_WHEN}",
+}
 
 
 def _tool(
@@ -62,6 +73,8 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
                 ),
             },
             "limit": _integer(10),
+            "since": SINCE,
+            "until": UNTIL,
         },
         ("query",),
     ),
@@ -69,8 +82,8 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
         "lcm_search",
         "Semantic + keyword search of past conversation (use when wording may differ). "
         "Returns ids to pass to lcm_expand; identical messages come back once, with "
-        "their count and ids.",
-        {"query": STRING, "scope": SCOPE, "limit": _integer(8)},
+        "their count and ids. since/until keep to a time span ('last week': since 7d).",
+        {"query": STRING, "scope": SCOPE, "limit": _integer(8), "since": SINCE, "until": UNTIL},
         ("query",),
     ),
     _tool(
@@ -113,8 +126,44 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
         "Ids, depths, message spans and sizes only (lcm_expand reads contents).",
         {"id": STRING, "max_depth": _integer(2)},
     ),
+    _tool(
+        "lcm_status",
+        "What your long-term memory holds: messages, sessions, summaries (DAG depth), "
+        "externalized outputs, database size; how many items are embedded and how far "
+        "behind the embedder is; how far this session is compacted.",
+        {},
+    ),
+    _tool(
+        "lcm_doctor",
+        "Read-only health checks of your long-term memory (database file, full-text "
+        "index, outputs on disk, embeddings, summaries): each ok or a problem, and what "
+        "to do. Repairs nothing.",
+        {},
+    ),
+    _tool(
+        "lcm_expand_query",
+        "Rewrite a question into other wordings with a helper model, search with each "
+        "(as lcm_search) and merge the results: for facts lcm_search misses because "
+        "they were worded differently. Each result names the queries that found it.",
+        {
+            "query": STRING,
+            "count": {"type": "integer", "default": 3, "maximum": MAX_QUERIES},
+            "scope": SCOPE,
+            "limit": _integer(8),
+            "since": SINCE,
+            "until": UNTIL,
+        },
+        ("query",),
+    ),
 ]
 TOOL_NAMES = frozenset(t["name"] for t in TOOL_SCHEMAS)
+AUXILIARY_TOOLS = frozenset({"lcm_expand_query"})  # offered only with an auxiliary model
+TIMED_TOOLS = frozenset({"lcm_grep", "lcm_search", "lcm_expand_query"})  # since / until
+
+
+def offered_schemas(auxiliary: bool) -> list[dict[str, Any]]:
+    """The schemas a host offers: all, less those needing an auxiliary model it lacks."""
+    return [copy.deepcopy(t) for t in TOOL_SCHEMAS if auxiliary or t["name"] not in AUXILIARY_TOOLS]
 
 
 def dispatch(
@@ -124,12 +173,21 @@ def dispatch(
     name: str,
     args: dict[str, Any],
     session_id: str | None,
+    worker: bool = False,
+    complete: Completion | None = None,
 ) -> Any:
     """The answer of the tool ``name`` to ``args``, called in ``session_id`` (a JSON value).
 
     ``scope: all`` searches every session; otherwise the calling session's.
+    ``since``/``until`` name a time window (``timewindow.py``); a bad one is an error
+    naming the parameter. ``worker``: an embedding worker runs in this process;
+    ``complete``: the host's auxiliary model (``lcm_expand_query``).
     """
     scope = None if args.get("scope") == "all" else session_id
+    ids: IdWindow | None = None
+    if name in TIMED_TOOLS:
+        window = TimeWindow.from_args(name, args)
+        ids = window.ids(store) if window is not None else None
     if name == "lcm_grep":
         hits = grep(
             store,
@@ -137,6 +195,7 @@ def dispatch(
             scope,
             int(args.get("limit", 10)),
             bool(args.get("regex", False)),
+            window=ids,
         )
         return {"results": [h.as_dict() for h in hits]}
     if name == "lcm_search":
@@ -147,8 +206,27 @@ def dispatch(
             scope,
             int(args.get("limit", 8)),
             index=vectors,
+            window=ids,
         )
         return {"results": [h.as_dict() for h in hits]}
+    if name == "lcm_expand_query":
+        if complete is None:
+            raise RuntimeFailure("lcm_expand_query: no auxiliary model is configured")
+        return expand_query(
+            store,
+            embedder,
+            vectors,
+            complete,
+            str(args["query"]),
+            scope,
+            int(args.get("count", 3)),
+            int(args.get("limit", 8)),
+            ids,
+        )
+    if name == "lcm_status":
+        return selfhelp.status(store, embedder, worker, session_id)
+    if name == "lcm_doctor":
+        return selfhelp.health(store, embedder, worker)
     if name == "lcm_describe":
         return describe(store, str(args["id"]))
     if name == "lcm_expand":

@@ -33,6 +33,7 @@ import time
 from typing import Any
 
 from hermes_runtime.compat import (
+    AuxiliaryCall,
     check_hooks,
     check_registration,
     engine_base,
@@ -46,12 +47,13 @@ from hermes_runtime.lcm.compact.summarize import LEVEL_DETERMINISTIC, make_summa
 from hermes_runtime.lcm.config import LcmConfig, read_lcm_section
 from hermes_runtime.lcm.engine.failedturns import TurnFailure
 from hermes_runtime.lcm.engine.lcmengine import LcmEngine
-from hermes_runtime.lcm.engine.tools import TOOL_SCHEMAS
+from hermes_runtime.lcm.engine.tools import offered_schemas
 from hermes_runtime.lcm.host.plugin_host import (
     METRICS_PORT_ENV,
     commit_at_exit,
     in_background_review,
     open_existing_database,
+    query_expander,
     serve_metrics,
     start_day_one_import,
     warm_static_embedder,
@@ -84,6 +86,7 @@ class _Shared:
         # When this gateway loaded LCM: the day-one import archives only older messages.
         self.loaded_at = time.time()
         self._watching = False  # failed turns observed (or the adapter said why not)
+        self.expander: AuxiliaryCall | None = None  # lcm_expand_query's model (``register``)
 
     def bind_session(self, hermes_session_id: str, lcm_session_id: str) -> None:
         """Remember which LCM session holds a Hermes session (rotations keep the old one).
@@ -206,6 +209,7 @@ class _Shared:
             if self._engine is None:
                 config = self._config or self._config_from_home()
                 self._engine = LcmEngine(config, start_worker=True)
+                self._engine.auxiliary = self.expander
                 self._engine.start_background()  # checkpoints, indexing, embeddings
                 atexit.register(commit_at_exit, self._engine)
                 self._refresh_summarizer()
@@ -444,7 +448,7 @@ class LcmContextEngine(ContextEngine):
     # -- tools -------------------------------------------------------------
 
     def get_tool_schemas(self) -> list[dict[str, Any]]:
-        return [dict(schema) for schema in TOOL_SCHEMAS]
+        return offered_schemas(auxiliary=self._shared.expander is not None)
 
     def handle_tool_call(self, name: str, args: dict[str, Any], **kwargs: Any) -> str:
         engine = self.engine
@@ -467,10 +471,12 @@ def register(ctx: Any) -> None:
     turn in the session that engine copies bound to; ``on_session_finalize``
     commits the turns that hook queued (group commit). A plugin context
     without the registration calls is refused, a hook the host does not list
-    is logged as degraded (``compat/context_engine.py``).
+    is logged as degraded (``compat/context_engine.py``). ``lcm_expand_query`` is offered
+    only when config.yaml names an auxiliary model for it (``plugin_host.query_expander``).
     """
     check_registration(ctx)
     engine = LcmContextEngine()
+    engine._shared.expander = query_expander(ctx)  # before anything opens the engine
     ctx.register_context_engine(engine)
     check_hooks(TURN_HOOKS)
     ctx.register_hook("post_llm_call", engine._shared.store_turn)

@@ -3,8 +3,9 @@
 Beside ``hermes_plugin.py``, which needs Hermes' context-engine ABC: the metrics endpoint,
 the day-one import of Hermes' ``state.db``, the static embedder's warm-up at gateway
 start, opening an existing ``lcm.db`` at start, committing the queued turns at exit,
-telling the background review's thread apart, and the memory context a compaction hands
-back. Nothing here depends on Hermes' context-engine ABC.
+telling the background review's thread apart, the memory context a compaction hands
+back, and the auxiliary model ``lcm_expand_query`` asks. Nothing here depends on Hermes'
+context-engine ABC.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hermes_runtime.compat import on_review_thread
+from hermes_runtime.compat import AuxiliaryCall, auxiliary_call, on_review_thread, register_task
 from hermes_runtime.compat.home import hermes_home
-from hermes_runtime.lcm.config import read_lcm_section, selected_config
+from hermes_runtime.lcm.config import auxiliary_configured, read_lcm_section, selected_config
 from hermes_runtime.lcm.engine.lcmengine import LcmEngine
 
 METRICS_PORT_ENV = "HERMES_RUNTIME_LCM_METRICS_PORT"
@@ -227,3 +228,26 @@ def in_background_review() -> bool:
     where Hermes' plugin module was never loaded, no thread can carry its marker.
     """
     return on_review_thread(sys.modules.get("hermes_cli.plugins"))
+
+
+EXPAND_QUERY_TASK = "lcm_expand_query"  # config.yaml ``auxiliary.lcm_expand_query``
+
+
+def query_expander(ctx: Any) -> AuxiliaryCall | None:
+    """Hermes' auxiliary model for ``lcm_expand_query``, when config.yaml names one, else None.
+
+    The task is declared to Hermes either way (``hermes model`` lists it, so it can be
+    configured there); the tool is offered only once ``auxiliary.lcm_expand_query`` names
+    a model (``config.auxiliary_configured``): read at plugin load, so a change applies
+    at the gateway's next start.
+    """
+    register_task(
+        ctx,
+        EXPAND_QUERY_TASK,
+        "LCM query expansion",
+        "rewrites a memory search into other wordings (lcm_expand_query)",
+        {"provider": "auto", "timeout": 20},
+    )
+    if not auxiliary_configured(hermes_home(), EXPAND_QUERY_TASK):
+        return None
+    return auxiliary_call(EXPAND_QUERY_TASK)

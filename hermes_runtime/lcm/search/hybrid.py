@@ -20,6 +20,7 @@ from hermes_runtime.lcm.search.hits import MAX_IDS, OVERSAMPLE, Hit, content_key
 from hermes_runtime.lcm.search.textsearch import MAX_RESULTS
 from hermes_runtime.lcm.store import messagereads
 from hermes_runtime.lcm.store.lcmstore import LcmStore
+from hermes_runtime.lcm.store.timewindow import IdWindow
 
 Ranking = list[tuple[str, int, float]]  # (kind, id, score), best first
 Item = tuple[str, int]  # (kind, id)
@@ -100,6 +101,7 @@ def hybrid_search(
     mode: str = "hybrid",
     index: VectorIndex | None = None,
     fusion: Fusion = DEFAULT_FUSION,
+    window: IdWindow | None = None,
 ) -> list[Hit]:
     """Reciprocal rank fusion of full-text (any term) and vector rankings, copies folded.
 
@@ -107,6 +109,8 @@ def hybrid_search(
     of each content, so a message repeated twenty times takes one slot, not
     twenty. Rankings carry ids only; rows, snippets and ``covered_by`` are
     fetched for the ``limit`` results returned, not for every candidate.
+    ``window`` (a time window's ids) filters both rankings before their top
+    candidates are taken, so older matches never crowd the window out.
     """
     limit = max(1, min(limit, MAX_RESULTS))  # the model picks it: bounded like lcm_grep's
     depth = max(limit * 3, fusion.depth)
@@ -115,10 +119,10 @@ def hybrid_search(
     if mode in ("hybrid", "fts"):
         fts = selective_or_query(store, query, fusion)
         if fts:
-            ranking = _fts_ranking(store, fts, session_id, pool, fusion.summaries)
+            ranking = _fts_ranking(store, fts, session_id, pool, fusion.summaries, window)
             rankings.append((fusion.fts_weight, ranking))
     if mode in ("hybrid", "vector") and embedder is not None:
-        vector = _vector_ranking(store, embedder, query, session_id, pool, index)
+        vector = _vector_ranking(store, embedder, query, session_id, pool, index, window)
         weight = fusion.vector_weight
         rankings.append((embedder.rank_weight if weight is None else weight, vector))
     if not fusion.summaries:
@@ -157,13 +161,20 @@ def _vector_ranking(
     session_id: str | None,
     limit: int,
     index: VectorIndex | None,
+    window: IdWindow | None = None,
 ) -> Ranking:
     vector = embedder.embed_query(query)
-    return (index or VectorIndex()).search(store, embedder.model, vector, session_id, limit)
+    found = index or VectorIndex()
+    return found.search(store, embedder.model, vector, session_id, limit, window)
 
 
 def _fts_ranking(
-    store: LcmStore, query: str, session_id: str | None, limit: int, summaries: bool = True
+    store: LcmStore,
+    query: str,
+    session_id: str | None,
+    limit: int,
+    summaries: bool = True,
+    window: IdWindow | None = None,
 ) -> Ranking:
     """Ids and ranks only, best first: FTS5's ``ORDER BY rank`` path, no snippets."""
     conn = store.searchable()
@@ -171,7 +182,7 @@ def _fts_ranking(
     ranked = [
         (kind, item_id, -rank)
         for kind in kinds
-        for item_id, rank in searchreads.ranked_ids(conn, kind, query, session_id, limit)
+        for item_id, rank in searchreads.ranked_ids(conn, kind, query, session_id, limit, window)
     ]
     return sorted(ranked, key=lambda r: -r[2])[:limit]
 

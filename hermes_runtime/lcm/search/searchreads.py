@@ -19,6 +19,7 @@ from hermes_runtime.lcm.records import SUMMARY_PREFIX
 from hermes_runtime.lcm.store.fulltext import ATTACHED_AS
 from hermes_runtime.lcm.store.lcmstore import LcmStore
 from hermes_runtime.lcm.store.schema import Row, fetch_all, fetch_one, fetch_value, rows_for_ids
+from hermes_runtime.lcm.store.timewindow import IdWindow
 
 # kind -> (FTS5 table, lcm.db table it indexes)
 FTS_TABLES = {"message": ("messages_fts", "messages"), "summary": ("summaries_fts", "summaries")}
@@ -49,16 +50,37 @@ def _session_filter(session_id: str | None, column: str) -> tuple[str, list[Any]
     return (f"AND {column} = ?", [session_id]) if session_id else ("", [])
 
 
+def _filters(
+    kind: str,
+    session_id: str | None,
+    window: IdWindow | None,
+    alias: str = "b",
+    id_column: str = "",
+) -> tuple[str, list[Any]]:
+    """The session's and the time window's ``AND`` clauses over the base table's rows."""
+    where, params = _session_filter(session_id, f"{alias}.session_id")
+    if window is not None:
+        clause, more = window.sql(kind, alias, id_column)
+        where, params = f"{where} {clause}", [*params, *more]
+    return where, params
+
+
 def grep_rows(
-    conn: apsw.Connection, kind: str, query: str, session_id: str | None, limit: int
+    conn: apsw.Connection,
+    kind: str,
+    query: str,
+    session_id: str | None,
+    limit: int,
+    window: IdWindow | None = None,
 ) -> list[Row]:
     """Full-text matches of one kind, best first: (id, session, role, seq, created_at, bm25, text).
 
     ``conn``: ``store.searchable()``. Summaries carry role ``'summary'`` and no seq.
+    ``window``: only rows of that time window (filtered before the limit).
     """
     table, base = FTS_TABLES[kind]
     role, seq, text = GREP_COLUMNS[kind]
-    where, params = _session_filter(session_id, "b.session_id")
+    where, params = _filters(kind, session_id, window, id_column=f"{table}.rowid")
     return fetch_all(
         conn,
         f"SELECT b.id, b.session_id, {role}, {seq}, b.created_at, bm25({table}), {text} "
@@ -68,40 +90,55 @@ def grep_rows(
     )
 
 
-def regex_rows(store: LcmStore, pattern: str, session_id: str | None, limit: int) -> list[Row]:
-    """Messages matching an RE2 pattern, newest first.
+def regex_rows(
+    store: LcmStore,
+    pattern: str,
+    session_id: str | None,
+    limit: int,
+    window: IdWindow | None = None,
+) -> list[Row]:
+    """Messages matching an RE2 pattern, newest first (``window``: of that time window only).
 
     Rows: (id, session, role, seq, created_at, first 300 characters, text).
     """
-    where, params = ("session_id = ? AND", [session_id]) if session_id else ("", [])
+    where, params = _filters("message", session_id, window, "m")
     return fetch_all(
         store.conn,
         "SELECT id, session_id, role, seq, created_at, "
         "substr(coalesce(content, content_json), 1, 300), coalesce(content, content_json) "
-        f"FROM messages WHERE {where} coalesce(content, content_json) REGEXP ? "
+        f"FROM messages m WHERE coalesce(content, content_json) REGEXP ? {where} "
         "ORDER BY id DESC LIMIT ?",
-        [*params, pattern, limit],
+        [pattern, *params, limit],
     )
 
 
 def ranked_ids(
-    conn: apsw.Connection, kind: str, query: str, session_id: str | None, limit: int
+    conn: apsw.Connection,
+    kind: str,
+    query: str,
+    session_id: str | None,
+    limit: int,
+    window: IdWindow | None = None,
 ) -> list[tuple[int, float]]:
-    """(id, FTS5 rank) of one kind, best first: the ``ORDER BY rank`` path, no text read."""
+    """(id, FTS5 rank) of one kind, best first: the ``ORDER BY rank`` path, no text read.
+
+    ``window``: only rows of that time window, filtered in the query, before the limit.
+    """
     table, base = FTS_TABLES[kind]
-    if session_id is None:
+    if session_id is None and window is None:
         sql = (
             f"SELECT rowid, rank FROM {ATTACHED_AS}.{table} WHERE {table} MATCH ? "
             "ORDER BY rank LIMIT ?"
         )
         params: list[Any] = [query, limit]
     else:
+        where, values = _filters(kind, session_id, window, id_column="f.rowid")
         sql = (
             f"SELECT f.rowid, f.rank FROM {ATTACHED_AS}.{table} f "
             f"JOIN {base} b ON b.id = f.rowid "
-            f"WHERE {table} MATCH ? AND b.session_id = ? ORDER BY f.rank LIMIT ?"
+            f"WHERE {table} MATCH ? {where} ORDER BY f.rank LIMIT ?"
         )
-        params = [query, session_id, limit]
+        params = [query, *values, limit]
     return [(int(r[0]), float(r[1])) for r in fetch_all(conn, sql, params)]
 
 

@@ -27,6 +27,7 @@ from hermes_runtime.lcm.search.hits import (
 from hermes_runtime.lcm.store.fulltext import snippets
 from hermes_runtime.lcm.store.lcmstore import LcmStore
 from hermes_runtime.lcm.store.patterns import check_pattern
+from hermes_runtime.lcm.store.timewindow import IdWindow
 
 MAX_RESULTS = 200
 
@@ -38,12 +39,16 @@ def grep(
     limit: int = 20,
     regex: bool = False,
     any_term: bool = False,
+    window: IdWindow | None = None,
 ) -> list[Hit]:
-    """Full-text (or regex) search over messages and summaries, best first, copies folded."""
+    """Full-text (or regex) search over messages and summaries, best first, copies folded.
+
+    ``window``: only what was written in that time window (filtered in each query).
+    """
     limit = max(1, min(limit, MAX_RESULTS))
     if regex:
         check_pattern(query)  # RE2: linear time, whatever the model sends
-        return distinct(lambda n: _regex_candidates(store, query, session_id, n), limit)
+        return distinct(lambda n: _regex_candidates(store, query, session_id, n, window), limit)
     fts = fts_query(query, any_term)
     if fts is None:
         return []
@@ -51,7 +56,9 @@ def grep(
     texts: dict[str, str] = {}  # ref -> stored text of every candidate read
     hits: list[Hit] = []
     for kind in ("message", "summary"):
-        read = partial(_fts_candidates, store, conn, kind, fts, session_id, texts=texts)
+        read = partial(
+            _fts_candidates, store, conn, kind, fts, session_id, texts=texts, window=window
+        )
         hits += distinct(read, limit)
     best = sorted(hits, key=lambda h: -h.score)[:limit]
     cut = snippets(conn, fts, {n: texts[hit.id] for n, hit in enumerate(best)})
@@ -68,9 +75,10 @@ def _fts_candidates(
     session_id: str | None,
     limit: int,
     texts: dict[str, str],
+    window: IdWindow | None = None,
 ) -> list[Candidate]:
     """``conn``: ``store.searchable()``, caught up once for the whole search."""
-    rows = searchreads.grep_rows(conn, kind, query, session_id, limit)
+    rows = searchreads.grep_rows(conn, kind, query, session_id, limit, window)
     texts.update((ref(kind, r[0]), r[6]) for r in rows)
     return [
         (content_key(r[2], r[6]), ref(kind, r[0]), partial(_fts_hit, store, kind, r)) for r in rows
@@ -86,9 +94,13 @@ def _fts_hit(store: LcmStore, kind: str, row: tuple[Any, ...]) -> Hit:
 
 
 def _regex_candidates(
-    store: LcmStore, pattern: str, session_id: str | None, limit: int
+    store: LcmStore,
+    pattern: str,
+    session_id: str | None,
+    limit: int,
+    window: IdWindow | None = None,
 ) -> list[Candidate]:
-    rows = searchreads.regex_rows(store, pattern, session_id, limit)
+    rows = searchreads.regex_rows(store, pattern, session_id, limit, window)
     return [
         (content_key(r[2], r[6]), ref("message", r[0]), partial(message_hit, store, r[:6], 0.0))
         for r in rows

@@ -227,3 +227,30 @@ def _span(
 
 def _prefixed(alias: str, columns: str) -> str:
     return ", ".join(f"{alias}.{c.strip()}" for c in columns.split(","))
+
+
+def session_compaction(store: LcmStore, session_id: str) -> dict[str, int]:
+    """How far one session is compacted: its summaries, their deepest level, and its live
+    context (raw messages and summaries in it). Primary-key and index ranges only."""
+    summaries, depth = fetch_one(
+        store.conn,
+        "SELECT count(*), coalesce(max(depth), 0) FROM summaries WHERE session_id = ?",
+        (session_id,),
+    ) or (0, 0)
+    raw, folded = fetch_one(
+        store.conn,
+        "SELECT count(message_id), count(summary_id) FROM context_items WHERE session_id = ?",
+        (session_id,),
+    ) or (0, 0)
+    return {
+        "summaries": int(summaries),
+        "max_summary_depth": int(depth),
+        "context_messages": int(raw),
+        "context_summaries": int(folded),
+    }
+
+
+def latest_summary_level(store: LcmStore) -> int | None:
+    """The escalation level of the newest summary (None: no summary yet)."""
+    level = fetch_value(store.conn, "SELECT level FROM summaries ORDER BY id DESC LIMIT 1")
+    return None if level is None else int(level)

@@ -52,7 +52,7 @@ def retention(store: LcmStore, now: float | None = None) -> dict[str, Any]:
         return {**figures, "oldest_message_at": None, "newest_message_at": None}
     count = int(last[0]) - int(first[0]) + 1
     since = now - GROWTH_WINDOW_DAYS * 86_400
-    recent = int(last[0]) - _first_id_since(store, since, int(first[0]), int(last[0])) + 1
+    recent = int(last[0]) - first_id_since(store, since, int(first[0]), int(last[0])) + 1
     span_days = max((now - max(float(first[1]), since)) / 86_400, 1 / 24)
     per_day = recent / span_days
     growth = per_day * size / count
@@ -72,7 +72,7 @@ def retention(store: LcmStore, now: float | None = None) -> dict[str, Any]:
     return figures
 
 
-def _first_id_since(store: LcmStore, since: float, low: int, high: int) -> int:
+def first_id_since(store: LcmStore, since: float, low: int, high: int) -> int:
     """The smallest message id written at or after ``since`` (``high + 1`` if none)."""
     answer = high + 1
     while low <= high:

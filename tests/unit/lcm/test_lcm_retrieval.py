@@ -88,7 +88,9 @@ def test_bad_ids_are_named_in_the_error(engine: LcmEngine, bad: str) -> None:
 
 def test_tools_answer_json_even_on_errors(filled: LcmEngine) -> None:
     retrieval_tools = {"lcm_grep", "lcm_search", "lcm_describe", "lcm_expand", "lcm_read_output"}
-    assert retrieval_tools | {"lcm_recent", "lcm_load_session", "lcm_dag"} == TOOL_NAMES
+    session_tools = {"lcm_recent", "lcm_load_session", "lcm_dag"}
+    agent_tools = {"lcm_status", "lcm_doctor", "lcm_expand_query"}
+    assert retrieval_tools | session_tools | agent_tools == TOOL_NAMES
     ok = json.loads(filled.handle_tool("lcm_grep", {"query": "pelican"}, "alpha"))
     assert ok["results"]
     err = json.loads(filled.handle_tool("lcm_expand", {"id": "sum_424242"}, "alpha"))
