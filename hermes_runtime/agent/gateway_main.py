@@ -20,6 +20,7 @@ import os
 import runpy
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from hermes_runtime.agent.idempotency import install_on_import
 from hermes_runtime.agent.settings import AgentSettings
@@ -44,6 +45,18 @@ def prepare_gateway() -> None:
         log_event("agent.idempotency.not_installed", level="warning", reason=str(exc))
         return
     install_on_import(settings.state_dir, settings.idempotency_ttl)
+    _append_plugin_packages(settings.data_dir)
+
+
+def _append_plugin_packages(data_dir: Path) -> None:
+    """Each linked plugin's installed packages go to the END of ``sys.path`` (never before
+    it): a plugin can add modules, never replace one of Hermes' or ours
+    (``plugins/syspath.py``)."""
+    from hermes_runtime.plugins.syspath import append_plugin_packages
+
+    added = append_plugin_packages(data_dir, sys.path)
+    if added:
+        log_event("agent.plugin_packages.on_path", paths=added)
 
 
 def main(argv: Sequence[str]) -> None:

@@ -1,4 +1,5 @@
-"""`hermes-runtime plugins link|watch`: argument parsing only; the work is in the package.
+"""`hermes-runtime plugins link|watch|install-deps`: argument parsing only; the work is in the
+package.
 
 The handlers import ``hermes_runtime.plugins`` (and the agent's restarter) when
 they run, so ``--help`` and usage errors stay light.
@@ -18,16 +19,18 @@ from hermes_runtime.cli._shared import (
     add_data_dir,
     add_number,
     add_plugin_wait,
+    add_server_url,
     add_verb,
     stop_on_signals,
 )
-from hermes_runtime.cli.settings import DEFAULT_PLUGIN_SPEC, cli_settings
+from hermes_runtime.cli.settings import DEFAULT_PLUGIN_SPEC, PLUGIN_INDEX_URL_ENV, cli_settings
 
 if TYPE_CHECKING:
     from hermes_runtime.plugins import LinkReport
+    from hermes_runtime.plugins.install import InstallResult
 
 NAME = "plugins"
-HELP = "Link git-synced plugin repositories into Hermes plugin directory."
+HELP = "Link git-synced plugin repositories into Hermes plugin directory; install their packages."
 
 
 def register(verbs: Any) -> None:
@@ -55,17 +58,48 @@ def register(verbs: Any) -> None:
     watcher.add_argument(
         "--no-restart", action="store_true", help="only relink; do not signal the gateway"
     )
+    _register_install_deps(verbs)
+
+
+def _register_install_deps(verbs: Any) -> None:
+    installer = add_verb(
+        verbs,
+        "install-deps",
+        "install each plugin's hash-pinned requirements.txt into D/.plugin-packages",
+        run_install_deps,
+    )
+    add_data_dir(installer)
+    _spec_option(installer)
+    add_server_url(
+        installer,
+        "--index-url",
+        f"package index (PEP 503 simple URL) to install from (default: ${PLUGIN_INDEX_URL_ENV})",
+    )
+    installer.add_argument(
+        "--watch", action="store_true", help="keep running: install again when a plugin changes"
+    )
+    add_number(
+        installer,
+        "--interval",
+        SECONDS,
+        "with --watch, how often to look for changes (default 5)",
+        default=5.0,
+    )
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
     add_data_dir(parser)
+    _spec_option(parser)
+    add_plugin_wait(parser, f"{PLUGIN_WAIT_HELP} (default 0)")
+
+
+def _spec_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--spec",
         type=Path,
         default=cli_settings().plugin_spec,
         help=f"plugin spec (default: $HERMES_RUNTIME_PLUGIN_SPEC, else {DEFAULT_PLUGIN_SPEC})",
     )
-    add_plugin_wait(parser, f"{PLUGIN_WAIT_HELP} (default 0)")
 
 
 def run_link(args: argparse.Namespace) -> int:
@@ -96,6 +130,53 @@ def run_watch(args: argparse.Namespace) -> int:
 
     watch(args.data_dir, args.spec, on_change, stop, interval=args.interval, baseline=baseline)
     return 0
+
+
+def run_install_deps(args: argparse.Namespace) -> int:
+    from hermes_runtime.common.logs import reporter
+    from hermes_runtime.plugins.install import Installer, install_all, watch_install
+    from hermes_runtime.plugins.piprun import default_python
+
+    index_url = args.index_url or cli_settings().url("plugin_index_url")
+    with reporter("plugins.install_deps") as progress:
+        installer = Installer(
+            args.data_dir,
+            index_url,
+            default_python(),
+            lambda message, fields: progress.step(message, **fields),
+        )
+        if args.watch:
+            stop = stop_on_signals()
+            watch_install(
+                installer,
+                args.spec,
+                stop,
+                args.interval,
+                lambda results: _print_install(results, args.json),
+            )
+            return 0
+        results = install_all(installer, args.spec)
+        _print_install(results, args.json)
+    return 0 if all(result.status != "failed" for result in results) else 1
+
+
+def _print_install(results: list[InstallResult], as_json: bool) -> None:
+    """Like ``link``: a line per plugin on stdout, each failure once on stderr, naming the
+    plugin and the package; ``--json``: one line per run."""
+    if as_json:
+        payload = {
+            "ok": all(r.status != "failed" for r in results),
+            "plugins": [r.to_dict() for r in results],
+        }
+        print(json.dumps(payload), flush=True)
+        return
+    for result in results:
+        if result.status == "failed":
+            print(f"error: plugin {result.name}: {result.error}", file=sys.stderr)
+        else:
+            digest = (result.requirements_sha256 or "")[:12]
+            print(f"{result.status:9} {result.name} {digest}".rstrip())
+    sys.stdout.flush()
 
 
 def _print_report(report: LinkReport, as_json: bool) -> None:

@@ -27,6 +27,7 @@ from hermes_runtime.common.errors import RuntimeFailure
 DEBUG_ENV = "HERMES_RUNTIME_DEBUG"
 PLUGIN_SPEC_ENV = "HERMES_RUNTIME_PLUGIN_SPEC"
 DEFAULT_PLUGIN_SPEC = Path("/etc/hermes-runtime/plugins.yaml")
+PLUGIN_INDEX_URL_ENV = "HERMES_RUNTIME_PLUGIN_INDEX_URL"
 AGENT_ENV = "HERMES_RUNTIME_AGENT"  # backup/agents.py: which agent's snapshots and replicas
 S3_ENDPOINT_ENVS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")  # the AWS SDKs' order
 VAULT_ADDR_ENV = "VAULT_ADDR"
@@ -60,6 +61,9 @@ class CliSettings(BaseModel):
     # A failure's traceback on stderr, as ``--debug`` shows it.
     debug: Flag = Field(False, validation_alias=DEBUG_ENV)
     plugin_spec: Path = Field(DEFAULT_PLUGIN_SPEC, validation_alias=PLUGIN_SPEC_ENV)
+    # The package index (PEP 503 simple URL) ``plugins install-deps`` installs from: the
+    # operator's choice, never the plugin's (its requirements file may not name one).
+    plugin_index_url: str | None = Field(None, validation_alias=PLUGIN_INDEX_URL_ENV)
     # The agent whose snapshots and replicas the backup verbs act on (checked by ``--agent``'s
     # rule when used, naming the variable).
     agent: str | None = Field(None, validation_alias=AGENT_ENV)

@@ -21,6 +21,8 @@ from pathlib import Path
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
+from hermes_runtime.plugins.deps import PackagesProblem, check_packages
+
 SYNC_DIR_NAME = ".git-sync"
 PLUGINS_DIR_NAME = "plugins"
 CURRENT_LINK_NAME = "current"
@@ -97,13 +99,15 @@ class TargetCheck:
     """What a successful check saw: the worktree behind ``current`` at that moment.
 
     ``relative`` is the worktree's path inside ``D/.git-sync/<name>``, what the link
-    names; ``size_bytes`` the bytes of files in it.
+    names; ``size_bytes`` the bytes of files in it; ``packages`` the installed target of its
+    ``requirements.txt`` (``None``: it declares no packages).
     """
 
     commit: str
     worktree: Path
     relative: str
     size_bytes: int
+    packages: Path | None = None
 
 
 def check_target(layout: Layout, name: str, sub_path: str, max_bytes: int) -> TargetCheck:
@@ -175,8 +179,18 @@ def _check_worktree(layout: Layout, name: str, sub_path: str, max_bytes: int) ->
         raise PluginProblem(f"subPath {sub_path!r} is not a directory in {current}")
     _check_manifest(plugin_dir, current, sub_path)
     _check_no_escaping_links(plugin_dir, worktree)
+    packages = _check_packages(layout, name, plugin_dir)
     relative = worktree.relative_to(real_root).as_posix()
-    return TargetCheck(worktree.name, worktree, relative, size)
+    return TargetCheck(worktree.name, worktree, relative, size, packages)
+
+
+def _check_packages(layout: Layout, name: str, plugin_dir: Path) -> Path | None:
+    """A tree whose declared packages did not install is not linked: it would fail at import,
+    and the reason (which package, why) is told here, where the operator looks."""
+    try:
+        return check_packages(layout.data_dir, name, plugin_dir)
+    except PackagesProblem as problem:
+        raise PluginProblem(str(problem), problem.transient) from None
 
 
 def _check_size(worktree: Path, current: Path, max_bytes: int) -> int:

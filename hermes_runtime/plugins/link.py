@@ -49,6 +49,7 @@ class PluginResult:
     commit: str | None = None
     enabled: bool = False
     error: str | None = None
+    packages: str | None = None  # the installed target on the gateway's sys.path, if any
 
 
 @dataclass
@@ -152,7 +153,8 @@ def _link_one(layout: Layout, entry: SpecEntry, deadline: float) -> PluginResult
     status = UNCHANGED if owned_link_target(link) == target else LINKED
     if status == LINKED:
         _atomic_symlink(layout, target, link)
-    return PluginResult(entry.name, status, link=target, commit=check.commit, enabled=entry.enabled)
+    packages = str(check.packages) if check.packages is not None else None
+    return PluginResult(entry.name, status, target, check.commit, entry.enabled, packages=packages)
 
 
 def _refuse(layout: Layout, link: Path, problem: PluginProblem) -> str:

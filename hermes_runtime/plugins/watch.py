@@ -1,4 +1,4 @@
-"""Re-converge when the spec or a plugin's ``current`` link changes.
+"""Re-converge when the spec, a plugin's ``current`` link or its packages' install state changes.
 
 Polling, not inotify: the spec is a ConfigMap file that the kubelet replaces
 by swapping a ``..data`` symlink, and ``current`` is swapped by rename; both
@@ -20,6 +20,7 @@ from pathlib import Path
 
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.common.logs import log_event
+from hermes_runtime.plugins.deps import state_stamp
 from hermes_runtime.plugins.layout import Layout
 from hermes_runtime.plugins.link import REMOVED, LinkReport, link_plugins
 from hermes_runtime.plugins.spec import load_spec
@@ -30,10 +31,11 @@ RETRY_SECONDS = 30.0
 
 @dataclass(frozen=True)
 class Snapshot:
-    """What the watcher compares between polls: the spec bytes and each ``current``."""
+    """What the watcher compares between polls: the spec bytes, each ``current``, and each
+    plugin's ``state.json`` stamp (an install that finished lets a waiting plugin link)."""
 
     spec_digest: str
-    currents: tuple[tuple[str, str | None], ...]
+    currents: tuple[tuple[str, str | None, tuple[int, int] | None], ...]
 
 
 def take_snapshot(data_dir: Path, spec_path: Path) -> Snapshot:
@@ -43,7 +45,10 @@ def take_snapshot(data_dir: Path, spec_path: Path) -> Snapshot:
     except OSError as exc:
         raw = f"unreadable: {exc.__class__.__name__}".encode()
     names = _spec_names(spec_path)
-    currents = tuple((name, _readlink(layout.current(name))) for name in names)
+    currents = tuple(
+        (name, _readlink(layout.current(name)), state_stamp(layout.data_dir, name))
+        for name in names
+    )
     return Snapshot(hashlib.sha256(raw).hexdigest(), currents)
 
 
