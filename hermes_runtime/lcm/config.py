@@ -42,6 +42,8 @@ class LcmConfig:
     embeddings_base_url: str = ""
     embeddings_model: str = ""
     embeddings_dim: int = 0
+    # The agent frees the embedding model after this many seconds without a call (0: never).
+    embeddings_idle_release_seconds: float = 300.0
     import_hermes_state: bool = True  # day one: archive state.db's history, searchable
     # A user turn replayed by a retry within this many seconds is stored once (0: off).
     replay_window_seconds: float = 120.0
@@ -168,6 +170,7 @@ class LcmSection(BaseModel):
     embeddings_base_url: str = Field(pattern=r"^$|^https?://")
     embeddings_model: str
     embeddings_dim: int = Field(ge=0)
+    embeddings_idle_release_seconds: float = Field(ge=0, le=86_400)
     import_hermes_state: bool
     replay_window_seconds: float = Field(ge=0, le=86_400)
     commit_interval_ms: int = Field(ge=0, le=10_000)

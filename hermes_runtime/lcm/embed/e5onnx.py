@@ -16,9 +16,12 @@ run in batches of like lengths, so little is padding.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import gc
 import os
 import tempfile
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -130,16 +133,53 @@ class _Engine:
         return (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
 
 
-_ENGINES: dict[int, _Engine] = {}
-_ENGINES_LOCK = threading.Lock()
+def return_freed_memory() -> bool:
+    """Hand the C heap's free pages back to the kernel (glibc's ``malloc_trim``).
+
+    A released engine's arrays are freed into glibc's arenas, which keep most of them: without
+    the trim an idle agent's resident memory hardly falls. False where there is no glibc.
+    """
+    try:
+        return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))
+    except (OSError, AttributeError):
+        return False
 
 
-def _engine(bits: int) -> _Engine:
-    """One engine per process and weight width, loaded once (from the cached graph)."""
-    with _ENGINES_LOCK:
-        if bits not in _ENGINES:
-            _ENGINES[bits] = _Engine.load(bits)
-        return _ENGINES[bits]
+@dataclass
+class _Engines:
+    """The process's engines, one per weight width, loaded on first use and released when
+    idle.
+
+    One per process, not per embedder: the worker's embedder and the search path's share the
+    weights. A call in flight keeps its engine alive after a release (it holds a reference);
+    the next call loads it again.
+    """
+
+    loaded: dict[int, _Engine] = field(default_factory=dict)
+    last_used: dict[int, float] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def get(self, bits: int) -> _Engine:
+        with self.lock:
+            if bits not in self.loaded:
+                self.loaded[bits] = _Engine.load(bits)
+            self.last_used[bits] = time.monotonic()
+            return self.loaded[bits]
+
+    def release_idle(self, idle_for: float, now: float | None = None) -> bool:
+        """Drop every engine unused for ``idle_for`` seconds; True if one was dropped."""
+        moment = time.monotonic() if now is None else now
+        with self.lock:
+            idle = [b for b, used in self.last_used.items() if moment - used >= idle_for]
+            for bits in idle:
+                del self.loaded[bits], self.last_used[bits]
+        if idle:
+            gc.collect()  # the session's buffers go before the trim, not at some later cycle
+            return_freed_memory()
+        return bool(idle)
+
+
+_ENGINES = _Engines()
 
 
 @dataclass
@@ -184,8 +224,16 @@ class OnnxE5Embedder:
     def embed_query(self, text: str) -> np.ndarray:
         return self._encode(["query: " + text])[0]
 
+    def release_idle(self, idle_for: float) -> bool:
+        """Free the model (about a hundred MiB) once no call used it for ``idle_for`` seconds;
+        the next call loads it again from the cached graph."""
+        return _ENGINES.release_idle(idle_for)
+
+    def loaded(self) -> bool:
+        return self.bits in _ENGINES.loaded
+
     def _encode(self, texts: list[str]) -> np.ndarray:
-        engine = _engine(self.bits)
+        engine = _ENGINES.get(self.bits)
         # a character is rarely less than a quarter token: 8x the window reads enough
         ids = [engine.tokenizer.encode(t[: self.max_tokens * 8], self.max_tokens) for t in texts]
         groups = batches([len(row) for row in ids])

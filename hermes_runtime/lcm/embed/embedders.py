@@ -20,7 +20,7 @@ import logging
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import httpx
 import numpy as np
@@ -51,6 +51,13 @@ class Embedder(Protocol):
     def embed(self, texts: list[str]) -> np.ndarray: ...
 
     def embed_query(self, text: str) -> np.ndarray: ...
+
+
+@runtime_checkable
+class ReleasesIdleModel(Protocol):
+    """An embedder whose model is worth freeing while the agent is idle (``e5``)."""
+
+    def release_idle(self, idle_for: float) -> bool: ...
 
 
 def normalize(matrix: np.ndarray) -> np.ndarray:

@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass, field
 
 from hermes_runtime.lcm.embed.embedbatch import embed_batch
-from hermes_runtime.lcm.embed.embedders import Embedder
+from hermes_runtime.lcm.embed.embedders import Embedder, ReleasesIdleModel
 from hermes_runtime.lcm.embed.embedqueue import enqueue_missing
 from hermes_runtime.lcm.store.lcmstore import LcmStore
 
@@ -52,6 +52,9 @@ class EmbeddingWorker:
     store: LcmStore
     embedder: Embedder
     idle_seconds: float = 2.0
+    # Free the model after this long without a call (0: keep it): an idle agent need not hold
+    # it, and a first search after idling loads it again in well under a second.
+    release_after: float = 0.0
     nice: int = WORKER_NICE
     errors: list[str] = field(default_factory=list)
     _event: threading.Event = field(default_factory=threading.Event)
@@ -91,4 +94,9 @@ class EmbeddingWorker:
                 del self.errors[:-20]
             self._event.wait(self.idle_seconds)
             self._event.clear()
+            self._release_idle_model()
         self.store.close()
+
+    def _release_idle_model(self) -> None:
+        if self.release_after > 0 and isinstance(self.embedder, ReleasesIdleModel):
+            self.embedder.release_idle(self.release_after)

@@ -72,7 +72,9 @@ class LcmEngine:
         # The host's auxiliary model, which ``lcm_expand_query`` needs (None: not offered).
         self.auxiliary: Completion | None = None
         if start_worker and self.embedder is not None:
-            self.worker = EmbeddingWorker(self.store, self.embedder)
+            self.worker = EmbeddingWorker(
+                self.store, self.embedder, release_after=config.embeddings_idle_release_seconds
+            )
         # One compaction of a session, and the context fitted to a budget (compacting as
         # needed), each under the session's lock; its summarizer is this engine's.
         self.compactions = Compactions(
