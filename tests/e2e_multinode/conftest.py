@@ -13,6 +13,7 @@ one definition; only `kube_config` differs: its default is the multi-node cluste
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,8 @@ from e2e.conftest import (  # noqa: F401  (fixtures and the report hook, used by
     provisioner_watchdog,
     pytest_runtest_makereport,
 )
+
+from .nodes_testlib import GatewayWatch
 
 MULTI_KUBECONFIG = kube.REPO_ROOT / ".cache" / "kind-multi" / "kubeconfig"
 
@@ -43,3 +46,16 @@ def kube_config(pytestconfig: pytest.Config) -> str:
     if not path.is_file():
         raise RuntimeError(f"kubeconfig {path} missing: run `make cluster-multi` or set KUBECONFIG")
     return str(path)
+
+
+@pytest.fixture
+def gateways(
+    cluster: kube.Cluster,  # noqa: F811  (the imported fixture, by name)
+    namespace: str,  # noqa: F811
+    tmp_path: Path,
+) -> Iterator[GatewayWatch]:
+    """The scenario's agent pods' logs, followed once the scenario calls ``start()`` (after
+    its install), stopped before its namespace goes; kept in ``tmp_path/agent-logs``."""
+    watch = GatewayWatch(cluster, namespace, tmp_path / "agent-logs")
+    yield watch
+    watch.stop()

@@ -3,12 +3,15 @@
 The load is the fault suite's (tests/support/chat_load.py in a pod on the control plane: two
 clients, each failed turn retried with its Idempotency-Key until answered). After each drain:
 every answered (HTTP 200) turn is in LCM exactly once and the databases pass integrity_check
-(tests/e2e/faults_testlib.check_data); the outage and failed requests are printed, never
-asserted.
+(tests/e2e/faults_testlib.check_data), and the agent pods' own logs, followed from the install
+on, show at most one gateway serving at any moment (nodes_testlib.assert_one_gateway_at_a_time);
+the outage and failed requests are printed, never asserted.
 
 - `shared-path` (a filesystem every node mounts: NFS, EFS, Filestore on a cloud): the drain
   evicts the agent, its successor starts on another worker with the same volume, and the agent
-  answers again from there.
+  answers again from there. Then, with every worker schedulable again, a Job from the backup
+  CronJob lands on the agent's new node (its required podAffinity to the agent pod) and makes
+  a snapshot.
 - `local-path` (a node's own disk) with `podDisruptionBudget.enabled` (maxUnavailable 0, as
   values.yaml says: "voluntary evictions such as node drains wait until you move the agent
   yourself"): the drain is refused naming the budget, and the agent keeps serving on its node.
@@ -20,6 +23,7 @@ asserted.
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +32,7 @@ import pytest
 from e2e import faults_testlib as lib
 from e2e import images, kube
 from e2e.test_faults import (
+    BACKUP_CRONJOB,
     IMAGES,
     SETTLE,
     SYNC_GRACE,
@@ -50,13 +55,19 @@ REFUSED_DRAIN_TIMEOUT_S = 20  # long enough for kubectl to retry the refused evi
 # The scheduler's words for a node a pinned PV rules out (Kubernetes 1.34; older: "volume node
 # affinity conflict").
 PENDING_REASONS = ("didn't match PersistentVolume's node affinity", "volume node affinity conflict")
+SNAPSHOT_ID = re.compile(r"^[0-9a-f]{64}$", re.M)  # `backup create` prints restic's full id last
 
 
 def install(
-    cluster: kube.Cluster, namespace: str, helm: kube.Helm, tmp_path: Path, extra: dict[str, Any]
+    cluster: kube.Cluster,
+    namespace: str,
+    helm: kube.Helm,
+    tmp_path: Path,
+    extra: dict[str, Any],
+    gateways: nodes.GatewayWatch,
 ) -> client.V1Pod:
     """The backends, the chart with ci.yaml, the fault suite's values and ``extra``; the load
-    running and answered; the serving agent pod."""
+    running and answered, the agent pods' logs followed; the serving agent pod."""
     images.require(IMAGES)
     began = time.monotonic()
     lib.install_backends(helm)
@@ -66,16 +77,23 @@ def install(
     nodes.start_load_off_workers(cluster, namespace)
     lib.wait_answered(cluster, namespace, 0.0)
     agent = serving_pod(cluster, namespace)
+    gateways.start()
     took = time.monotonic() - began
     print(f"\ninstalled on {agent.spec.node_name}, load answered in {took:.0f} s")
     return agent
 
 
 def settle_and_check(
-    cluster: kube.Cluster, namespace: str, start: float, what: str
-) -> FaultFigures:
-    """Both clients answered again, then every answered turn in LCM once; the figures, and
-    what happened when (/health and the serving pod's entrypoint events)."""
+    cluster: kube.Cluster,
+    namespace: str,
+    start: float,
+    what: str,
+    watch: nodes.GatewayWatch,
+    verb: str = "drain",
+) -> tuple[FaultFigures, list[nodes.Hold]]:
+    """Both clients answered again, then every answered turn in LCM once and one gateway at a
+    time; the figures, the holds, and what happened when (/health and the serving pod's
+    entrypoint events)."""
     lib.wait_answered(cluster, namespace, time.time())
     serving = serving_pod(cluster, namespace).metadata.name
     events = entrypoint_events(serving, read_agent_log(cluster, namespace, serving, start), start)
@@ -84,26 +102,31 @@ def settle_and_check(
     found = lib.records(cluster, namespace)
     checked = lib.check_data(cluster, namespace, found, end - SYNC_GRACE)
     figures = fault_figures(found.attempts, found.health, start, end)
+    holds = nodes.assert_one_gateway_at_a_time(watch, found.attempts, start)
     print(
-        f"drain {what:<28} outage {figures.outage_s:6.2f} s  "
+        f"{verb} {what:<28} outage {figures.outage_s:6.2f} s  "
         f"failed requests {figures.failed_requests:3d} ({figures.turns_hit} turns)  "
         f"max latency {figures.max_latency_s:6.2f} s  answered {figures.answered:3d}  "
         f"(LCM checked {checked.checked} turns, 0 lost)\n" + timeline(found, start, end, events),
         flush=True,
     )
-    return figures
+    return figures, holds
 
 
 @pytest.mark.timeout(1200)
 def test_drain_moves_an_agent_on_shared_storage_to_another_node(
-    cluster: kube.Cluster, namespace: str, helm: kube.Helm, tmp_path: Path
+    cluster: kube.Cluster,
+    namespace: str,
+    helm: kube.Helm,
+    tmp_path: Path,
+    gateways: nodes.GatewayWatch,
 ) -> None:
     # The agent pod mounts the backup volume too (backup.target.type pvc): both shared.
     shared = {
         "persistence": {"storageClass": nodes.SHARED_CLASS},
         "backup": {"target": {"pvc": {"storageClass": nodes.SHARED_CLASS}}},
     }
-    old = install(cluster, namespace, helm, tmp_path, shared)
+    old = install(cluster, namespace, helm, tmp_path, shared, gateways)
     node = str(old.spec.node_name)
     start = time.time()
     try:
@@ -116,22 +139,45 @@ def test_drain_moves_an_agent_on_shared_storage_to_another_node(
         )
         new = serving_pod(cluster, namespace)
         assert new.spec.node_name != node, f"the successor runs on the drained node {node}"
-        figures = settle_and_check(cluster, namespace, start, "shared-path")
+        figures, holds = settle_and_check(cluster, namespace, start, "shared-path", gateways)
+        assert [h.node for h in holds[-2:]] == [node, new.spec.node_name], holds
         print(f"  kubectl drain took {drained.seconds:.1f} s; {node} -> {new.spec.node_name}")
     finally:
         nodes.cordon(cluster, node, False)
     assert figures.answered > 0
+    began = time.monotonic()
+    ran, snapshot = backup_now(cluster, namespace)
+    assert ran == new.spec.node_name, f"the backup ran on {ran}, the agent on {new.spec.node_name}"
+    took = time.monotonic() - began
+    print(f"  backup Job on {ran}, the agent's node: snapshot {snapshot[:8]} in {took:.1f} s")
+
+
+def backup_now(cluster: kube.Cluster, namespace: str) -> tuple[str, str]:
+    """A Job from the backup CronJob (what an operator does), run to success: the node its
+    pod ran on and the snapshot id its log names."""
+    job = kube.run_job_from_cronjob(cluster, namespace, BACKUP_CRONJOB)
+    (pod,) = cluster.core.list_namespaced_pod(namespace, label_selector=f"job-name={job}").items
+    log = "".join(
+        kube.pod_log(cluster, namespace, pod.metadata.name, c.name) for c in pod.spec.containers
+    )
+    ids = set(SNAPSHOT_ID.findall(log))
+    assert len(ids) == 1, f"expected one snapshot id in the backup log: {ids}\n{log}"
+    return str(pod.spec.node_name), ids.pop()
 
 
 @pytest.mark.timeout(1200)
 def test_drain_waits_for_an_agent_on_node_local_storage_with_a_budget(
-    cluster: kube.Cluster, namespace: str, helm: kube.Helm, tmp_path: Path
+    cluster: kube.Cluster,
+    namespace: str,
+    helm: kube.Helm,
+    tmp_path: Path,
+    gateways: nodes.GatewayWatch,
 ) -> None:
     extra = {
         "persistence": {"storageClass": nodes.LOCAL_CLASS},
         "podDisruptionBudget": {"enabled": True, "maxUnavailable": 0},
     }
-    old = install(cluster, namespace, helm, tmp_path, extra)
+    old = install(cluster, namespace, helm, tmp_path, extra, gateways)
     node = str(old.spec.node_name)
     start = time.time()
     try:
@@ -140,7 +186,8 @@ def test_drain_waits_for_an_agent_on_node_local_storage_with_a_budget(
         assert "disruption budget" in drained.output, drained.output
         still = serving_pod(cluster, namespace)
         assert (still.metadata.uid, still.spec.node_name) == (old.metadata.uid, node)
-        settle_and_check(cluster, namespace, start, "local-path, budget 0")
+        _, holds = settle_and_check(cluster, namespace, start, "local-path, budget 0", gateways)
+        assert [h.pod for h in holds] == [old.metadata.name], holds
         print(f"  kubectl drain refused after {drained.seconds:.1f} s: {drained.output[-300:]}")
     finally:
         nodes.cordon(cluster, node, False)
@@ -162,11 +209,14 @@ def pending_for_its_volume(cluster: kube.Cluster, namespace: str, old_uid: str) 
 
 @pytest.mark.timeout(1200)
 def test_drain_of_an_agent_on_node_local_storage_waits_for_uncordon(
-    cluster: kube.Cluster, namespace: str, helm: kube.Helm, tmp_path: Path
+    cluster: kube.Cluster,
+    namespace: str,
+    helm: kube.Helm,
+    tmp_path: Path,
+    gateways: nodes.GatewayWatch,
 ) -> None:
-    old = install(
-        cluster, namespace, helm, tmp_path, {"persistence": {"storageClass": nodes.LOCAL_CLASS}}
-    )
+    local = {"persistence": {"storageClass": nodes.LOCAL_CLASS}}
+    old = install(cluster, namespace, helm, tmp_path, local, gateways)
     node = str(old.spec.node_name)
     start = time.time()
     try:
@@ -187,7 +237,8 @@ def test_drain_of_an_agent_on_node_local_storage_waits_for_uncordon(
         "the successor Ready once the node is uncordoned",
     )
     assert serving_pod(cluster, namespace).spec.node_name == node
-    settle_and_check(cluster, namespace, start, "local-path, no budget")
+    _, holds = settle_and_check(cluster, namespace, start, "local-path, no budget", gateways)
+    assert [h.node for h in holds] == [node, node], holds
     print(
         f"  kubectl drain took {drained.seconds:.1f} s; successor Pending (volume pinned to "
         f"{node}) {pending_at - start:.1f} s after the drain began; Ready again "
