@@ -4,7 +4,7 @@
 # 127.0.0.1:5001), the way a platform team publishes to theirs.
 #
 # Usage: ci/build-images.sh [IMAGE...]   IMAGE in: agent git-sync git-server seaweedfs openbao
-#                                        fake-llm busybox prometheus (default: all);
+#                                        fake-llm busybox prometheus package-index (default: all);
 #                                        py314-tests (the Python 3.14 test runner, only by name)
 # Env:   BASE_IMAGE    base for every Debian-based image (default: local/debian:bookworm, built
 #                      by ci/build-base-image.sh; where Docker Hub is reachable, e.g. the
@@ -34,7 +34,7 @@ LOCK="$REPO_ROOT/.cache/images/build.lock"
 REGISTRY="${REGISTRY:-localhost:5001}"
 APP_VERSION="$(awk -F'"' '/^appVersion:/ {print $2}' "$REPO_ROOT/charts/hermes-agent/Chart.yaml")"
 BASE_IMAGE="${BASE_IMAGE:-local/debian:bookworm}"
-ALL=(agent git-sync git-server seaweedfs openbao fake-llm busybox prometheus agent-previous)
+ALL=(agent git-sync git-server seaweedfs openbao fake-llm busybox prometheus package-index agent-previous)
 export DOCKER_BUILDKIT=0 # the legacy builder: Debian's docker.io 20.10 has no buildx plugin
 
 log() { echo "build-images: $*" >&2; }
@@ -42,7 +42,7 @@ log() { echo "build-images: $*" >&2; }
 tag_of() {
   case "$1" in
     agent) echo "hermes-runtime/agent:$APP_VERSION" ;;
-    git-sync | git-server | seaweedfs | openbao | fake-llm | busybox | prometheus | agent-previous)
+    git-sync | git-server | seaweedfs | openbao | fake-llm | busybox | prometheus | package-index | agent-previous)
       echo "hermes-runtime/$1:dev" ;;
     py314-tests) echo "hermes-runtime/py314-tests:dev" ;;
     *) return 1 ;;
@@ -139,7 +139,7 @@ build_one() {
       ctx="$(aux_context "$name" "$REPO_ROOT/tests/fakes/openai_server.py")" || return 1
       docker_build "$tag" "$ctx" "$IMAGES_DIR/fake-llm.Dockerfile" || return 1
       ;;
-    seaweedfs | openbao)
+    seaweedfs | openbao | package-index)
       ctx="$(aux_context "$name" "$IMAGES_DIR/$name-requirements.txt")" || return 1
       docker_build "$tag" "$ctx" "$IMAGES_DIR/$name.Dockerfile" || return 1
       ;;

@@ -10,6 +10,7 @@ every optional container at once.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -52,6 +53,7 @@ EVERYTHING_SIDECAR: dict[str, Any] = {
     "plugins": PLUGINS,
     "restore": {"fromSnapshot": "latest"},
     "backup": {"mode": "sidecar", "target": S3, "continuous": {"enabled": True}},
+    "pluginPackages": {"enabled": True, "indexUrl": "https://pypi.example.com/simple"},
 }
 EVERYTHING_CRONJOB: dict[str, Any] = {
     **EVERYTHING_SIDECAR,
@@ -78,6 +80,7 @@ ROLES = {
     # The backup pods' opener of a repository an earlier version wrote as the agent's UID:
     # that UID by design, no credential, only the backup volume (repositoryAccessContainer).
     "repository-access": "agent",
+    "plugin-deps": "pluginDeps",
 }
 # The writable mounts of the data volume a role other than the agent must keep: restore fills
 # an empty volume (before the agent starts); Litestream writes each database's -wal/-shm and
@@ -203,7 +206,8 @@ def test_each_role_of_the_agent_pod_has_its_own_tmp() -> None:
                 {"name": "git-sync-home", "mountPath": "/tmp", "subPath": tmp[0]["subPath"]}
             ]
             continue
-        assert [m["name"] for m in tmp] == [f"tmp-{role_of(container)}"], container["name"]
+        kebab = re.sub("([A-Z])", lambda m: "-" + m.group(1).lower(), role_of(container))
+        assert [m["name"] for m in tmp] == [f"tmp-{kebab}"], container["name"]
     # replicate writes Litestream's config into its own /tmp, where only it writes.
     args = manifest.container("replicate")["args"]
     assert args[args.index("--work-dir") + 1] == "/tmp"

@@ -399,7 +399,7 @@ file:///backup
 
 {{/*
 Each role's own container security context values (its UID): the agent's, git-sync's, the Vault
-containers', replicate's, the backup containers' and restore's, as a JSON object with the value
+containers', replicate's, the backup containers', restore's and plugin-deps', as a JSON object with the value
 path that sets it. Pass the root context.
 */}}
 {{- define "hermes-agent.roleContexts" -}}
@@ -411,6 +411,7 @@ path that sets it. Pass the root context.
   "replicate" (dict "path" "backup.continuous.containerSecurityContext" "ctx" ($v.backup.continuous.containerSecurityContext | default dict))
   "backup" (dict "path" "backup.containerSecurityContext" "ctx" ($v.backup.containerSecurityContext | default dict))
   "restore" (dict "path" "restore.containerSecurityContext" "ctx" ($v.restore.containerSecurityContext | default dict))
+  "pluginDeps" (dict "path" "pluginPackages.containerSecurityContext" "ctx" ($v.pluginPackages.containerSecurityContext | default dict))
   | toJson -}}
 {{- end -}}
 
@@ -599,7 +600,7 @@ npPublicPeer. Pass (dict "root" $ "host" $host).
 
 {{/*
 Egress rules to the endpoints of a pod: pass (dict "root" $ "endpoints" $map), $map from an
-endpoint kind (llm, git, s3, vault) to its URLs. Each kind goes to networkPolicy.egress.<kind>
+endpoint kind (llm, git, s3, vault, index) to its URLs. Each kind goes to networkPolicy.egress.<kind>
 when set, else to the peer of each URL's host (npHostPeer); one rule per set of peers, with
 the TCP ports of the URLs that go there. Then networkPolicy.extraEgressPorts (to public
 addresses) and extraEgress.

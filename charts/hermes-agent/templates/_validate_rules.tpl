@@ -53,7 +53,7 @@ find them in values.schema.json and fail on one missing here.
 */ -}}
 {{- define "hermes-agent.validate.quantities" -}}
 {{- $v := .Values -}}
-{{- $blocks := list (list "agent.resources" $v.agent.resources) (list "gitSync.resources" $v.gitSync.resources) (list "backup.resources" $v.backup.resources) (list "backup.continuous.resources" $v.backup.continuous.resources) (list "restore.resources" $v.restore.resources) (list "vault.resources" $v.vault.resources) (list "secretsJob.resources" $v.secretsJob.resources) (list "tests.resources" $v.tests.resources) -}}
+{{- $blocks := list (list "agent.resources" $v.agent.resources) (list "gitSync.resources" $v.gitSync.resources) (list "backup.resources" $v.backup.resources) (list "backup.continuous.resources" $v.backup.continuous.resources) (list "restore.resources" $v.restore.resources) (list "pluginPackages.resources" $v.pluginPackages.resources) (list "vault.resources" $v.vault.resources) (list "secretsJob.resources" $v.secretsJob.resources) (list "tests.resources" $v.tests.resources) -}}
 {{- range $block := $blocks -}}
 {{- $path := index $block 0 -}}
 {{- $res := index $block 1 | default (dict) -}}
