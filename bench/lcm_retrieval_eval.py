@@ -348,7 +348,13 @@ class Float32Index:
         self.loaded: dict[str, tuple[list[tuple[str, int, str]], np.ndarray]] = {}
 
     def search(
-        self, store: Any, model: str, query: np.ndarray, session_id: str | None, limit: int
+        self,
+        store: Any,
+        model: str,
+        query: np.ndarray,
+        session_id: str | None,
+        limit: int,
+        window: Any = None,  # no time window in this evaluation
     ) -> list[tuple[str, int, float]]:
         if model not in self.loaded:
             rows = store.conn.execute(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from hermes_runtime.lcm.embed.embedders import Embedder
 from hermes_runtime.lcm.embed.vectorindex import VectorIndex
 from hermes_runtime.lcm.search import searchreads
+from hermes_runtime.lcm.search.diversity import diversified
 from hermes_runtime.lcm.search.ftsquery import quoted_terms
 from hermes_runtime.lcm.search.hits import MAX_IDS, OVERSAMPLE, Hit, content_key, hit_for, ref
 from hermes_runtime.lcm.search.textsearch import MAX_RESULTS
@@ -53,6 +54,9 @@ class Fusion:
     # the OR query (see selective_or_query): 20k rows at 1M messages
     common_term_docs: int = 5_000
     common_term_share: float = 0.02
+    # A result sharing more than this share of its words with a better one waits behind the
+    # results that do not (diversity.py): near-copies no longer fill the top. 1.0: off.
+    near_copy_overlap: float = 0.3
 
 
 DEFAULT_FUSION = Fusion()
@@ -127,10 +131,15 @@ def hybrid_search(
         rankings.append((embedder.rank_weight if weight is None else weight, vector))
     if not fusion.summaries:
         rankings = [(w, [r for r in ranking if r[0] == "message"]) for w, ranking in rankings]
-    copies = _copies(store, [item for _, ranking in rankings for item in ranking])
+    contents = _contents(store, [item for _, ranking in rankings for item in ranking])
+    copies = _copies([item for _, ranking in rankings for item in ranking], contents)
     distinct = [(w, _first_copies(ranking, copies)[:depth]) for w, ranking in rankings]
     scores = _fused(distinct, fusion.rrf_k)
-    return _top_hits(store, sorted(scores, key=lambda key: -scores[key]), scores, copies, limit)
+    ordered = sorted(scores, key=lambda key: -scores[key])
+    ordered = diversified(
+        ordered, lambda item: _text(contents, item), fusion.near_copy_overlap, limit
+    )
+    return _top_hits(store, ordered, scores, copies, limit)
 
 
 def _top_hits(
@@ -187,27 +196,34 @@ def _fts_ranking(
     return sorted(ranked, key=lambda r: -r[2])[:limit]
 
 
-def _copies(store: LcmStore, ranked: Ranking) -> dict[Item, list[Item]]:
+def _copies(ranked: Ranking, contents: dict[Item, tuple[bytes, str]]) -> dict[Item, list[Item]]:
     """Each candidate's copies among all candidates (same content), first-seen order.
 
     Every copy maps to the same list, whose first item stands for the group.
     """
     order = list(dict.fromkeys((kind, item_id) for kind, item_id, _ in ranked))
-    keys = _content_keys(store, order)
     groups: dict[bytes, list[Item]] = {}
     for item in order:
-        groups.setdefault(keys.get(item, item[0].encode() + str(item[1]).encode()), []).append(item)
+        known = contents.get(item)
+        key = known[0] if known else item[0].encode() + str(item[1]).encode()
+        groups.setdefault(key, []).append(item)
     return {item: group for group in groups.values() for item in group}
 
 
-def _content_keys(store: LcmStore, items: list[Item]) -> dict[Item, bytes]:
-    """``content_key`` of many messages and summaries, a few IN queries in all."""
-    keys: dict[Item, bytes] = {}
+def _text(contents: dict[Item, tuple[bytes, str]], item: Item) -> str | None:
+    known = contents.get(item)
+    return None if known is None else known[1]
+
+
+def _contents(store: LcmStore, ranked: Ranking) -> dict[Item, tuple[bytes, str]]:
+    """``(content_key, text)`` of the candidates, messages and summaries: a few IN queries."""
+    items = list(dict.fromkeys((kind, item_id) for kind, item_id, _ in ranked))
+    found: dict[Item, tuple[bytes, str]] = {}
     for kind in ("message", "summary"):
         ids = [item_id for k, item_id in items if k == kind]
         for item_id, role, text in searchreads.contents(store, kind, ids):
-            keys[(kind, int(item_id))] = content_key(role, text)
-    return keys
+            found[(kind, int(item_id))] = (content_key(role, text), text or "")
+    return found
 
 
 def _first_copies(ranking: Ranking, copies: dict[Item, list[Item]]) -> Ranking:
