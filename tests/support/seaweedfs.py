@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -22,34 +21,13 @@ from typing import Any
 import boto3
 from botocore.config import Config
 from support.containers import HostNetworkContainer, running, start_server
+from support.net import free_port
 from testcontainers.core.wait_strategies import HttpWaitStrategy
 
 ACCESS_KEY = "hermes-test-key"
 SECRET_KEY = "hermes-test-secret-0123456789"
 PORT_NAMES = ("master.port", "volume.port", "filer.port", "s3.port", "admin.port")
 CONFIG_PATH = "/etc/seaweedfs/s3.json"  # as tests/e2e/charts/s3-backend mounts it
-
-
-def _port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port_pair(taken: set[int]) -> int:
-    """A free port whose gRPC twin (port + 10000) is free too."""
-    for _ in range(500):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port > 55000 or port in taken or port + 10000 in taken:
-            continue
-        if _port_is_free(port + 10000):
-            return port
-    raise RuntimeError("no free port pair for SeaweedFS")
 
 
 def _ready(s3_port: int) -> HttpWaitStrategy:
@@ -108,28 +86,23 @@ def _identity_config(access_key: str, secret_key: str) -> bytes:
     return json.dumps({"identities": [identity]}).encode()
 
 
-# ``weed mini`` otherwise caps its volumes at free disk / 1 GiB when it starts, and every
-# bucket takes at least one volume: on a machine with 24 GB free the 24th bucket answered
-# every write with 500 InternalError, and restic retried for 15 minutes, silently. Volumes
-# are sparse files, so a high cap costs no disk.
-VOLUME_MAX = 400
+GRPC_OFFSET = 10000  # every SeaweedFS component also listens on its port + 10000 (gRPC)
+PORT_CONFLICT = "is not available on"  # weed's words when a port it was given is taken
+START_ATTEMPTS = 3
 
 
-@contextlib.contextmanager
-def seaweedfs_server(volume_max: int = VOLUME_MAX) -> Iterator[SeaweedServer]:
-    """Start ``weed mini`` in a fresh container, yield it, and remove it.
-
-    ``volume_max`` caps the volumes (so the buckets) the server will hold.
-    The data lives in the container's own layer, so a killed server started again
-    (:meth:`SeaweedServer.start`) finds it. The identity file is copied in before the
-    server starts, as the e2e chart mounts it from a Secret: no key is in the arguments.
-    """
+def _free_ports() -> dict[str, int]:
+    """One free port per component, each with its gRPC twin free, none shared."""
     taken: set[int] = set()
     ports = {}
     for name in PORT_NAMES:
-        ports[name] = free_port_pair(taken)
-        taken |= {ports[name], ports[name] + 10000}
-    command = [
+        ports[name] = free_port(GRPC_OFFSET, frozenset(taken))
+        taken |= {ports[name], ports[name] + GRPC_OFFSET}
+    return ports
+
+
+def _mini_command(ports: dict[str, int], volume_max: int) -> list[str]:
+    return [
         "mini",
         "-dir=/data",
         # Loopback for the addresses weed advertises to itself (its S3 gateway reaches
@@ -146,9 +119,48 @@ def seaweedfs_server(volume_max: int = VOLUME_MAX) -> Iterator[SeaweedServer]:
         f"-volume.max={volume_max}",
         *(f"-{name}={port}" for name, port in ports.items()),
     ]
+
+
+def _start_on_free_ports(
+    volume_max: int, files: dict[str, bytes], attempts: int = START_ATTEMPTS
+) -> tuple[HostNetworkContainer, dict[str, int]]:
+    """Start ``weed mini`` on ten free ports; pick new ones if another process took one first.
+
+    A free port is only free until someone binds it: another test worker's server can
+    take one between the pick and weed's start, and weed then refuses to start.
+    """
+    ports = _free_ports()
+    command = _mini_command(ports, volume_max)
+    try:
+        container = start_server(
+            "seaweedfs", command, _ready(ports["s3.port"]), read_only=False, files=files
+        )
+    except Exception as exc:
+        said = [str(exc), *getattr(exc, "__notes__", ())]  # testcontainers notes the logs
+        if any(PORT_CONFLICT in line for line in said) and attempts > 1:
+            return _start_on_free_ports(volume_max, files, attempts - 1)
+        raise
+    return container, ports
+
+
+# ``weed mini`` otherwise caps its volumes at free disk / 1 GiB when it starts, and every
+# bucket takes at least one volume: on a machine with 24 GB free the 24th bucket answered
+# every write with 500 InternalError, and restic retried for 15 minutes, silently. Volumes
+# are sparse files, so a high cap costs no disk.
+VOLUME_MAX = 400
+
+
+@contextlib.contextmanager
+def seaweedfs_server(volume_max: int = VOLUME_MAX) -> Iterator[SeaweedServer]:
+    """Start ``weed mini`` in a fresh container, yield it, and remove it.
+
+    ``volume_max`` caps the volumes (so the buckets) the server will hold.
+    The data lives in the container's own layer, so a killed server started again
+    (:meth:`SeaweedServer.start`) finds it. The identity file is copied in before the
+    server starts, as the e2e chart mounts it from a Secret: no key is in the arguments.
+    """
     identities = {CONFIG_PATH: _identity_config(ACCESS_KEY, SECRET_KEY)}
-    ready = _ready(ports["s3.port"])
-    container = start_server("seaweedfs", command, ready, read_only=False, files=identities)
+    container, ports = _start_on_free_ports(volume_max, identities)
     with running(container):
         yield SeaweedServer(
             endpoint=f"http://127.0.0.1:{ports['s3.port']}",
