@@ -17,7 +17,7 @@ E2E_IMAGES := agent git-sync git-server seaweedfs openbao fake-llm busybox prome
 INTEGRATION_IMAGES := seaweedfs openbao git-server fake-llm
 # The image tier's images (tests/image): built before pytest starts, so a cold build (minutes)
 # is never cut by a test's timeout; the tier's fixtures then find them in Docker's cache.
-IMAGE_TEST_IMAGES := agent $(INTEGRATION_IMAGES) busybox
+IMAGE_TEST_IMAGES := agent agent-on-upstream $(INTEGRATION_IMAGES) busybox
 # Where `make image-push` publishes the agent image (REGISTRY/hermes-runtime/agent:<appVersion>).
 REGISTRY ?= localhost:5001
 # Bytecode for our own sources: with PYTHONDONTWRITEBYTECODE set (CI shells often have it) every

@@ -5,7 +5,9 @@
 #
 # Usage: ci/build-images.sh [IMAGE...]   IMAGE in: agent git-sync git-server seaweedfs openbao
 #                                        fake-llm busybox prometheus package-index (default: all);
-#                                        py314-tests (the Python 3.14 test runner, only by name)
+#                                        py314-tests (the Python 3.14 test runner), agent-on-upstream
+#                                        (Dockerfile.upstream) and hermes-standin (its stand-in base):
+#                                        only by name, never pushed
 # Env:   BASE_IMAGE    base for every Debian-based image (default: local/debian:bookworm, built
 #                      by ci/build-base-image.sh; where Docker Hub is reachable, e.g. the
 #                      Dockerfile's digest-pinned python:3.11-slim-bookworm@sha256:...). Its
@@ -15,6 +17,8 @@
 #                      REGISTRY/hermes-runtime/<name>:<tag> (the agent: the chart's appVersion)
 #        NO_PUSH=1     build only (the image tests only need the images in Docker)
 #        NO_CACHE=1    cold build: ignore Docker's layer cache and re-debootstrap the base
+#        HERMES_BASE_IMAGE  upstream's image for agent-on-upstream (default: the stand-in
+#                      hermes-standin, built here; docs/hermes-versions.md)
 #        HERMES_AGENT_SPEC  the Hermes the agent image installs instead of the locked 0.19.0:
 #                      a requirement or a wheel/sdist under ci/images/hermes-dist/
 #                      (docs/hermes-versions.md; installed without hashes, with a warning)
@@ -45,6 +49,8 @@ tag_of() {
     git-sync | git-server | seaweedfs | openbao | fake-llm | busybox | prometheus | package-index | agent-previous)
       echo "hermes-runtime/$1:dev" ;;
     py314-tests) echo "hermes-runtime/py314-tests:dev" ;;
+    hermes-standin) echo "hermes-runtime/hermes-standin:dev" ;;
+    agent-on-upstream) echo "hermes-runtime/agent-on-upstream:$APP_VERSION" ;;
     *) return 1 ;;
   esac
 }
@@ -58,12 +64,14 @@ copy_build_cas() {
   return 0
 }
 
-docker_build() { # TAG CONTEXT DOCKERFILE
+docker_build() { # TAG CONTEXT DOCKERFILE [BUILD-ARG...]
   local cache=()
   [[ "${NO_CACHE:-0}" == 1 ]] && cache=(--no-cache)
   # HERMES_AGENT_SPEC (the agent only): another Hermes to install (docs/hermes-versions.md).
   local args=(--build-arg "BASE_IMAGE=$BASE_IMAGE")
   [[ -n "${HERMES_AGENT_SPEC:-}" ]] && args+=(--build-arg "HERMES_AGENT_SPEC=$HERMES_AGENT_SPEC")
+  local extra
+  for extra in "${@:4}"; do args+=(--build-arg "$extra"); done
   docker build "${cache[@]}" --network host "${args[@]}" -q \
     -t "$1" -f "$3" "$2" >/dev/null
 }
@@ -156,6 +164,25 @@ build_one() {
       ctx="$(aux_context "$name" "$REPO_ROOT/pyproject.toml" "$REPO_ROOT/README.md")" || return 1
       BASE_IMAGE=local/debian:sid docker_build "$tag" "$ctx" "$IMAGES_DIR/py314-tests.Dockerfile" ||
         return 1
+      return 0
+      ;;
+    hermes-standin) # never pushed: the base of agent-on-upstream where upstream's is unreachable
+      SUITE=sid FORCE="${NO_CACHE:-0}" "$REPO_ROOT/ci/build-base-image.sh" || return 1
+      ctx="$(aux_context "$name" "$IMAGES_DIR/agent-requirements.txt")" || return 1
+      BASE_IMAGE=local/debian:sid docker_build "$tag" "$ctx" "$IMAGES_DIR/hermes-standin.Dockerfile" ||
+        return 1
+      return 0
+      ;;
+    agent-on-upstream) # never pushed: the image tier runs it in Docker
+      local base="${HERMES_BASE_IMAGE:-}"
+      if [[ -z "$base" ]]; then
+        build_one hermes-standin || return 1
+        base="$(tag_of hermes-standin)"
+      fi
+      build_one agent || return 1
+      docker_build "$tag" "$REPO_ROOT" "$REPO_ROOT/Dockerfile.upstream" \
+        "AGENT_IMAGE=$(tag_of agent)" "HERMES_BASE_IMAGE=$base" || return 1
+      smoke_test_agent "$tag" || return 1
       return 0
       ;;
     busybox)

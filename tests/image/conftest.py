@@ -27,19 +27,36 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.image)
 
 
-@pytest.fixture(scope="session")
-def agent_image() -> str:
-    """Build (or reuse from cache) the agent image; a failed build fails loudly."""
+AGENT_ON_UPSTREAM_IMAGE = f"hermes-runtime/agent-on-upstream:{APP_VERSION}"
+
+
+def build_image(name: str) -> None:
+    """Build (or reuse from cache) image ``name`` with ci/build-images.sh; a failed build fails
+    loudly, with the script's log."""
     result = subprocess.run(
-        [str(REPO / "ci" / "build-images.sh"), "agent"],
+        [str(REPO / "ci" / "build-images.sh"), name],
         env={**os.environ, "NO_PUSH": "1"},
         capture_output=True,
         text=True,
         check=False,
         timeout=3000,
     )
-    assert result.returncode == 0, f"ci/build-images.sh agent failed:\n{result.stderr[-5000:]}"
+    assert result.returncode == 0, f"ci/build-images.sh {name} failed:\n{result.stderr[-5000:]}"
+
+
+@pytest.fixture(scope="session")
+def agent_image() -> str:
+    """The agent image (the Dockerfile's)."""
+    build_image("agent")
     return AGENT_IMAGE
+
+
+@pytest.fixture(scope="session")
+def agent_on_upstream_image() -> str:
+    """The agent layered onto upstream's Hermes image (Dockerfile.upstream), here on the
+    stand-in base ci/build-images.sh builds where upstream's image cannot be pulled."""
+    build_image("agent-on-upstream")
+    return AGENT_ON_UPSTREAM_IMAGE
 
 
 AUX_IMAGES = {

@@ -1,7 +1,10 @@
-"""The built agent image: non-root, SQLite >= 3.51.3 for Hermes, seeding, linking, a real run.
+"""The built agent images: non-root, SQLite >= 3.51.3 for Hermes, seeding, linking, a real run.
 
-Containers run the way the chart runs them: read-only root filesystem, all capabilities
-dropped, no privilege escalation, the data dir as a volume (here a scratch host directory).
+Every test runs on both images users can deploy: the Dockerfile's (Hermes 0.19.0 from the
+lock, Python 3.11) and Dockerfile.upstream's (hermes-runtime layered onto upstream's Hermes
+image, here its Python 3.14 stand-in). Containers run the way the chart runs them: read-only
+root filesystem, all capabilities dropped, no privilege escalation, the data dir as a volume
+(here a scratch host directory).
 """
 
 from __future__ import annotations
@@ -25,6 +28,22 @@ UID = 10000
 API_KEY = "image-test-key-0123456789abcdef"
 RESTRICTED = ["--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
 RESTRICTED += ["--tmpfs", "/tmp:rw,size=64m", "--user", f"{UID}:{UID}"]
+
+
+# Where each image's Hermes lives: the lock's venv, or upstream's venv left as upstream built it.
+HERMES_VENV = {"agent": "/opt/hermes-runtime/venv/", "agent-on-upstream": "/opt/hermes/.venv/"}
+
+
+@pytest.fixture(params=sorted(HERMES_VENV))
+def image_variant(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def agent_image(image_variant: str, request: pytest.FixtureRequest) -> str:
+    """The image of ``image_variant``, built once per session (tests/image/conftest.py)."""
+    fixture = {"agent": "agent_image", "agent-on-upstream": "agent_on_upstream_image"}
+    return str(request.getfixturevalue(fixture[image_variant]))
 
 
 def run_in_image(image: str, *command: str, mounts: tuple[str, ...] = ()) -> str:
@@ -96,7 +115,7 @@ def test_the_e5_graph_is_built_into_the_image(agent_image: str) -> None:
     assert run_in_image(agent_image, "python3", "-c", embed).strip() == "(1, 384)"
 
 
-def test_every_sqlite_in_the_image_is_at_least_3_51_3(agent_image: str) -> None:
+def test_every_sqlite_in_the_image_is_at_least_3_51_3(agent_image: str, image_variant: str) -> None:
     """Hermes opens state.db with the stdlib sqlite3 module; LCM and backup use apsw."""
     probe = (
         "import json, sqlite3, apsw, hermes_state;"
@@ -109,7 +128,7 @@ def test_every_sqlite_in_the_image_is_at_least_3_51_3(agent_image: str) -> None:
     for key in ("module", "connection", "apsw"):
         parts = tuple(int(p) for p in versions[key].split("."))
         assert parts >= (3, 51, 3), versions
-    assert versions["hermes_state"].startswith("/opt/hermes-runtime/venv/")
+    assert versions["hermes_state"].startswith(HERMES_VENV[image_variant]), versions
 
 
 def test_prepare_seeds_config_and_keeps_user_edits_across_starts(

@@ -20,6 +20,8 @@ from image_testlib import REPO, docker
 DOCKERFILE = REPO / "Dockerfile"
 LOCK = REPO / "ci" / "images" / "agent-requirements.txt"
 LOCK_INPUT = REPO / "ci" / "images" / "agent-requirements.in"
+UPSTREAM_DOCKERFILE = REPO / "Dockerfile.upstream"
+RUNTIME_LOCK = REPO / "ci" / "images" / "runtime-requirements.txt"
 TABLE = REPO / "ci" / "images" / "downloads.sha256"
 VERIFY = REPO / "ci" / "images" / "verify-download.sh"
 INSTALL_TOOLS = REPO / "ci" / "install-tools.sh"
@@ -36,10 +38,10 @@ def _dockerfile_args() -> dict[str, str]:
     return dict(re.findall(r"^ARG (\w+)=(\S+)$", DOCKERFILE.read_text(), re.MULTILINE))
 
 
-def _lock() -> dict[str, tuple[str, list[str]]]:
-    """name -> (version, sha256 hashes) of the hash-locked requirements."""
+def _lock(path: Path = LOCK) -> dict[str, tuple[str, list[str]]]:
+    """name -> (version, sha256 hashes) of the hash-locked requirements in ``path``."""
     entries: dict[str, tuple[str, list[str]]] = {}
-    for block in re.split(r"\n(?=\S)", LOCK.read_text()):
+    for block in re.split(r"\n(?=\S)", path.read_text()):
         head = re.match(r"([A-Za-z0-9_.-]+)==(\S+)", block)
         if head:
             entries[_normalise(head[1])] = (head[2], re.findall(r"--hash=sha256:(\w+)", block))
@@ -227,3 +229,32 @@ def test_the_image_holds_exactly_the_locked_packages(agent_image: str) -> None:
     assert installed.pop("hermes-runtime", None) == "0.1.0", listed
     locked = {name: version for name, (version, _) in _lock().items()}
     assert installed == locked
+
+
+def test_the_upstream_recipe_installs_only_hash_locked_binaries_of_the_runtime_lock() -> None:
+    """Dockerfile.upstream adds the runtime's packages to upstream's image from
+    ci/images/runtime-requirements.txt (Python 3.14), hash-checked, wheels only; Hermes is
+    upstream's and is not in that lock; its base is pinned by digest."""
+    text = UPSTREAM_DOCKERFILE.read_text()
+    assert "COPY ci/images/runtime-requirements.txt /src/runtime-requirements.txt" in text
+    installs = re.findall(r'"\$python" -m pip install ([^;]+);', text)
+    assert len(installs) == 2, installs
+    locked, runtime = installs
+    assert "--require-hashes" in locked and "--only-binary :all:" in locked, locked
+    assert "-r /src/runtime-requirements.txt" in locked, locked
+    assert "--no-deps" in runtime and "/src/dist/*.whl" in runtime, runtime
+    base = dict(re.findall(r"^ARG (\w+)=(\S+)$", text, re.MULTILINE))["HERMES_BASE_IMAGE"]
+    assert re.fullmatch(r"nousresearch/hermes-agent:v[\d.]+@sha256:[0-9a-f]{64}", base), base
+    lock = _lock(RUNTIME_LOCK)
+    assert "hermes-agent" not in lock
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    for requirement in project["dependencies"] + project["optional-dependencies"]["continuous"]:
+        name = _normalise(re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0])
+        assert name in lock, f"{requirement!r} is not in {RUNTIME_LOCK.name}: regenerate it"
+    for name, (version, hashes) in lock.items():
+        assert version and hashes and all(SHA256.fullmatch(h) for h in hashes), name
+    header = RUNTIME_LOCK.read_text().splitlines()[:3]
+    assert any(
+        "--python-version 3.14" in line and "-o ci/images/runtime-requirements.txt" in line
+        for line in header
+    ), f"{RUNTIME_LOCK.name} does not start with the command that regenerates it"

@@ -97,7 +97,7 @@ def test_release_jobs_that_push_or_sign_run_on_tags_in_the_release_environment()
         for name, job in jobs.items()
         if {"packages", "id-token"} & set(job.get("permissions", {}))
     }
-    assert set(publishing) == {"image", "chart"}, set(publishing)
+    assert set(publishing) == {"image", "image-on-upstream", "chart"}, set(publishing)
     for name, job in publishing.items():
         assert job.get("environment") == "release", name
         assert job.get("if") == TAG_ONLY, name
