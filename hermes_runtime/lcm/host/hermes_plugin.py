@@ -49,9 +49,9 @@ from hermes_runtime.lcm.engine.failedturns import TurnFailure
 from hermes_runtime.lcm.engine.lcmengine import LcmEngine
 from hermes_runtime.lcm.engine.tools import offered_schemas
 from hermes_runtime.lcm.host.plugin_host import (
-    METRICS_PORT_ENV,
     commit_at_exit,
     in_background_review,
+    metrics_port,
     open_existing_database,
     query_expander,
     serve_metrics,
@@ -213,7 +213,7 @@ class _Shared:
                 self._engine.start_background()  # checkpoints, indexing, embeddings
                 atexit.register(commit_at_exit, self._engine)
                 self._refresh_summarizer()
-                serve_metrics(os.environ.get(METRICS_PORT_ENV, ""))
+                serve_metrics(metrics_port(os.environ))
                 if config.import_hermes_state:
                     start_day_one_import(
                         self._engine, config.db_path.parent / "state.db", self.loaded_at

@@ -15,10 +15,13 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from hermes_runtime.common.envsettings import given_values
 from hermes_runtime.compat import AuxiliaryCall, auxiliary_call, on_review_thread, register_task
 from hermes_runtime.compat.home import hermes_home
 from hermes_runtime.lcm.config import auxiliary_configured, read_lcm_section, selected_config
@@ -29,7 +32,32 @@ METRICS_PORT_ENV = "HERMES_RUNTIME_LCM_METRICS_PORT"
 logger = logging.getLogger("hermes_runtime.lcm.host.hermes_plugin")  # the plugin's own log name
 
 
-def serve_metrics(port: str) -> None:
+class MetricsSettings(BaseModel):
+    """The plugin's metrics port, from the environment the gateway inherits (the chart sets
+    it); unset or blank: no metrics server."""
+
+    model_config = ConfigDict(frozen=True)
+
+    port: int | None = Field(None, ge=1, le=65535, validation_alias=METRICS_PORT_ENV)
+
+    @classmethod
+    def from_environ(cls, env: Mapping[str, str]) -> MetricsSettings:
+        return cls.model_validate(given_values(cls, env))
+
+
+def metrics_port(env: Mapping[str, str]) -> int | None:
+    """The port to serve LCM's metrics on; a bad value is logged, not fatal (as a busy port)."""
+    try:
+        return MetricsSettings.from_environ(env).port
+    except ValidationError:
+        from hermes_runtime.common.logs import log_event
+
+        problem = f"{METRICS_PORT_ENV}: not a TCP port"
+        log_event("lcm.metrics.unavailable", port=env.get(METRICS_PORT_ENV), error=problem)
+        return None
+
+
+def serve_metrics(port: int | None) -> None:
     """Expose LCM's Prometheus figures from the process that runs the engine.
 
     The Hermes gateway is a child process of the runtime's supervisor, so
@@ -43,7 +71,7 @@ def serve_metrics(port: str) -> None:
     time to send the request head), with the entrypoint's own caps for its metrics
     port, read from the environment the gateway inherits.
     """
-    if not port:
+    if port is None:
         return
     from urllib.parse import urlsplit
 
@@ -65,8 +93,8 @@ def serve_metrics(port: str) -> None:
 
     limits = http_limits_from_env(os.environ)
     try:
-        server = BoundedHTTPServer(("0.0.0.0", int(port)), MetricsOnly, limits)
-    except (OSError, ValueError) as exc:
+        server = BoundedHTTPServer(("0.0.0.0", port), MetricsOnly, limits)
+    except OSError as exc:
         log_event("lcm.metrics.unavailable", port=port, error=str(exc))
         return
     threading.Thread(target=server.serve_forever, name="lcm-metrics", daemon=True).start()

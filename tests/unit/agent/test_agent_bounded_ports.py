@@ -118,7 +118,7 @@ def test_lcm_metrics_port_bounds_its_threads_and_slow_heads(
     monkeypatch.setenv("HERMES_RUNTIME_HTTP_MAX_PER_PEER", "3")
     monkeypatch.setenv("HERMES_RUNTIME_HTTP_HEAD_SECONDS", "1")
     port = free_port()
-    serve_metrics(str(port))
+    serve_metrics(port)
     wait_for(lambda: scrape(port) == 200, what="LCM's metrics port")
     threads = threading.active_count()
     silent = [connect_from(f"127.0.0.{2 + n % 4}", port) for n in range(40)]

@@ -63,3 +63,15 @@ def test_an_adopted_name_is_accepted_and_the_command_still_needs_its_pod(
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     assert main(["secrets", "ensure", "--secret", "a/k", "--adopt", "a"]) == 1
     assert "KUBERNETES_SERVICE_HOST" in capsys.readouterr().err
+
+
+def test_the_api_servers_address_comes_from_the_kubelets_variables(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("t0k3n\n")
+    (tmp_path / "namespace").write_text("team-a\n")
+    env = {"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "6443"}
+    api = InClusterApi.from_service_account(tmp_path, env)
+    assert (api.base_url, api.namespace, api.token) == ("https://[fd00::1]:6443", "team-a", "t0k3n")
+    host_only = InClusterApi.from_service_account(tmp_path, {"KUBERNETES_SERVICE_HOST": "10.0.0.1"})
+    assert host_only.base_url == "https://10.0.0.1:443"
+    with pytest.raises(RuntimeFailure, match="KUBERNETES_SERVICE_PORT='https': not a TCP port"):
+        InClusterApi.from_service_account(tmp_path, {**env, "KUBERNETES_SERVICE_PORT": "https"})

