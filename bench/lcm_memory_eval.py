@@ -15,7 +15,8 @@ tuned on the first half must hold on the second), it prints:
   (how well a reader could tell "never told" from "told").
 
 Run: ``.venv/bin/python bench/lcm_memory_eval.py [--turns 12] [--embedder e5|static]
-[--modes hybrid,vector,fts] [--cache-dir .cache/bench/eval-cache]``
+[--modes hybrid,vector,fts] [--cache-dir .cache/bench/eval-cache]
+[--fusion '{"near_copy_overlap": 1.0}']`` (search settings over the defaults, to compare)
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import random
 import statistics
 import tempfile
 import time
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +39,7 @@ from hermes_runtime.lcm.config import LcmConfig
 from hermes_runtime.lcm.embed.embedbatch import embed_all
 from hermes_runtime.lcm.embed.embedders import Embedder, offline_embedder
 from hermes_runtime.lcm.engine.lcmengine import LcmEngine
-from hermes_runtime.lcm.search.hybrid import hybrid_search
+from hermes_runtime.lcm.search.hybrid import DEFAULT_FUSION, Fusion, hybrid_search
 
 DAYS = 120
 DAY_SECONDS = 86_400.0
@@ -114,11 +116,13 @@ def build(engine: LcmEngine, turns: int, seed: int = 11) -> list[Case]:
     return cases
 
 
-def ranks(engine: LcmEngine, embedder: Embedder, case: Case, mode: str) -> list[int | None]:
+def ranks(
+    engine: LcmEngine, embedder: Embedder, case: Case, mode: str, fusion: Fusion = DEFAULT_FUSION
+) -> list[int | None]:
     """Per piece of evidence its 1-based rank in the top 10 (None: not there)."""
     _, _, question, accepted = case
     results = hybrid_search(
-        engine.store, embedder, question, None, max(KS), mode=mode, index=engine.vectors
+        engine.store, embedder, question, None, max(KS), mode, engine.vectors, fusion
     )
     return [
         next((i + 1 for i, hit in enumerate(results) if hit.id in refs), None) for refs in accepted
@@ -152,14 +156,20 @@ def summarize(rows: list[dict[str, float]]) -> dict[str, float]:
     return {name: round(statistics.mean(r[name] for r in rows), 3) for name in names}
 
 
-def score_mode(engine: LcmEngine, embedder: Embedder, cases: list[Case], mode: str) -> dict:
+def score_mode(
+    engine: LcmEngine,
+    embedder: Embedder,
+    cases: list[Case],
+    mode: str,
+    fusion: Fusion = DEFAULT_FUSION,
+) -> dict:
     """Per type and half, the mean of each score; for abstention the best scores."""
     per: dict[str, dict[str, list[dict[str, float]]]] = {}
     for kind, q_index, question, accepted in cases:
         if kind == "abstention":
             continue
         half = "tune" if q_index % 2 == 0 else "held_out"
-        found = ranks(engine, embedder, (kind, q_index, question, accepted), mode)
+        found = ranks(engine, embedder, (kind, q_index, question, accepted), mode, fusion)
         per.setdefault(kind, {}).setdefault(half, []).append(case_scores(kind, found))
     return {
         kind: {half: summarize(rows) for half, rows in halves.items()}
@@ -189,7 +199,14 @@ def main() -> None:
     parser.add_argument("--modes", default="hybrid,vector,fts")
     parser.add_argument("--cache-dir", type=Path, help="keep computed embeddings between runs")
     parser.add_argument("--workdir", type=Path)
+    parser.add_argument(
+        "--fusion",
+        type=json.loads,
+        default={},
+        help="hybrid search settings over the defaults, as JSON: '{\"recency_weight\": 0.5}'",
+    )
     args = parser.parse_args()
+    fusion = replace(DEFAULT_FUSION, **args.fusion)
     runinfo.announce()
     inner = offline_embedder(args.embedder, threads=2)
     cache = args.cache_dir / f"memory-eval-{inner.model}.npz" if args.cache_dir else None
@@ -207,9 +224,10 @@ def main() -> None:
                 "messages": engine.store.counts()["messages"],
                 "questions": {k: len(v) for k, v in QUESTION_TYPES.items()},
                 "build_seconds": round(built, 1),
+                "fusion": asdict(fusion),
             }
             for mode in args.modes.split(","):
-                report[mode] = score_mode(engine, embedder, cases, mode)
+                report[mode] = score_mode(engine, embedder, cases, mode, fusion)
             report["abstention"] = abstention_scores(engine, embedder, cases)
         finally:
             engine.close()
