@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hermes_runtime.cli._shared import (
+    COUNT,
     PLUGIN_WAIT_HELP,
     SECONDS,
     add_data_dir,
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     from hermes_runtime.plugins.install import InstallResult
 
 NAME = "plugins"
+# A plugin's installed packages, at most (MiB): several ML libraries fit, a runaway pin does not.
+DEFAULT_MAX_SIZE_MIB = 512
 HELP = "Link git-synced plugin repositories into Hermes plugin directory; install their packages."
 
 
@@ -84,6 +87,15 @@ def _register_install_deps(verbs: Any) -> None:
         SECONDS,
         "with --watch, how often to look for changes (default 5)",
         default=5.0,
+    )
+    add_number(
+        installer,
+        "--max-size-mib",
+        COUNT,
+        "refuse a plugin whose installed packages take more MiB than this "
+        f"(default {DEFAULT_MAX_SIZE_MIB}; 0: no cap)",
+        default=DEFAULT_MAX_SIZE_MIB,
+        zero_ok=True,
     )
 
 
@@ -144,6 +156,7 @@ def run_install_deps(args: argparse.Namespace) -> int:
             index_url,
             default_python(),
             lambda message, fields: progress.step(message, **fields),
+            int(args.max_size_mib) << 20 or None,
         )
         if args.watch:
             stop = stop_on_signals()

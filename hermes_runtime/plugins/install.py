@@ -58,6 +58,7 @@ WAITING = "waiting"  # git-sync has not synced it yet
 TEMP_PREFIX = ".tmp-"
 LOCK_NAME = ".install.lock"
 
+MIB = 1 << 20
 Step = Callable[[str, dict[str, Any]], None]
 
 
@@ -78,12 +79,14 @@ class InstallResult:
 
 @dataclass(frozen=True)
 class Installer:
-    """What one run needs: where, from which index, with which Python, telling whom."""
+    """What one run needs: where, from which index, with which Python, telling whom, and
+    how many bytes one plugin's installed packages may take (None: no cap)."""
 
     data_dir: Path
     index_url: str | None
     python: str
     step: Step
+    max_bytes: int | None = None
 
 
 def install_all(installer: Installer, spec_path: Path) -> list[InstallResult]:
@@ -218,6 +221,9 @@ def _pip_into_place(
             )
         if failure is not None:
             return _failed(installer, name, digest, failure.package, failure.reason)
+        oversize = _over_cap(temp, installer.max_bytes)
+        if oversize is not None:
+            return _failed(installer, name, digest, None, oversize)
         target = target_dir(installer.data_dir, name, digest)
         os.rename(temp, target)
         fsync_dir(folder)
@@ -225,6 +231,33 @@ def _pip_into_place(
         shutil.rmtree(temp, ignore_errors=True)
     installer.step("installed", {"plugin": name, "requirements_sha256": digest})
     return InstallResult(name, INSTALLED, digest, str(target))
+
+
+def _over_cap(folder: Path, max_bytes: int | None) -> str | None:
+    """Why the packages installed in ``folder`` are refused for their size, or None.
+
+    The requirements are untrusted: a plugin's commit can pin a wheel of gigabytes, and its
+    packages sit on the agent's data volume. The files are counted as stored (blocks), no
+    link followed; what pip downloads on the way goes to the sidecar's own size-limited /tmp.
+    """
+    if max_bytes is None:
+        return None
+    used = tree_bytes(folder)
+    if used <= max_bytes:
+        return None
+    return (
+        f"the installed packages take {used / MIB:.1f} MiB, over the cap of "
+        f"{max_bytes / MIB:.0f} MiB (--max-size-mib; the chart's pluginPackages.maxSizeMiB)"
+    )
+
+
+def tree_bytes(folder: Path) -> int:
+    """Bytes the files under ``folder`` occupy on disk; links are counted, never followed."""
+    total = 0
+    for root, dirs, files in os.walk(folder):
+        for name in (*dirs, *files):
+            total += os.lstat(os.path.join(root, name)).st_blocks * 512
+    return total
 
 
 def _failed(

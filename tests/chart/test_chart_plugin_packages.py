@@ -101,6 +101,8 @@ def test_it_runs_install_deps_in_the_agent_image(kube: str) -> None:
         "--watch",
         "--interval",
         "5",
+        "--max-size-mib",
+        "512",
     ]
     env = env_map(sidecar)
     assert env["HERMES_HOME"] == "/opt/data"
@@ -116,9 +118,9 @@ def test_it_runs_install_deps_in_the_agent_image(kube: str) -> None:
     assert sidecar["resources"]["limits"]["memory"] == "256Mi"
 
 
-def test_interval_is_passed() -> None:
-    values = {**ON, "pluginPackages": {**ON["pluginPackages"], "interval": 30}}
-    assert deps(render(values))["args"][-2:] == ["--interval", "30"]
+def test_interval_and_size_cap_are_passed() -> None:
+    values = {**ON, "pluginPackages": {**ON["pluginPackages"], "interval": 30, "maxSizeMiB": 0}}
+    assert deps(render(values))["args"][-4:] == ["--interval", "30", "--max-size-mib", "0"]
 
 
 def test_its_own_uid_and_pod_security_restricted() -> None:
@@ -267,3 +269,9 @@ def test_an_index_url_not_over_http_is_refused(url: str) -> None:
 def test_the_schema_refuses_unknown_keys() -> None:
     error = render_error({**ON, "pluginPackages": {**ON["pluginPackages"], "requirements": []}})
     assert "requirements" in error and "pluginPackages" in error, error
+
+
+@pytest.mark.parametrize("cap", [-1, 1.5, "512"])
+def test_a_size_cap_that_is_not_a_whole_number_of_mib_is_refused(cap: object) -> None:
+    error = render_error({**ON, "pluginPackages": {**ON["pluginPackages"], "maxSizeMiB": cap}})
+    assert "maxSizeMiB" in error, error

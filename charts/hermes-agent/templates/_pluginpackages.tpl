@@ -31,6 +31,8 @@ plugin's packages and relinks once they are installed. Pass (dict "root" $ "nati
     - --watch
     - --interval
     - {{ $pp.interval | quote }}
+    - --max-size-mib
+    - {{ $pp.maxSizeMiB | int | quote }}
   env:
     - name: HOME
       value: /tmp

@@ -82,7 +82,7 @@ def plugin_with(
 
 
 def install_deps(
-    data_dir: Path, spec: Path, index: PackageIndex
+    data_dir: Path, spec: Path, index: PackageIndex, *options: str
 ) -> subprocess.CompletedProcess[str]:
     return run_cli(
         "plugins",
@@ -91,6 +91,7 @@ def install_deps(
         str(data_dir),
         "--spec",
         str(spec),
+        *options,
         env={"HERMES_RUNTIME_PLUGIN_INDEX_URL": index.url},
         timeout=300,
     )
@@ -213,6 +214,34 @@ def test_refused_packages_leave_the_plugin_unlinked_naming_plugin_and_package(
     assert bad.error is not None and package in bad.error and reason in bad.error
     assert not os.path.lexists(data_dir / "plugins" / "bad")
     assert "- bad" not in (data_dir / "config.yaml").read_text()
+
+
+def test_packages_over_the_size_cap_are_refused_and_nothing_is_kept(
+    data_dir: Path, plugin_with, index: PackageIndex, tmp_path: Path
+) -> None:
+    """The cap counts what pip installed; a plugin over it is not linked, with its size said.
+    The same packages under a cap they fit are installed and linked."""
+    synced = plugin_with("big", plugin_using("big", "shadowpkg", pin(index, "shadowpkg", "1.0")))
+    spec = write_spec(tmp_path / "plugins.yaml", [{"name": "big"}])
+    refused = install_deps(data_dir, spec, index, "--max-size-mib", "0.001")
+    assert refused.returncode == 2, refused.stderr  # a whole number of MiB, as --help says
+    huge = {"blob/__init__.py": "", "blob/data.bin": "x" * (2 << 20)}
+    build_wheel(index.root, "blob", "1.0", huge)
+    synced.repo.commit(plugin_using("big", "blob", pin(index, "blob", "1.0"), version="2"))
+    synced.sync(remove_old=True)
+
+    result = install_deps(data_dir, spec, index, "--max-size-mib", "1")
+    assert result.returncode == 1, result.stdout
+    [error] = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert error.startswith("error: plugin big: the installed packages take 2."), error
+    assert "over the cap of 1 MiB (--max-size-mib" in error
+    assert not [p for p in (data_dir / ".plugin-packages" / "big").iterdir() if p.is_dir()]
+    [report] = link_plugins(data_dir, spec).results
+    assert report.status == "failed" and "over the cap" in (report.error or "")
+
+    assert install_deps(data_dir, spec, index, "--max-size-mib", "3").returncode == 0
+    [linked] = link_plugins(data_dir, spec).results
+    assert linked.status == "linked", linked.error
 
 
 def test_not_installed_yet_waits_and_is_linked_once_installed(
