@@ -24,7 +24,12 @@ from hermes_runtime.cli._shared import (
     add_verb,
     stop_on_signals,
 )
-from hermes_runtime.cli.settings import DEFAULT_PLUGIN_SPEC, PLUGIN_INDEX_URL_ENV, cli_settings
+from hermes_runtime.cli.settings import (
+    DEFAULT_PLUGIN_SPEC,
+    PLUGIN_INDEX_CA_ENV,
+    PLUGIN_INDEX_URL_ENV,
+    cli_settings,
+)
 
 if TYPE_CHECKING:
     from hermes_runtime.plugins import LinkReport
@@ -79,6 +84,14 @@ def _register_install_deps(verbs: Any) -> None:
         f"package index (PEP 503 simple URL) to install from (default: ${PLUGIN_INDEX_URL_ENV})",
     )
     installer.add_argument(
+        "--index-ca",
+        type=Path,
+        metavar="FILE",
+        default=cli_settings().plugin_index_ca,
+        help="CA bundle (PEM) the index's TLS certificate is checked against, for an index "
+        f"behind a private CA (default: ${PLUGIN_INDEX_CA_ENV}; unset: the system's CAs)",
+    )
+    installer.add_argument(
         "--watch", action="store_true", help="keep running: install again when a plugin changes"
     )
     add_number(
@@ -97,6 +110,22 @@ def _register_install_deps(verbs: Any) -> None:
         default=DEFAULT_MAX_SIZE_MIB,
         zero_ok=True,
     )
+
+
+def _readable_ca(path: Path | None) -> Path | None:
+    """``--index-ca`` checked before the first install: a bundle that cannot be read would
+    fail every plugin with pip's TLS error instead of one line naming the file."""
+    from hermes_runtime.common.errors import RuntimeFailure
+
+    if path is None:
+        return None
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        raise RuntimeFailure(f"--index-ca {path}: {exc.strerror}") from None
+    if "-----BEGIN CERTIFICATE-----" not in text:
+        raise RuntimeFailure(f"--index-ca {path}: no PEM certificate in the file")
+    return path
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -150,6 +179,7 @@ def run_install_deps(args: argparse.Namespace) -> int:
     from hermes_runtime.plugins.piprun import default_python
 
     index_url = args.index_url or cli_settings().url("plugin_index_url")
+    index_ca = _readable_ca(args.index_ca)
     with reporter("plugins.install_deps") as progress:
         installer = Installer(
             args.data_dir,
@@ -157,6 +187,7 @@ def run_install_deps(args: argparse.Namespace) -> int:
             default_python(),
             lambda message, fields: progress.step(message, **fields),
             int(args.max_size_mib) << 20 or None,
+            index_ca,
         )
         if args.watch:
             stop = stop_on_signals()

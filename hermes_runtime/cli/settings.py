@@ -28,6 +28,7 @@ DEBUG_ENV = "HERMES_RUNTIME_DEBUG"
 PLUGIN_SPEC_ENV = "HERMES_RUNTIME_PLUGIN_SPEC"
 DEFAULT_PLUGIN_SPEC = Path("/etc/hermes-runtime/plugins.yaml")
 PLUGIN_INDEX_URL_ENV = "HERMES_RUNTIME_PLUGIN_INDEX_URL"
+PLUGIN_INDEX_CA_ENV = "HERMES_RUNTIME_PLUGIN_INDEX_CA"
 AGENT_ENV = "HERMES_RUNTIME_AGENT"  # backup/agents.py: which agent's snapshots and replicas
 S3_ENDPOINT_ENVS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")  # the AWS SDKs' order
 VAULT_ADDR_ENV = "VAULT_ADDR"
@@ -64,6 +65,8 @@ class CliSettings(BaseModel):
     # The package index (PEP 503 simple URL) ``plugins install-deps`` installs from: the
     # operator's choice, never the plugin's (its requirements file may not name one).
     plugin_index_url: str | None = Field(None, validation_alias=PLUGIN_INDEX_URL_ENV)
+    # The CA bundle that index's TLS certificate is checked against (a private CA).
+    plugin_index_ca: Path | None = Field(None, validation_alias=PLUGIN_INDEX_CA_ENV)
     # The agent whose snapshots and replicas the backup verbs act on (checked by ``--agent``'s
     # rule when used, naming the variable).
     agent: str | None = Field(None, validation_alias=AGENT_ENV)

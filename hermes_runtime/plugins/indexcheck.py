@@ -10,9 +10,11 @@ is no answer (``None``): pip's own words are then reported.
 
 from __future__ import annotations
 
+import ssl
 import urllib.error
 import urllib.request
 from html.parser import HTMLParser
+from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from packaging.tags import sys_tags
@@ -50,11 +52,14 @@ def shown_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
-def why_not_installable(index_url: str, name: str, version: str | None) -> str | None:
-    """The reason in words, or ``None`` when the index cannot tell (or has a fitting wheel)."""
+def why_not_installable(
+    index_url: str, name: str, version: str | None, ca_file: Path | None = None
+) -> str | None:
+    """The reason in words, or ``None`` when the index cannot tell (or has a fitting wheel).
+    ``ca_file``: the CA bundle the index's certificate is checked against, as pip's."""
     page = f"{index_url.rstrip('/')}/{name}/"
     try:
-        files = _files(page)
+        files = _files(page, ca_file)
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             return f"not on the index {shown_url(index_url)}"
@@ -66,9 +71,10 @@ def why_not_installable(index_url: str, name: str, version: str | None) -> str |
     return _verdict(files, version, index_url)
 
 
-def _files(page: str) -> list[str]:
+def _files(page: str, ca_file: Path | None) -> list[str]:
     request = urllib.request.Request(page, headers={"Accept": "text/html"})
-    with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
+    context = ssl.create_default_context(cafile=str(ca_file)) if ca_file is not None else None
+    with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS, context=context) as response:
         body = response.read(MAX_PAGE_BYTES).decode("utf-8", errors="replace")
     parser = _Links()
     parser.feed(body)

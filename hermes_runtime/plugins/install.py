@@ -87,6 +87,7 @@ class Installer:
     python: str
     step: Step
     max_bytes: int | None = None
+    index_ca: Path | None = None  # the index's private CA bundle (None: the system's store)
 
 
 def install_all(installer: Installer, spec_path: Path) -> list[InstallResult]:
@@ -217,7 +218,12 @@ def _pip_into_place(
             f.write(render(requirements))
             f.flush()
             failure = run_pip(
-                installer.python, installer.index_url, temp, Path(f.name), requirements
+                installer.python,
+                installer.index_url,
+                temp,
+                Path(f.name),
+                requirements,
+                installer.index_ca,
             )
         if failure is not None:
             return _failed(installer, name, digest, failure.package, failure.reason)

@@ -9,7 +9,8 @@ hash of the file; a dependency not pinned there is refused, which is why ``--no-
 used: it would skip a missing dependency silently and the plugin would fail at import),
 ``--only-binary :all:`` (a source distribution would run its build code here), and the one
 index the operator named. An ``http://`` index is given to ``--trusted-host``: the hashes, not
-TLS, are what make a file the one the plugin pinned.
+TLS, are what make a file the one the plugin pinned. An index behind a private CA is checked
+against that CA's file (``--cert``), the one file the operator gave, not the system's store.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from urllib.parse import urlsplit
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from hermes_runtime.plugins.indexcheck import why_not_installable
+from hermes_runtime.plugins.indexcheck import shown_url, why_not_installable
 from hermes_runtime.plugins.requirements import PinnedRequirement
 
+TLS_UNTRUSTED = "CERTIFICATE_VERIFY_FAILED"  # OpenSSL's words, in pip's retry warnings
 PIP_TIMEOUT_SECONDS = 900.0  # a large closure of wheels over a slow index, then given up
 ERROR_TAIL_LINES = 6
 
@@ -40,7 +42,13 @@ class PipFailure:
     reason: str
 
 
-def pip_command(python: str, index_url: str, target: Path, requirements_file: Path) -> list[str]:
+def pip_command(
+    python: str,
+    index_url: str,
+    target: Path,
+    requirements_file: Path,
+    ca_file: Path | None = None,
+) -> list[str]:
     command = [
         python,
         "-m",
@@ -65,6 +73,8 @@ def pip_command(python: str, index_url: str, target: Path, requirements_file: Pa
     parts = urlsplit(index_url)
     if parts.scheme == "http" and parts.hostname:
         command[4:4] = ["--trusted-host", parts.hostname]
+    if ca_file is not None:
+        command[4:4] = ["--cert", str(ca_file)]
     return command
 
 
@@ -74,13 +84,15 @@ def run_pip(
     target: Path,
     requirements_file: Path,
     requirements: list[PinnedRequirement],
+    ca_file: Path | None = None,
 ) -> PipFailure | None:
-    """Install into ``target``; ``None`` on success, else the failure in words."""
+    """Install into ``target``; ``None`` on success, else the failure in words. ``ca_file``:
+    the CA bundle the index's TLS certificate is checked against (None: the system's)."""
     with tempfile.TemporaryDirectory(prefix="pip-home-") as home:
         env = {"HOME": home, "PIP_CONFIG_FILE": os.devnull, "PYTHONNOUSERSITE": "1"}
         try:
             result = subprocess.run(
-                pip_command(python, index_url, target, requirements_file),
+                pip_command(python, index_url, target, requirements_file, ca_file),
                 capture_output=True,
                 text=True,
                 env=env,
@@ -93,18 +105,30 @@ def run_pip(
             return PipFailure(None, f"cannot run {python} -m pip: {exc}")
     if result.returncode == 0:
         return None
-    return explain(result.stderr, index_url, requirements)
+    return explain(result.stderr, index_url, requirements, ca_file)
 
 
-def explain(stderr: str, index_url: str, requirements: list[PinnedRequirement]) -> PipFailure:
+def explain(
+    stderr: str,
+    index_url: str,
+    requirements: list[PinnedRequirement],
+    ca_file: Path | None = None,
+) -> PipFailure:
     """pip's error as (package, reason): a missing distribution is looked up on the index
     (not there, not that version, or no wheel for this platform); a hash error names the
     package pip printed; anything else is pip's last error lines."""
     lines = stderr.splitlines()
+    if any(TLS_UNTRUSTED in line for line in lines):
+        return PipFailure(
+            None,
+            f"the index {shown_url(index_url)} presented a TLS certificate no CA here vouches "
+            f"for ({TLS_UNTRUSTED}): give its CA bundle with --index-ca "
+            "(the chart's pluginPackages.caSecret)",
+        )
     for line in lines:
         if "No matching distribution found for " in line:
             wanted = line.split("No matching distribution found for ", 1)[1].strip()
-            return _missing(wanted, index_url, requirements)
+            return _missing(wanted, index_url, requirements, ca_file)
     hash_failure = _hash_failure(lines)
     if hash_failure is not None:
         return hash_failure
@@ -112,11 +136,13 @@ def explain(stderr: str, index_url: str, requirements: list[PinnedRequirement]) 
     return PipFailure(None, "pip: " + " | ".join(errors[-ERROR_TAIL_LINES:]))
 
 
-def _missing(wanted: str, index_url: str, requirements: list[PinnedRequirement]) -> PipFailure:
+def _missing(
+    wanted: str, index_url: str, requirements: list[PinnedRequirement], ca_file: Path | None
+) -> PipFailure:
     name = _name_of(wanted) or wanted
     pinned = next((r for r in requirements if r.name == name), None)
     version = pinned.version if pinned is not None else _version_of(wanted)
-    reason = why_not_installable(index_url, name, version)
+    reason = why_not_installable(index_url, name, version, ca_file)
     return PipFailure(name, reason or f"pip found no installable file for {wanted}")
 
 

@@ -275,3 +275,32 @@ def test_the_schema_refuses_unknown_keys() -> None:
 def test_a_size_cap_that_is_not_a_whole_number_of_mib_is_refused(cap: object) -> None:
     error = render_error({**ON, "pluginPackages": {**ON["pluginPackages"], "maxSizeMiB": cap}})
     assert "maxSizeMiB" in error, error
+
+
+def test_a_private_ca_reaches_the_installer_alone() -> None:
+    values = {**ON, "pluginPackages": {**ON["pluginPackages"], "caSecret": "corp-ca"}}
+    manifest = render(values)
+    sidecar = deps(manifest)
+    bundle = env_map(sidecar)["HERMES_RUNTIME_PLUGIN_INDEX_CA"]
+    assert bundle == "/etc/hermes-runtime-index-ca/ca.crt"
+    mount = mounts_at(sidecar)["/etc/hermes-runtime-index-ca"]
+    assert mount == {
+        "name": "plugin-index-ca",
+        "mountPath": "/etc/hermes-runtime-index-ca",
+        "readOnly": True,
+    }
+    pod = manifest.agent_pod
+    [volume] = [v for v in pod["volumes"] if v["name"] == "plugin-index-ca"]
+    assert volume["secret"]["secretName"] == "corp-ca"
+    assert volume["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
+    others = [c for c in pod["containers"] + pod.get("initContainers", []) if c is not sidecar]
+    for container in others:
+        names = {m["name"] for m in container.get("volumeMounts", [])}
+        assert "plugin-index-ca" not in names, container["name"]
+
+
+def test_without_a_private_ca_nothing_is_mounted() -> None:
+    manifest = render(ON)
+    assert "HERMES_RUNTIME_PLUGIN_INDEX_CA" not in env_map(deps(manifest))
+    pod = manifest.agent_pod
+    assert "plugin-index-ca" not in {v["name"] for v in pod["volumes"]}

@@ -48,6 +48,10 @@ plugin's packages and relinks once they are installed. Pass (dict "root" $ "nati
       {{- else }}
       value: {{ $pp.indexUrl | quote }}
       {{- end }}
+    {{- if $pp.caSecret }}
+    - name: HERMES_RUNTIME_PLUGIN_INDEX_CA
+      value: {{ include "hermes-agent.paths.pluginIndexCa" $root }}
+    {{- end }}
   securityContext:
     {{- include "hermes-agent.roleSecurityContext" (dict "root" $root "role" "pluginDeps") | nindent 4 }}
   resources:
@@ -70,7 +74,25 @@ plugin's packages and relinks once they are installed. Pass (dict "root" $ "nati
       mountPath: /etc/hermes-runtime/plugins.yaml
       subPath: plugins.yaml
       readOnly: true
+    {{- if $pp.caSecret }}
+    - name: plugin-index-ca
+      mountPath: {{ dir (include "hermes-agent.paths.pluginIndexCa" $root) }}
+      readOnly: true
+    {{- end }}
 {{- end -}}
+
+{{/* The index's private CA (pluginPackages.caSecret), for the plugin-deps container alone. */}}
+{{- define "hermes-agent.pluginIndexCaVolume" -}}
+- name: plugin-index-ca
+  secret:
+    secretName: {{ .Values.pluginPackages.caSecret }}
+    defaultMode: 0444
+    items:
+      - key: ca.crt
+        path: ca.crt
+{{- end -}}
+
+{{- define "hermes-agent.paths.pluginIndexCa" -}}/etc/hermes-runtime-index-ca/ca.crt{{- end -}}
 
 {{/* Whether the agent pod runs plugin-deps: pluginPackages on, and plugins to install for. */}}
 {{- define "hermes-agent.pluginDeps" -}}

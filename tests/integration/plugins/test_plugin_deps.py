@@ -12,12 +12,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from deps_testlib import PackageIndex, build_wheel, file_hash, module_wheel, serve_index
 from plugins_testlib import GitSyncLike, PluginRepo, plugin_files, write_spec
 from support.cli import run_cli
 from support.wait import wait_until
+from tls_front import private_authority, tls_front
 
 from hermes_runtime.plugins import LinkReport, link_plugins, watch
 
@@ -242,6 +244,31 @@ def test_packages_over_the_size_cap_are_refused_and_nothing_is_kept(
     assert install_deps(data_dir, spec, index, "--max-size-mib", "3").returncode == 0
     [linked] = link_plugins(data_dir, spec).results
     assert linked.status == "linked", linked.error
+
+
+def test_an_index_behind_a_private_ca_is_trusted_with_its_bundle_and_only_then(
+    data_dir: Path, plugin_with, index: PackageIndex, tmp_path: Path
+) -> None:
+    plugin_with("tls", plugin_using("tls", "tinydep", pin(index, "tinydep", "1.0")))
+    spec = write_spec(tmp_path / "plugins.yaml", [{"name": "tls"}])
+    authority = private_authority(tmp_path / "authority")
+    with tls_front(urlsplit(index.url).port or 80, authority) as port:
+        https = PackageIndex(f"https://127.0.0.1:{port}/simple", index.root)
+        untrusted = install_deps(data_dir, spec, https)
+        assert untrusted.returncode == 1, untrusted.stdout
+        [error] = [line for line in untrusted.stderr.splitlines() if line.startswith("error:")]
+        assert error.startswith(f"error: plugin tls: the index {https.url} presented a TLS"), error
+        assert "--index-ca" in error and "pluginPackages.caSecret" in error
+
+        trusted = install_deps(data_dir, spec, https, "--index-ca", str(authority.ca_pem))
+        assert trusted.returncode == 0, trusted.stderr
+    [linked] = link_plugins(data_dir, spec).results
+    assert linked.status == "linked", linked.error
+
+    for bundle, says in ((tmp_path / "absent.crt", "No such file"), (spec, "no PEM certificate")):
+        wrong = install_deps(data_dir, spec, index, "--index-ca", str(bundle))
+        assert wrong.returncode == 1
+        assert f"--index-ca {bundle}: {says}" in wrong.stderr, wrong.stderr
 
 
 def test_not_installed_yet_waits_and_is_linked_once_installed(

@@ -104,3 +104,19 @@ def test_a_missing_distribution_with_no_index_to_ask_keeps_pips_words() -> None:
     failure = explain(stderr, "http://127.0.0.1:9/simple", [])  # nothing listens on port 9
     assert failure.package == "ghost"
     assert failure.reason == "pip found no installable file for ghost==1.0"
+
+
+def test_a_private_cas_bundle_goes_to_pip_and_an_untrusted_index_is_said_so() -> None:
+    bundle = Path("/etc/hermes-runtime-index-ca/ca.crt")
+    command = pip_command("python", "https://idx.corp/simple", Path("/t"), Path("/r"), bundle)
+    assert command[command.index("--cert") + 1] == str(bundle)
+    assert "--cert" not in pip_command("python", "https://idx.corp/simple", Path("/t"), Path("/r"))
+    stderr = (
+        "WARNING: Retrying ... SSLError(SSLCertVerificationError(1, '[SSL: "
+        "CERTIFICATE_VERIFY_FAILED] certificate verify failed: unable to get local issuer "
+        "certificate'))\nERROR: No matching distribution found for tinydep==1.0\n"
+    )
+    failure = explain(stderr, "https://user:secret@idx.corp/simple", [])
+    assert failure.package is None
+    assert failure.reason.startswith("the index https://idx.corp/simple presented a TLS")
+    assert "--index-ca" in failure.reason and "secret" not in failure.reason
