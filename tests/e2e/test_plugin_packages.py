@@ -17,7 +17,6 @@ LLM calling each plugin's tool:
 
 from __future__ import annotations
 
-import base64
 import functools
 import hashlib
 import json
@@ -27,13 +26,13 @@ import subprocess
 import tempfile
 import textwrap
 import time
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from support.announce import announce
+from support.wheels import build_wheel, pinned
 
 from . import images, kube
 from .test_scenario_conversation import (
@@ -66,35 +65,11 @@ GIT_ENV = {
 # Wheels and requirements
 
 
-def build_wheel(out_dir: Path, name: str, version: str, tag: str = "py3-none-any") -> Path:
-    """A wheel (PEP 427, written with zipfile): module `name` with VALUE '<name>-<version>'."""
-    info = f"{name}-{version}.dist-info"
-    contents = {
-        f"{name}/__init__.py": f"VALUE = '{name}-{version}'\n",
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-        f"{info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: e2e\nRoot-Is-Purelib: true\nTag: {tag}\n",
-    }
-    record = "".join(
-        f"{path},sha256={_b64_sha256(text)},{len(text.encode())}\n"
-        for path, text in contents.items()
+def version_wheel(out_dir: Path, name: str, version: str, tag: str = "py3-none-any") -> Path:
+    """A wheel of module ``name`` whose VALUE is '<name>-<version>'."""
+    return build_wheel(
+        out_dir, name, version, {f"{name}/__init__.py": f"VALUE = '{name}-{version}'\n"}, tag
     )
-    contents[f"{info}/RECORD"] = record + f"{info}/RECORD,,\n"
-    path = out_dir / f"{name}-{version}-{tag}.whl"
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
-        for member, text in contents.items():
-            archive.writestr(member, text)
-    return path
-
-
-def _b64_sha256(text: str) -> str:
-    digest = hashlib.sha256(text.encode()).digest()
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
-
-
-def pinned(wheel: Path) -> str:
-    """`name==version --hash=sha256:...` for a wheel, as pip-compile writes it."""
-    name, version = wheel.name.split("-")[:2]
-    return f"{name}=={version} --hash=sha256:{hashlib.sha256(wheel.read_bytes()).hexdigest()}\n"
 
 
 def plugin_files(name: str, modules: list[str], requirements: str) -> dict[str, str]:
@@ -265,12 +240,12 @@ def test_plugin_packages_install_reload_on_push_and_refuse_bad_requirements(
     request: pytest.FixtureRequest,
 ) -> None:
     images.require(IMAGES)
-    geodep = build_wheel(tmp_path, "geodep", "1.0")
-    extradep = build_wheel(tmp_path, "extradep", "2.0")
-    winonly = build_wheel(tmp_path, "winonly", "1.0", tag="py3-none-win_amd64")
+    geodep = version_wheel(tmp_path, "geodep", "1.0")
+    extradep = version_wheel(tmp_path, "extradep", "2.0")
+    winonly = version_wheel(tmp_path, "winonly", "1.0", tag="py3-none-win_amd64")
     unpublished = tmp_path / "unpublished"
     unpublished.mkdir()
-    absent = build_wheel(unpublished, "absentdep", "1.0")  # never on the index
+    absent = version_wheel(unpublished, "absentdep", "1.0")  # never on the index
     repos = {
         GOOD: plugin_files(GOOD, ["geodep"], pinned(geodep)),
         "nohash": plugin_files("nohash", ["geodep"], "geodep==1.0\n"),

@@ -15,10 +15,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from deps_testlib import PackageIndex, build_wheel, file_hash, module_wheel, serve_index
+from deps_testlib import PackageIndex, serve_index
 from plugins_testlib import GitSyncLike, PluginRepo, plugin_files, write_spec
 from support.cli import run_cli
 from support.wait import wait_until
+from support.wheels import build_wheel, file_hash, module_wheel
 from tls_front import private_authority, tls_front
 
 from hermes_runtime.plugins import LinkReport, link_plugins, watch
