@@ -36,7 +36,7 @@ from typing import Any
 import runinfo
 
 from hermes_runtime.agent import GatewayRestarter
-from hermes_runtime.plugins import LinkReport, link_plugins, watch
+from hermes_runtime.plugins import LinkReport, link_plugins, watch_links
 
 API_KEY = "bench-key-0123456789abcdef0123456789"
 GIT_ENV = {
@@ -242,7 +242,7 @@ def bench_reload(reloads: int, interval: float, git_sync: str | None) -> dict[st
 
         stop = threading.Event()
         watcher = threading.Thread(
-            target=watch,
+            target=watch_links,
             args=(data, spec, on_change, stop),
             kwargs={"interval": interval, "baseline": baseline},
             daemon=True,

@@ -21,7 +21,7 @@ from hermes_runtime.agent.metrics import AgentMetrics
 from hermes_runtime.agent.settings import AgentSettings
 from hermes_runtime.agent.supervisor import Supervisor
 from hermes_runtime.common.logs import log_event
-from hermes_runtime.plugins import LinkReport, watch
+from hermes_runtime.plugins import LinkReport, watch_links
 
 
 @contextlib.asynccontextmanager
@@ -75,7 +75,7 @@ def _watch_plugins(
     def on_change(link_report: LinkReport) -> None:
         supervisor.request_restart("plugins-changed")
 
-    watch(
+    watch_links(
         settings.data_dir,
         spec,
         on_change,

@@ -153,7 +153,7 @@ def run_link(args: argparse.Namespace) -> int:
 
 def run_watch(args: argparse.Namespace) -> int:
     from hermes_runtime.agent import GatewayRestarter
-    from hermes_runtime.plugins import link_plugins, watch
+    from hermes_runtime.plugins import link_plugins, watch_links
 
     stop = stop_on_signals()
     baseline = link_plugins(args.data_dir, args.spec, wait_seconds=args.wait)
@@ -169,7 +169,9 @@ def run_watch(args: argparse.Namespace) -> int:
         if restart is not None:
             restart(report)
 
-    watch(args.data_dir, args.spec, on_change, stop, interval=args.interval, baseline=baseline)
+    watch_links(
+        args.data_dir, args.spec, on_change, stop, interval=args.interval, baseline=baseline
+    )
     return 0
 
 

@@ -3,16 +3,35 @@
 Public surface (the agent entrypoint imports it):
 
 - ``link_plugins(data_dir, spec_path, wait_seconds=0) -> LinkReport``: converge once.
-- ``watch(data_dir, spec_path, on_change, stop, interval=1.0, baseline=None)``:
+- ``watch_links(data_dir, spec_path, on_change, stop, interval=1.0, baseline=None)``:
   re-converge on changes; ``on_change(report)`` runs when Hermes must reload.
 
 Restarting the gateway when the links change is the agent's job (``hermes_runtime.agent``:
 ``Supervisor.request_restart``, or ``GatewayRestarter`` outside the entrypoint).
+
+Each name loads its module on first use: every gateway start imports ``plugins.syspath``
+(a plugin's packages onto ``sys.path``), which must not pay for the linker, the spec model
+and the watcher it does not use.
 """
 
-from hermes_runtime.plugins.link import LinkReport, PluginResult, link_plugins
-from hermes_runtime.plugins.spec import SpecEntry, load_spec
-from hermes_runtime.plugins.watch import watch
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hermes_runtime.plugins.link import LinkReport, PluginResult, link_plugins
+    from hermes_runtime.plugins.spec import SpecEntry, load_spec
+    from hermes_runtime.plugins.watch import watch_links
+
+_HOMES = {
+    "LinkReport": "link",
+    "PluginResult": "link",
+    "link_plugins": "link",
+    "SpecEntry": "spec",
+    "load_spec": "spec",
+    "watch_links": "watch",
+}
 
 __all__ = [
     "LinkReport",
@@ -20,5 +39,12 @@ __all__ = [
     "SpecEntry",
     "link_plugins",
     "load_spec",
-    "watch",
+    "watch_links",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{home}"), name)

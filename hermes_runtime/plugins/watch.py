@@ -70,7 +70,7 @@ def loaded_state(
     return tuple(sorted(rows.values(), key=lambda row: row[0]))
 
 
-def watch(
+def watch_links(
     data_dir: Path,
     spec_path: Path,
     on_change: Callable[[LinkReport], None],

@@ -23,7 +23,7 @@ from support.wait import wait_until
 from hermes_runtime.agent import GatewayRestarter
 from hermes_runtime.agent.restart import STATUS_FILE, gateway_pid
 from hermes_runtime.common.errors import RuntimeFailure
-from hermes_runtime.plugins import LinkReport, link_plugins, watch
+from hermes_runtime.plugins import LinkReport, link_plugins, watch_links
 
 
 def gateway_state(data_dir: Path) -> str | None:
@@ -115,7 +115,7 @@ def test_watch_restarts_the_gateway_onto_the_new_commit(
         restarter(report)
 
     watcher = threading.Thread(
-        target=watch,
+        target=watch_links,
         args=(data_dir, spec, on_change, stop),
         kwargs={"interval": 0.2, "baseline": baseline},
     )
@@ -173,7 +173,7 @@ def test_reload_waits_for_the_in_flight_turn(
     restarter = GatewayRestarter(data_dir, pid=gateway.pid, max_defer_seconds=60)
     stop = threading.Event()
     watcher = threading.Thread(
-        target=watch,
+        target=watch_links,
         args=(data_dir, spec, restarter, stop),
         kwargs={"interval": 0.2, "baseline": baseline},
     )

@@ -22,7 +22,7 @@ from support.wait import wait_until
 from support.wheels import build_wheel, file_hash, module_wheel
 from tls_front import private_authority, tls_front
 
-from hermes_runtime.plugins import LinkReport, link_plugins, watch
+from hermes_runtime.plugins import LinkReport, link_plugins, watch_links
 
 pytestmark = pytest.mark.slow
 
@@ -349,7 +349,7 @@ def test_the_watcher_links_a_waiting_plugin_as_soon_as_its_install_finishes(
     calls: list[LinkReport] = []
     stop = threading.Event()
     thread = threading.Thread(
-        target=watch,
+        target=watch_links,
         args=(data_dir, spec, calls.append, stop),
         kwargs={"interval": 0.05, "baseline": baseline},
     )

@@ -1,4 +1,4 @@
-"""``watch`` and ``plugins watch``: re-converge on changes, callback only on a real change."""
+"""``watch_links`` and ``plugins watch``: re-converge on changes, callback only on a real change."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from plugins_testlib import plugin_files, write_spec
 from support.wait import wait_until
 
-from hermes_runtime.plugins import LinkReport, link_plugins, watch
+from hermes_runtime.plugins import LinkReport, link_plugins, watch_links
 
 
 class Watching:
@@ -21,7 +21,7 @@ class Watching:
         self.calls: list[LinkReport] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(
-            target=watch,
+            target=watch_links,
             args=(data_dir, spec, self.calls.append, self.stop),
             kwargs={"interval": 0.05, "baseline": baseline},
         )
@@ -94,7 +94,7 @@ def test_every_convergence_is_reported_a_broken_commit_too(
     reports: list[LinkReport] = []
     stop = threading.Event()
     thread = threading.Thread(
-        target=watch,
+        target=watch_links,
         args=(data_dir, spec, changes.append, stop),
         kwargs={"interval": 0.05, "baseline": baseline, "on_report": reports.append},
     )
