@@ -47,7 +47,10 @@ def connect(
 ) -> apsw.Connection:
     """Open a connection with the project's defaults (WAL, foreign keys, busy timeout).
 
-    ``uri``: ``ATTACH`` takes ``file:`` URIs (``?mode=ro``: attach read-only).
+    ``uri``: ``ATTACH`` takes ``file:`` URIs (``?mode=ro``: attach read-only). A writable
+    ``path`` that is a file name, not a ``file:`` URI, is created group-writable when new,
+    with ``uri`` too (LCM opens its databases so): otherwise SQLite makes it 0644 and the
+    replication sidecar, another UID, cannot replicate it until the agent restarts.
     """
     require_safe_sqlite()
     flags = (
@@ -57,7 +60,7 @@ def connect(
     )
     if uri:
         flags |= apsw.SQLITE_OPEN_URI
-    elif not readonly:
+    if not readonly and not str(path).startswith("file:"):
         create_shared(path)  # a new database group-writable, for replicate (groupaccess)
     conn = apsw.Connection(str(path), flags=flags, statementcachesize=STATEMENT_CACHE_SIZE)
     conn.set_busy_timeout(busy_timeout_ms)

@@ -134,7 +134,11 @@ def audit_role(db: Path) -> dict[str, Any]:
     opened: list[str] = []
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
-        if event == "open" and args and str(args[0]) in watched:
+        # An exclusive create (groupaccess.create_shared, before SQLite opens a new database
+        # group-writable) makes a file no connection has open yet, or fails with no
+        # descriptor: neither can close one of SQLite's and drop its locks.
+        exclusive = len(args) > 2 and isinstance(args[2], int) and args[2] & os.O_EXCL
+        if event == "open" and args and str(args[0]) in watched and not exclusive:
             opened.append(f"{args[0]} ({args[1]})")
 
     sys.addaudithook(hook)

@@ -130,6 +130,7 @@ db = sqlite3.connect("hermes.db")
 db.execute("PRAGMA journal_mode=WAL"); db.execute("CREATE TABLE t(x)"); db.commit()
 sqlite3.connect(":memory:").close()
 connect("lcm.db").close()
+connect("lcm-uri.db", uri=True).close()  # how LCM opens lcm.db and lcm-fts.db
 os.umask(0o022)  # a process kubectl exec starts in the agent container
 connect("exec.db").close()
 """
@@ -137,5 +138,5 @@ connect("exec.db").close()
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()}
     assert modes["plain.db"] == 0o644  # what SQLite does alone
     assert modes["hermes.db"] == 0o664  # its -wal and -shm copy this mode
-    assert modes["lcm.db"] == modes["exec.db"] == 0o664
+    assert modes["lcm.db"] == modes["lcm-uri.db"] == modes["exec.db"] == 0o664
     assert ":memory:" not in modes
