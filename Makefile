@@ -32,7 +32,7 @@ NODES ?= 3
 # The multi-node tier's cluster: the local one unless MULTINODE_KUBECONFIG names yours (with
 # the classes `local-path` and `shared-path`, pulling from REGISTRY).
 MULTINODE_KUBECONFIG ?=
-E2E_MULTINODE_IMAGES := agent fake-llm git-server busybox
+E2E_MULTINODE_IMAGES := agent fake-llm git-server busybox seaweedfs
 export PATH := $(BIN):$(TOOLS_BIN):$(PATH)
 PYTEST := $(BIN)/pytest
 PYTEST_ARGS ?=

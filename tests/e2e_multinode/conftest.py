@@ -27,6 +27,7 @@ from e2e.conftest import (  # noqa: F401  (fixtures and the report hook, used by
 )
 
 from .nodes_testlib import GatewayWatch
+from .routes_testlib import wait_for_pod_routes
 
 MULTI_KUBECONFIG = kube.REPO_ROOT / ".cache" / "kind-multi" / "kubeconfig"
 
@@ -59,3 +60,13 @@ def gateways(
     watch = GatewayWatch(cluster, namespace, tmp_path / "agent-logs")
     yield watch
     watch.stop()
+
+
+@pytest.fixture(autouse=True)
+def pod_routes(request: pytest.FixtureRequest) -> None:
+    """Before each scenario, every node routes every other node's pod CIDR (routes_testlib):
+    a scenario started while kube-router still lacks a peering finds its agent on one worker
+    unreachable from the load pod on the control plane, every pod Ready."""
+    waited = wait_for_pod_routes(request.getfixturevalue("cluster"))
+    if waited >= 1:
+        print(f"\nwaited {waited:.0f} s for the pod routes between the nodes", flush=True)

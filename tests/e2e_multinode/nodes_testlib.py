@@ -8,11 +8,12 @@ import contextlib
 import itertools
 import json
 import math
+import shutil
 import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from e2e import faults_testlib as lib
@@ -137,6 +138,53 @@ def start_load_off_workers(cluster: kube.Cluster, namespace: str) -> None:
         180,
         f"load pod {namespace}/{lib.LOAD_POD} running",
     )
+
+
+def wait_answered(cluster: kube.Cluster, namespace: str, moment: float) -> lib.Records:
+    """``faults_testlib.wait_answered``; when no turn is answered in time, the failure also
+    says what kube-router held on each agent pod's node.
+
+    Why: kube-router enforces the agent's NetworkPolicy on the agent's node and refuses
+    (ICMP port unreachable: "connection refused") what does not match it. A load pod whose
+    address its ipsets lack is refused until a later sync; so is everything while its
+    policy sync keeps failing; the state of the failed run tells them apart.
+    """
+    try:
+        return lib.wait_answered(cluster, namespace, moment)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{kube_router_state(cluster, namespace)}") from exc
+
+
+def kube_router_state(cluster: kube.Cluster, namespace: str) -> str:
+    """Per agent pod's node: whether the load pod's address is in kube-router's ipsets there
+    (kind nodes only: read with `podman exec`), and kube-router's last log lines."""
+    load_ip = cluster.core.read_namespaced_pod(lib.LOAD_POD, namespace).status.pod_ip
+    agents = cluster.core.list_namespaced_pod(namespace, label_selector=AGENT_SELECTOR).items
+    lines = [f"load pod address {load_ip}"]
+    for node in sorted({str(p.spec.node_name) for p in agents if p.spec.node_name}):
+        lines.append(f"{node}: {_ipsets_hold(node, str(load_ip))}")
+        routers = cluster.core.list_namespaced_pod(
+            "kube-system",
+            label_selector="k8s-app=kube-router",
+            field_selector=f"spec.nodeName={node}",
+        ).items
+        for router in routers:
+            log = kube.pod_log(cluster, "kube-system", router.metadata.name)
+            lines += [f"  {router.metadata.name}: {line}" for line in log.splitlines()[-20:]]
+    return "\n".join(lines)
+
+
+def _ipsets_hold(node: str, address: str) -> str:
+    podman = shutil.which("podman")
+    if podman is None:
+        return "no podman here: its ipsets not read"
+    done = subprocess.run(
+        [podman, "exec", node, "ipset", "list"], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        return f"`ipset list` failed: {done.stderr.strip()}"
+    found = "in" if address in done.stdout.split() else "NOT in"
+    return f"the load pod's address is {found} kube-router's ipsets"
 
 
 def volume_pod(name: str, claim: str, script: str) -> client.V1Pod:
@@ -321,13 +369,21 @@ class GatewayWatch:
         paths = [*known.paths, path] if known else [path]
         self._followers[key] = _Follower(pod, instance, node, paths, process)
 
-    def holds(self) -> list[Hold]:
+    def holds(self, lost: dict[str, float] | None = None) -> list[Hold]:
         """Every container instance's hold, in the order they took the lock. Fails when a
         container ran unread, or a finished one's log has no release (its gateway might have
-        outlived what the log shows)."""
+        outlived what the log shows).
+
+        ``lost``: nodes stopped at a known moment (a power cut: every process on them ended
+        then, with no chance to log a release). A hold still open in the log of a container
+        on such a node ends at that moment; the caller proves the node's containers never
+        ran again after it."""
         assert not self._unread, f"agent containers ran, their logs never read: {self._unread}"
         found = []
         for follower in self._followers.values():
+            if lost and follower.node in lost:
+                found += [_cut(h, lost[follower.node]) for h in _holds_in_log(follower, False)]
+                continue
             ended = follower.process.poll() is not None and not self._still_running(follower)
             found += _holds_in_log(follower, ended)
         return sorted(found, key=lambda h: h.acquired)
@@ -352,6 +408,12 @@ def _events(path: Path) -> list[dict[str, object]]:
             if isinstance(record, dict) and "event" in record and "ts" in record:
                 records.append(record)
     return records
+
+
+def _cut(hold: Hold, at: float) -> Hold:
+    """``hold`` and its gateway runs ended at ``at`` at the latest (its node stopped then)."""
+    runs = tuple((a, min(b, at)) for a, b in hold.gateways)
+    return replace(hold, released=min(hold.released, at), gateways=runs)
 
 
 def _holds_in_log(follower: _Follower, ended: bool) -> list[Hold]:
@@ -391,13 +453,17 @@ def _holds_in_log(follower: _Follower, ended: bool) -> list[Hold]:
 
 
 def assert_one_gateway_at_a_time(
-    watch: GatewayWatch, attempts: list[Attempt], start: float
+    watch: GatewayWatch,
+    attempts: list[Attempt],
+    start: float,
+    lost: dict[str, float] | None = None,
 ) -> list[Hold]:
     """At most one gateway served the agent at any moment: no two holds of the lock overlap
     (every gateway run lies inside its container's hold, ``_holds_in_log``), and every
     answered attempt overlapped some gateway's run, so its answer came from the one gateway
-    then running. Prints the holds relative to ``start``; returns them."""
-    holds = watch.holds()
+    then running. Prints the holds relative to ``start``; returns them. ``lost``: as for
+    ``GatewayWatch.holds``."""
+    holds = watch.holds(lost)
     assert holds, f"no agent container logged {LOCK_ACQUIRED}"
     lines = [
         f"    hold {h.pod[-5:]} on {h.node}: lock {h.acquired - start:+.2f} .. "

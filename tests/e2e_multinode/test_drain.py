@@ -75,7 +75,7 @@ def install(
     values.write_text(json.dumps({**VALUES, **extra}))
     helm.install(RELEASE, CHART, values=[CI_VALUES, values], timeout="5m")
     nodes.start_load_off_workers(cluster, namespace)
-    lib.wait_answered(cluster, namespace, 0.0)
+    nodes.wait_answered(cluster, namespace, 0.0)
     agent = serving_pod(cluster, namespace)
     gateways.start()
     took = time.monotonic() - began
@@ -94,7 +94,7 @@ def settle_and_check(
     """Both clients answered again, then every answered turn in LCM once and one gateway at a
     time; the figures, the holds, and what happened when (/health and the serving pod's
     entrypoint events)."""
-    lib.wait_answered(cluster, namespace, time.time())
+    nodes.wait_answered(cluster, namespace, time.time())
     serving = serving_pod(cluster, namespace).metadata.name
     events = entrypoint_events(serving, read_agent_log(cluster, namespace, serving, start), start)
     end = time.time() + SETTLE
