@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -99,8 +99,14 @@ def replicated_now(log: Path) -> list[str]:
     return started[-1] if started else []
 
 
-def replicated_commits(target: BackupTarget, relpath: str, scratch: Path) -> int:
-    """What a restore of the replica holds right now (0 while it holds nothing)."""
+def messages(db: Path) -> int:
+    return int(rows(db, "SELECT count(*) FROM messages")[0][0])  # type: ignore[call-overload]
+
+
+def replicated_commits(
+    target: BackupTarget, relpath: str, scratch: Path, count: Callable[[Path], int] = commits
+) -> int:
+    """What a restore of the replica holds right now, by ``count`` (0 while it holds nothing)."""
     if not replica_keys(target, relpath):
         return 0
     dest = scratch / f"probe-{os.urandom(4).hex()}.db"
@@ -108,7 +114,7 @@ def replicated_commits(target: BackupTarget, relpath: str, scratch: Path) -> int
     location = replica_location(target.url, environ={**os.environ, **target.env})
     try:
         restore_replica(location, relpath, dest)
-        return commits(dest)
+        return count(dest)
     finally:
         for path in scratch.glob(f"{dest.name}*"):
             path.unlink()
@@ -187,7 +193,13 @@ def test_restore_latest_takes_each_database_from_the_newer_copy(
             "20 more commits of lcm.db in its replica",
             interval=1.0,
         )
-        wait_until(lambda: replica_keys(target, "late.db"), 60, "a replica of late.db")
+        # Restorable with all its rows, not only begun: the restore below must take it.
+        wait_until(
+            lambda: replicated_commits(target, "late.db", scratch, messages) == 7,
+            60,
+            "a whole replica of late.db",
+            interval=1.0,
+        )
         process.kill()
     shutil.rmtree(data)
 
