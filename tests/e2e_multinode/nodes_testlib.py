@@ -8,7 +8,6 @@ import contextlib
 import itertools
 import json
 import math
-import shutil
 import subprocess
 import threading
 import time
@@ -138,53 +137,6 @@ def start_load_off_workers(cluster: kube.Cluster, namespace: str) -> None:
         180,
         f"load pod {namespace}/{lib.LOAD_POD} running",
     )
-
-
-def wait_answered(cluster: kube.Cluster, namespace: str, moment: float) -> lib.Records:
-    """``faults_testlib.wait_answered``; when no turn is answered in time, the failure also
-    says what kube-router held on each agent pod's node.
-
-    Why: kube-router enforces the agent's NetworkPolicy on the agent's node and refuses
-    (ICMP port unreachable: "connection refused") what does not match it. A load pod whose
-    address its ipsets lack is refused until a later sync; so is everything while its
-    policy sync keeps failing; the state of the failed run tells them apart.
-    """
-    try:
-        return lib.wait_answered(cluster, namespace, moment)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n{kube_router_state(cluster, namespace)}") from exc
-
-
-def kube_router_state(cluster: kube.Cluster, namespace: str) -> str:
-    """Per agent pod's node: whether the load pod's address is in kube-router's ipsets there
-    (kind nodes only: read with `podman exec`), and kube-router's last log lines."""
-    load_ip = cluster.core.read_namespaced_pod(lib.LOAD_POD, namespace).status.pod_ip
-    agents = cluster.core.list_namespaced_pod(namespace, label_selector=AGENT_SELECTOR).items
-    lines = [f"load pod address {load_ip}"]
-    for node in sorted({str(p.spec.node_name) for p in agents if p.spec.node_name}):
-        lines.append(f"{node}: {_ipsets_hold(node, str(load_ip))}")
-        routers = cluster.core.list_namespaced_pod(
-            "kube-system",
-            label_selector="k8s-app=kube-router",
-            field_selector=f"spec.nodeName={node}",
-        ).items
-        for router in routers:
-            log = kube.pod_log(cluster, "kube-system", router.metadata.name)
-            lines += [f"  {router.metadata.name}: {line}" for line in log.splitlines()[-20:]]
-    return "\n".join(lines)
-
-
-def _ipsets_hold(node: str, address: str) -> str:
-    podman = shutil.which("podman")
-    if podman is None:
-        return "no podman here: its ipsets not read"
-    done = subprocess.run(
-        [podman, "exec", node, "ipset", "list"], capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        return f"`ipset list` failed: {done.stderr.strip()}"
-    found = "in" if address in done.stdout.split() else "NOT in"
-    return f"the load pod's address is {found} kube-router's ipsets"
 
 
 def volume_pod(name: str, claim: str, script: str) -> client.V1Pod:

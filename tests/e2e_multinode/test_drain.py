@@ -49,6 +49,7 @@ from kubernetes import client
 from support.chat_load import FaultFigures, fault_figures
 
 from . import nodes_testlib as nodes
+from . import packetpath_testlib as packetpath
 
 DRAIN_TIMEOUT_S = 300
 REFUSED_DRAIN_TIMEOUT_S = 20  # long enough for kubectl to retry the refused eviction
@@ -75,7 +76,7 @@ def install(
     values.write_text(json.dumps({**VALUES, **extra}))
     helm.install(RELEASE, CHART, values=[CI_VALUES, values], timeout="5m")
     nodes.start_load_off_workers(cluster, namespace)
-    nodes.wait_answered(cluster, namespace, 0.0)
+    packetpath.wait_answered(cluster, namespace, 0.0)
     agent = serving_pod(cluster, namespace)
     gateways.start()
     took = time.monotonic() - began
@@ -94,7 +95,7 @@ def settle_and_check(
     """Both clients answered again, then every answered turn in LCM once and one gateway at a
     time; the figures, the holds, and what happened when (/health and the serving pod's
     entrypoint events)."""
-    nodes.wait_answered(cluster, namespace, time.time())
+    packetpath.wait_answered(cluster, namespace, time.time())
     serving = serving_pod(cluster, namespace).metadata.name
     events = entrypoint_events(serving, read_agent_log(cluster, namespace, serving, start), start)
     end = time.time() + SETTLE

@@ -44,6 +44,7 @@ from kubernetes import client
 from support.chat_load import Attempt, fault_figures
 
 from . import nodes_testlib as nodes
+from . import packetpath_testlib as packetpath
 from .routes_testlib import wait_for_pod_routes
 from .test_drain import backup_now
 
@@ -106,7 +107,7 @@ def install(
     values.write_text(json.dumps(extra))
     helm.install(RELEASE, CHART, values=[CI_VALUES, s3_values(tmp_path), values], timeout="5m")
     nodes.start_load_off_workers(cluster, namespace)
-    nodes.wait_answered(cluster, namespace, 0.0)
+    packetpath.wait_answered(cluster, namespace, 0.0)
     gateways.start()
     agent = serving_pod(cluster, namespace)
     print(f"\nagent on {agent.spec.node_name}; backends, S3 and load on the control plane")
@@ -342,7 +343,7 @@ def test_node_loss_restores_the_agent_on_another_node_from_its_replicas(
         podman("stop", "--time", "0", node)  # a power cut: no process gets a signal
         gone = time.time()  # every process of the node ended by now (turns answered until then)
         steps = recover(cluster, namespace, helm, lost)
-        found = nodes.wait_answered(cluster, namespace, steps.commands_done)
+        found = packetpath.wait_answered(cluster, namespace, steps.commands_done)
         new = serving_pod(cluster, namespace)
         assert new.spec.node_name != node, f"the new agent pod runs on the lost node {node}"
         sources = restored_from(cluster, namespace, str(new.metadata.name))
