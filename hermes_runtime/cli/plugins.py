@@ -112,22 +112,6 @@ def _register_install_deps(verbs: Any) -> None:
     )
 
 
-def _readable_ca(path: Path | None) -> Path | None:
-    """``--index-ca`` checked before the first install: a bundle that cannot be read would
-    fail every plugin with pip's TLS error instead of one line naming the file."""
-    from hermes_runtime.common.errors import RuntimeFailure
-
-    if path is None:
-        return None
-    try:
-        text = path.read_text(errors="replace")
-    except OSError as exc:
-        raise RuntimeFailure(f"--index-ca {path}: {exc.strerror}") from None
-    if "-----BEGIN CERTIFICATE-----" not in text:
-        raise RuntimeFailure(f"--index-ca {path}: no PEM certificate in the file")
-    return path
-
-
 def _common(parser: argparse.ArgumentParser) -> None:
     add_data_dir(parser)
     _spec_option(parser)
@@ -177,19 +161,19 @@ def run_watch(args: argparse.Namespace) -> int:
 
 def run_install_deps(args: argparse.Namespace) -> int:
     from hermes_runtime.common.logs import reporter
+    from hermes_runtime.plugins import IndexSource
     from hermes_runtime.plugins.install import Installer, install_all, watch_install
     from hermes_runtime.plugins.piprun import default_python
 
     index_url = args.index_url or cli_settings().url("plugin_index_url")
-    index_ca = _readable_ca(args.index_ca)
+    index = IndexSource.from_options(index_url, args.index_ca)
     with reporter("plugins.install_deps") as progress:
         installer = Installer(
             args.data_dir,
-            index_url,
+            index,
             default_python(),
             lambda message, fields: progress.step(message, **fields),
             int(args.max_size_mib) << 20 or None,
-            index_ca,
         )
         if args.watch:
             stop = stop_on_signals()

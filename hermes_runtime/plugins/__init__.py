@@ -5,6 +5,8 @@ Public surface (the agent entrypoint imports it):
 - ``link_plugins(data_dir, spec_path, wait_seconds=0) -> LinkReport``: converge once.
 - ``watch_links(data_dir, spec_path, on_change, stop, interval=1.0, baseline=None)``:
   re-converge on changes; ``on_change(report)`` runs when Hermes must reload.
+- ``IndexSource.from_options(url, ca_file)``: the package index plugin packages come from,
+  its CA bundle checked readable.
 
 Restarting the gateway when the links change is the agent's job (``hermes_runtime.agent``:
 ``Supervisor.request_restart``, or ``GatewayRestarter`` outside the entrypoint).
@@ -20,11 +22,13 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from hermes_runtime.plugins.indexsource import IndexSource
     from hermes_runtime.plugins.link import LinkReport, PluginResult, link_plugins
     from hermes_runtime.plugins.spec import SpecEntry, load_spec
     from hermes_runtime.plugins.watch import watch_links
 
 _HOMES = {
+    "IndexSource": "indexsource",
     "LinkReport": "link",
     "PluginResult": "link",
     "link_plugins": "link",
@@ -34,6 +38,7 @@ _HOMES = {
 }
 
 __all__ = [
+    "IndexSource",
     "LinkReport",
     "PluginResult",
     "SpecEntry",

@@ -10,11 +10,9 @@ is no answer (``None``): pip's own words are then reported.
 
 from __future__ import annotations
 
-import ssl
 import urllib.error
 import urllib.request
 from html.parser import HTMLParser
-from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from packaging.tags import sys_tags
@@ -25,6 +23,8 @@ from packaging.utils import (
     parse_wheel_filename,
 )
 from packaging.version import InvalidVersion, Version
+
+from hermes_runtime.plugins.indexsource import IndexSource
 
 TIMEOUT_SECONDS = 10.0
 MAX_PAGE_BYTES = 8 * 1024 * 1024
@@ -52,28 +52,26 @@ def shown_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
-def why_not_installable(
-    index_url: str, name: str, version: str | None, ca_file: Path | None = None
-) -> str | None:
+def why_not_installable(index: IndexSource, name: str, version: str | None) -> str | None:
     """The reason in words, or ``None`` when the index cannot tell (or has a fitting wheel).
-    ``ca_file``: the CA bundle the index's certificate is checked against, as pip's."""
-    page = f"{index_url.rstrip('/')}/{name}/"
+    The index is asked with the CA bundle pip was given, so both trust the same certificate."""
+    page = f"{index.url.rstrip('/')}/{name}/"
     try:
-        files = _files(page, ca_file)
+        files = _files(page, index)
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
-            return f"not on the index {shown_url(index_url)}"
+            return f"not on the index {shown_url(index.url)}"
         return None
     except (urllib.error.URLError, OSError, ValueError):
         return None
     if not files:
-        return f"not on the index {shown_url(index_url)} (no files)"
-    return _verdict(files, version, index_url)
+        return f"not on the index {shown_url(index.url)} (no files)"
+    return _verdict(files, version, index.url)
 
 
-def _files(page: str, ca_file: Path | None) -> list[str]:
+def _files(page: str, index: IndexSource) -> list[str]:
     request = urllib.request.Request(page, headers={"Accept": "text/html"})
-    context = ssl.create_default_context(cafile=str(ca_file)) if ca_file is not None else None
+    context = index.ssl_context()
     with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS, context=context) as response:
         body = response.read(MAX_PAGE_BYTES).decode("utf-8", errors="replace")
     parser = _Links()

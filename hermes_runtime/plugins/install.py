@@ -42,6 +42,7 @@ from hermes_runtime.plugins.deps import (
     target_dir,
     write_state,
 )
+from hermes_runtime.plugins.indexsource import IndexSource
 from hermes_runtime.plugins.layout import Layout, owned_link_target
 from hermes_runtime.plugins.piprun import run_pip
 from hermes_runtime.plugins.requirements import (
@@ -79,15 +80,15 @@ class InstallResult:
 
 @dataclass(frozen=True)
 class Installer:
-    """What one run needs: where, from which index, with which Python, telling whom, and
-    how many bytes one plugin's installed packages may take (None: no cap)."""
+    """What one run needs: where, from which index (None: none set, which fails only a
+    plugin that declares packages), with which Python, telling whom, and how many bytes one
+    plugin's installed packages may take (None: no cap)."""
 
     data_dir: Path
-    index_url: str | None
+    index: IndexSource | None
     python: str
     step: Step
     max_bytes: int | None = None
-    index_ca: Path | None = None  # the index's private CA bundle (None: the system's store)
 
 
 def install_all(installer: Installer, spec_path: Path) -> list[InstallResult]:
@@ -193,7 +194,7 @@ def _install(
         return _failed(installer, name, digest, None, f"{source} is not UTF-8 text: {exc}")
     except RequirementsProblem as problem:
         return _failed(installer, name, digest, problem.package, str(problem))
-    if installer.index_url is None:
+    if installer.index is None:
         return _failed(
             installer,
             name,
@@ -202,13 +203,16 @@ def _install(
             "no package index is set (HERMES_RUNTIME_PLUGIN_INDEX_URL or --index-url)",
         )
     installer.step("installing", {"plugin": name, "packages": len(requirements)})
-    return _pip_into_place(installer, name, digest, requirements)
+    return _pip_into_place(installer, installer.index, name, digest, requirements)
 
 
 def _pip_into_place(
-    installer: Installer, name: str, digest: str, requirements: list[PinnedRequirement]
+    installer: Installer,
+    index: IndexSource,
+    name: str,
+    digest: str,
+    requirements: list[PinnedRequirement],
 ) -> InstallResult:
-    assert installer.index_url is not None
     folder = plugin_packages_dir(installer.data_dir, name)
     folder.mkdir(parents=True, exist_ok=True)
     temp = folder / f"{TEMP_PREFIX}{digest[:12]}-{secrets.token_hex(4)}"
@@ -217,14 +221,7 @@ def _pip_into_place(
         with tempfile.NamedTemporaryFile("w", suffix=".txt", dir=folder, prefix=TEMP_PREFIX) as f:
             f.write(render(requirements))
             f.flush()
-            failure = run_pip(
-                installer.python,
-                installer.index_url,
-                temp,
-                Path(f.name),
-                requirements,
-                installer.index_ca,
-            )
+            failure = run_pip(installer.python, index, temp, Path(f.name), requirements)
         if failure is not None:
             return _failed(installer, name, digest, failure.package, failure.reason)
         oversize = _over_cap(temp, installer.max_bytes)

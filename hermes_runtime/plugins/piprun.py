@@ -27,6 +27,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from hermes_runtime.plugins.indexcheck import shown_url, why_not_installable
+from hermes_runtime.plugins.indexsource import IndexSource
 from hermes_runtime.plugins.requirements import PinnedRequirement
 
 TLS_UNTRUSTED = "CERTIFICATE_VERIFY_FAILED"  # OpenSSL's words, in pip's retry warnings
@@ -43,11 +44,7 @@ class PipFailure:
 
 
 def pip_command(
-    python: str,
-    index_url: str,
-    target: Path,
-    requirements_file: Path,
-    ca_file: Path | None = None,
+    python: str, index: IndexSource, target: Path, requirements_file: Path
 ) -> list[str]:
     command = [
         python,
@@ -64,35 +61,34 @@ def pip_command(
         "--only-binary",
         ":all:",
         "--index-url",
-        index_url,
+        index.url,
         "--target",
         str(target),
         "-r",
         str(requirements_file),
     ]
-    parts = urlsplit(index_url)
+    parts = urlsplit(index.url)
     if parts.scheme == "http" and parts.hostname:
         command[4:4] = ["--trusted-host", parts.hostname]
-    if ca_file is not None:
-        command[4:4] = ["--cert", str(ca_file)]
+    if index.ca_file is not None:
+        command[4:4] = ["--cert", str(index.ca_file)]
     return command
 
 
 def run_pip(
     python: str,
-    index_url: str,
+    index: IndexSource,
     target: Path,
     requirements_file: Path,
     requirements: list[PinnedRequirement],
-    ca_file: Path | None = None,
 ) -> PipFailure | None:
-    """Install into ``target``; ``None`` on success, else the failure in words. ``ca_file``:
-    the CA bundle the index's TLS certificate is checked against (None: the system's)."""
+    """Install into ``target`` from ``index``; ``None`` on success, else the failure in
+    words."""
     with tempfile.TemporaryDirectory(prefix="pip-home-") as home:
         env = {"HOME": home, "PIP_CONFIG_FILE": os.devnull, "PYTHONNOUSERSITE": "1"}
         try:
             result = subprocess.run(
-                pip_command(python, index_url, target, requirements_file, ca_file),
+                pip_command(python, index, target, requirements_file),
                 capture_output=True,
                 text=True,
                 env=env,
@@ -105,15 +101,10 @@ def run_pip(
             return PipFailure(None, f"cannot run {python} -m pip: {exc}")
     if result.returncode == 0:
         return None
-    return explain(result.stderr, index_url, requirements, ca_file)
+    return explain(result.stderr, index, requirements)
 
 
-def explain(
-    stderr: str,
-    index_url: str,
-    requirements: list[PinnedRequirement],
-    ca_file: Path | None = None,
-) -> PipFailure:
+def explain(stderr: str, index: IndexSource, requirements: list[PinnedRequirement]) -> PipFailure:
     """pip's error as (package, reason): a missing distribution is looked up on the index
     (not there, not that version, or no wheel for this platform); a hash error names the
     package pip printed; anything else is pip's last error lines."""
@@ -121,14 +112,14 @@ def explain(
     if any(TLS_UNTRUSTED in line for line in lines):
         return PipFailure(
             None,
-            f"the index {shown_url(index_url)} presented a TLS certificate no CA here vouches "
+            f"the index {shown_url(index.url)} presented a TLS certificate no CA here vouches "
             f"for ({TLS_UNTRUSTED}): give its CA bundle with --index-ca "
             "(the chart's pluginPackages.caSecret)",
         )
     for line in lines:
         if "No matching distribution found for " in line:
             wanted = line.split("No matching distribution found for ", 1)[1].strip()
-            return _missing(wanted, index_url, requirements, ca_file)
+            return _missing(wanted, index, requirements)
     hash_failure = _hash_failure(lines)
     if hash_failure is not None:
         return hash_failure
@@ -136,13 +127,11 @@ def explain(
     return PipFailure(None, "pip: " + " | ".join(errors[-ERROR_TAIL_LINES:]))
 
 
-def _missing(
-    wanted: str, index_url: str, requirements: list[PinnedRequirement], ca_file: Path | None
-) -> PipFailure:
+def _missing(wanted: str, index: IndexSource, requirements: list[PinnedRequirement]) -> PipFailure:
     name = _name_of(wanted) or wanted
     pinned = next((r for r in requirements if r.name == name), None)
     version = pinned.version if pinned is not None else _version_of(wanted)
-    reason = why_not_installable(index_url, name, version, ca_file)
+    reason = why_not_installable(index, name, version)
     return PipFailure(name, reason or f"pip found no installable file for {wanted}")
 
 

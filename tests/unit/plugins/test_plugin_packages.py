@@ -18,10 +18,12 @@ from hermes_runtime.plugins.deps import (
     target_dir,
     write_state,
 )
+from hermes_runtime.plugins.indexsource import IndexSource
 from hermes_runtime.plugins.piprun import explain, pip_command
 from hermes_runtime.plugins.syspath import append_plugin_packages
 
 REQUIREMENTS = b"tinydep==1.0 --hash=sha256:" + b"a" * 64 + b"\n"
+NOWHERE = IndexSource("http://127.0.0.1:9/simple")  # nothing listens on port 9
 
 
 def _plugin(data_dir: Path, name: str, requirements: bytes | None) -> Path:
@@ -74,14 +76,15 @@ def test_targets_are_appended_by_plugin_name_only_for_our_links(tmp_path: Path) 
 
 
 def test_pip_is_isolated_hash_checked_wheels_only_and_trusts_only_an_http_index() -> None:
-    command = pip_command("py", "http://index.ns.svc:8080/simple", Path("/t"), Path("/r.txt"))
+    plain = IndexSource("http://index.ns.svc:8080/simple")
+    command = pip_command("py", plain, Path("/t"), Path("/r.txt"))
     assert command[:4] == ["py", "-m", "pip", "install"]
     for flag in ("--isolated", "--require-hashes", "--no-input", "--no-cache-dir"):
         assert flag in command
     assert command[command.index("--only-binary") + 1] == ":all:"
     assert command[command.index("--trusted-host") + 1] == "index.ns.svc"
     assert "--no-deps" not in command
-    secure = pip_command("py", "https://index.example/simple", Path("/t"), Path("/r.txt"))
+    secure = pip_command("py", IndexSource("https://index.example/simple"), Path("/t"), Path("/r"))
     assert "--trusted-host" not in secure
 
 
@@ -92,31 +95,33 @@ def test_pip_failures_name_the_package() -> None:
         "    tinydep==1.0 from http://127.0.0.1/packages/tinydep-1.0-py3-none-any.whl:\n"
         "        Expected sha256 aaaa\n             Got        bbbb\n"
     )
-    failure = explain(mismatch, "http://127.0.0.1:9/simple", [])
+    failure = explain(mismatch, NOWHERE, [])
     assert failure.package == "tinydep"
     assert failure.reason.startswith("the index's file does not match any --hash in the file")
-    other = explain("noise\nERROR: something else broke\n", "http://127.0.0.1:9/simple", [])
+    other = explain("noise\nERROR: something else broke\n", NOWHERE, [])
     assert (other.package, other.reason) == (None, "pip: noise | ERROR: something else broke")
 
 
 def test_a_missing_distribution_with_no_index_to_ask_keeps_pips_words() -> None:
     stderr = "ERROR: No matching distribution found for ghost==1.0\n"
-    failure = explain(stderr, "http://127.0.0.1:9/simple", [])  # nothing listens on port 9
+    failure = explain(stderr, NOWHERE, [])
     assert failure.package == "ghost"
     assert failure.reason == "pip found no installable file for ghost==1.0"
 
 
 def test_a_private_cas_bundle_goes_to_pip_and_an_untrusted_index_is_said_so() -> None:
     bundle = Path("/etc/hermes-runtime-index-ca/ca.crt")
-    command = pip_command("python", "https://idx.corp/simple", Path("/t"), Path("/r"), bundle)
+    private = IndexSource("https://idx.corp/simple", bundle)
+    command = pip_command("python", private, Path("/t"), Path("/r"))
     assert command[command.index("--cert") + 1] == str(bundle)
-    assert "--cert" not in pip_command("python", "https://idx.corp/simple", Path("/t"), Path("/r"))
+    public = IndexSource("https://idx.corp/simple")
+    assert "--cert" not in pip_command("python", public, Path("/t"), Path("/r"))
     stderr = (
         "WARNING: Retrying ... SSLError(SSLCertVerificationError(1, '[SSL: "
         "CERTIFICATE_VERIFY_FAILED] certificate verify failed: unable to get local issuer "
         "certificate'))\nERROR: No matching distribution found for tinydep==1.0\n"
     )
-    failure = explain(stderr, "https://user:secret@idx.corp/simple", [])
+    failure = explain(stderr, IndexSource("https://user:secret@idx.corp/simple"), [])
     assert failure.package is None
     assert failure.reason.startswith("the index https://idx.corp/simple presented a TLS")
     assert "--index-ca" in failure.reason and "secret" not in failure.reason
