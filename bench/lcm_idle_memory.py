@@ -26,8 +26,10 @@ def rss_mib():
     for line in open("/proc/self/status"):
         if line.startswith("VmRSS"):
             return round(int(line.split()[1]) / 1024, 1)
+import os
 from hermes_runtime.lcm.embed.e5onnx import OnnxE5Embedder
-e5 = OnnxE5Embedder()
+from hermes_runtime.lcm.embed.modelcache import model_cache_dir
+e5 = OnnxE5Embedder(cache_dir=model_cache_dir(os.environ))
 out = {"before_mib": rss_mib()}
 started = time.perf_counter(); e5.embed_query("Which city does my sister live in now?")
 out["first_query_s"] = time.perf_counter() - started

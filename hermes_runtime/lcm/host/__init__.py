@@ -3,5 +3,6 @@
 ``hermes_plugin`` is the plugin's entry point (it needs Hermes' ``agent``
 package, so only Hermes imports it); ``plugin_host`` is what the plugin runs
 in the host process beside its engine (the engine shared by every copy, the
-metrics port).
+metrics port); ``hostsettings`` is what the plugin takes from the environment, read once
+where Hermes registers it.
 """

@@ -45,13 +45,14 @@ from hermes_runtime.lcm.compact.compaction import CompactionReport
 from hermes_runtime.lcm.compact.outage import SummaryDeferred, may_defer
 from hermes_runtime.lcm.compact.summarize import LEVEL_DETERMINISTIC, make_summarizer
 from hermes_runtime.lcm.config import LcmConfig, read_lcm_section
+from hermes_runtime.lcm.embed.embedders import make_embedder
 from hermes_runtime.lcm.engine.failedturns import TurnFailure
 from hermes_runtime.lcm.engine.lcmengine import LcmEngine
 from hermes_runtime.lcm.engine.tools import offered_schemas
+from hermes_runtime.lcm.host.hostsettings import PluginHostSettings
 from hermes_runtime.lcm.host.plugin_host import (
     commit_at_exit,
     in_background_review,
-    metrics_port,
     open_existing_database,
     query_expander,
     serve_metrics,
@@ -76,8 +77,12 @@ logger = logging.getLogger(__name__)
 class _Shared:
     """State every copy of the engine shares: created lazily, once."""
 
-    def __init__(self, config: LcmConfig | None = None) -> None:
+    def __init__(
+        self, config: LcmConfig | None = None, settings: PluginHostSettings | None = None
+    ) -> None:
         self._config = config
+        # What the plugin takes from the environment, read once by ``register`` (else defaults).
+        self.settings = settings or PluginHostSettings.model_validate({})
         self._engine: LcmEngine | None = None
         self._guard = threading.Lock()
         self.model_endpoint: tuple[str, str, str] = ("", "", "")
@@ -198,22 +203,22 @@ class _Shared:
         except Exception as exc:  # the next sync of each session stores the turns again
             logger.warning("LCM: committing the queued turns failed: %s", exc)
 
-    @staticmethod
-    def _config_from_home() -> LcmConfig:
+    def _config_from_home(self) -> LcmConfig:
         """LCM's settings from the ``lcm`` section of Hermes' config, in Hermes' home."""
-        home = hermes_home()
+        home = hermes_home(self.settings.data_dir)
         return LcmConfig.for_home(home, read_lcm_section(home))
 
     def engine(self) -> LcmEngine:
         with self._guard:
             if self._engine is None:
                 config = self._config or self._config_from_home()
-                self._engine = LcmEngine(config, start_worker=True)
+                embedder = make_embedder(config, self.settings.model_cache_dir)
+                self._engine = LcmEngine(config, embedder=embedder, start_worker=True)
                 self._engine.auxiliary = self.expander
                 self._engine.start_background()  # checkpoints, indexing, embeddings
                 atexit.register(commit_at_exit, self._engine)
                 self._refresh_summarizer()
-                serve_metrics(metrics_port(os.environ))
+                serve_metrics(self.settings.metrics_port, self.settings.limits)
                 if config.import_hermes_state:
                     start_day_one_import(
                         self._engine, config.db_path.parent / "state.db", self.loaded_at
@@ -242,8 +247,13 @@ class _Shared:
 class LcmContextEngine(ContextEngine):
     """Lossless Context Management for Hermes: nothing is dropped, everything expands back."""
 
-    def __init__(self, config: LcmConfig | None = None, shared: _Shared | None = None) -> None:
-        self._shared = shared or _Shared(config)
+    def __init__(
+        self,
+        config: LcmConfig | None = None,
+        shared: _Shared | None = None,
+        settings: PluginHostSettings | None = None,
+    ) -> None:
+        self._shared = shared or _Shared(config, settings)
         self._session_id = ""
         self.last_prompt_tokens = 0
         self.last_completion_tokens = 0
@@ -473,13 +483,15 @@ def register(ctx: Any) -> None:
     without the registration calls is refused, a hook the host does not list
     is logged as degraded (``compat/context_engine.py``). ``lcm_expand_query`` is offered
     only when config.yaml names an auxiliary model for it (``plugin_host.query_expander``).
+    The plugin's settings are read here, once (``hostsettings.py``), and handed down.
     """
     check_registration(ctx)
-    engine = LcmContextEngine()
-    engine._shared.expander = query_expander(ctx)  # before anything opens the engine
+    settings = PluginHostSettings.from_environ(os.environ)
+    engine = LcmContextEngine(settings=settings)
+    engine._shared.expander = query_expander(ctx, settings.data_dir)  # before the engine opens
     ctx.register_context_engine(engine)
     check_hooks(TURN_HOOKS)
     ctx.register_hook("post_llm_call", engine._shared.store_turn)
     ctx.register_hook("on_session_finalize", engine._shared.commit_queue)
-    warm_static_embedder()
-    open_existing_database(engine._shared.engine)
+    warm_static_embedder(settings.data_dir)
+    open_existing_database(engine._shared.engine, settings.data_dir)

@@ -11,65 +11,35 @@ context-engine ABC.
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from hermes_runtime.common.envsettings import given_values
+from hermes_runtime.common.boundedhttp import ServerLimits
 from hermes_runtime.compat import AuxiliaryCall, auxiliary_call, on_review_thread, register_task
 from hermes_runtime.compat.home import hermes_home
 from hermes_runtime.lcm.config import auxiliary_configured, read_lcm_section, selected_config
 from hermes_runtime.lcm.engine.lcmengine import LcmEngine
 
-METRICS_PORT_ENV = "HERMES_RUNTIME_LCM_METRICS_PORT"
-
 logger = logging.getLogger("hermes_runtime.lcm.host.hermes_plugin")  # the plugin's own log name
 
 
-class MetricsSettings(BaseModel):
-    """The plugin's metrics port, from the environment the gateway inherits (the chart sets
-    it); unset or blank: no metrics server."""
-
-    model_config = ConfigDict(frozen=True)
-
-    port: int | None = Field(None, ge=1, le=65535, validation_alias=METRICS_PORT_ENV)
-
-    @classmethod
-    def from_environ(cls, env: Mapping[str, str]) -> MetricsSettings:
-        return cls.model_validate(given_values(cls, env))
-
-
-def metrics_port(env: Mapping[str, str]) -> int | None:
-    """The port to serve LCM's metrics on; a bad value is logged, not fatal (as a busy port)."""
-    try:
-        return MetricsSettings.from_environ(env).port
-    except ValidationError:
-        from hermes_runtime.common.logs import log_event
-
-        problem = f"{METRICS_PORT_ENV}: not a TCP port"
-        log_event("lcm.metrics.unavailable", port=env.get(METRICS_PORT_ENV), error=problem)
-        return None
-
-
-def serve_metrics(port: int | None) -> None:
+def serve_metrics(port: int | None, limits: ServerLimits) -> None:
     """Expose LCM's Prometheus figures from the process that runs the engine.
 
     The Hermes gateway is a child process of the runtime's supervisor, so
-    LCM's counters live in the gateway; with ``HERMES_RUNTIME_LCM_METRICS_PORT``
-    set, they are served there on ``GET /metrics`` and nothing else (404 for any
+    LCM's counters live in the gateway; with a ``port`` (``PluginHostSettings.metrics_port``)
+    they are served there on ``GET /metrics`` and nothing else (404 for any
     other path, 501 for any other method: prometheus_client's own server answers
     every path). A busy port is logged, not fatal: metrics must never stop the agent.
 
     The server runs in the gateway's process, so each connection's thread and time
-    are bounded (``common/boundedhttp.py``: connections at once and per address, the
-    time to send the request head), with the entrypoint's own caps for its metrics
-    port, read from the environment the gateway inherits.
+    are bounded by ``limits`` (``common/boundedhttp.py``: connections at once and per
+    address, the time to send the request head), the entrypoint's own caps for its
+    metrics port (``PluginHostSettings``: the same variables).
     """
     if port is None:
         return
@@ -77,11 +47,7 @@ def serve_metrics(port: int | None) -> None:
 
     from prometheus_client import MetricsHandler
 
-    from hermes_runtime.common.boundedhttp import (
-        BoundedHTTPServer,
-        HeadCompleteMixin,
-        http_limits_from_env,
-    )
+    from hermes_runtime.common.boundedhttp import BoundedHTTPServer, HeadCompleteMixin
     from hermes_runtime.common.logs import log_event
 
     class MetricsOnly(HeadCompleteMixin, MetricsHandler):
@@ -91,7 +57,6 @@ def serve_metrics(port: int | None) -> None:
                 return
             super().do_GET()
 
-    limits = http_limits_from_env(os.environ)
     try:
         server = BoundedHTTPServer(("0.0.0.0", port), MetricsOnly, limits)
     except OSError as exc:
@@ -171,8 +136,9 @@ def commit_at_exit(engine: LcmEngine) -> None:
         logger.warning("LCM: committing the queued turns at exit failed: %s", exc)
 
 
-def warm_static_embedder() -> None:
-    """Load the static embedding model now, at gateway start, before any request.
+def warm_static_embedder(data_dir: Path) -> None:
+    """Load the static embedding model now, at gateway start, before any request (``data_dir``:
+    Hermes' home where Hermes cannot say, ``compat/home.py``).
 
     Its Rust loader keeps the GIL for the whole load, which would freeze the
     gateway's event loop if the first embedding happened mid-traffic. Only for
@@ -180,7 +146,7 @@ def warm_static_embedder() -> None:
     GIL. Never fatal.
     """
     try:
-        if read_lcm_section(hermes_home()).get("embeddings") == "static":
+        if read_lcm_section(hermes_home(data_dir)).get("embeddings") == "static":
             from hermes_runtime.lcm.embed.embedders import StaticModelEmbedder
 
             StaticModelEmbedder().embed(["warm-up"])
@@ -188,8 +154,11 @@ def warm_static_embedder() -> None:
         logger.warning("LCM: could not preload the static embedder: %s", exc)
 
 
-def open_existing_database(open_engine: Callable[[], object]) -> threading.Thread | None:
-    """With LCM selected and ``lcm.db`` already there, open it now, in the background.
+def open_existing_database(
+    open_engine: Callable[[], object], data_dir: Path
+) -> threading.Thread | None:
+    """With LCM selected and ``lcm.db`` already there, open it now, in the background
+    (``data_dir``: Hermes' home where Hermes cannot say).
 
     The first writable open migrates the schema and builds the full-text index file; left
     to the first turn, a read-only reader (``lcm grep`` from the CLI, the readiness probe's
@@ -197,7 +166,7 @@ def open_existing_database(open_engine: Callable[[], object]) -> threading.Threa
     metrics port stays closed. A new volume keeps the lazy open: nothing creates ``lcm.db``
     before LCM is used (another context engine may be selected).
     """
-    config = selected_config(hermes_home())
+    config = selected_config(hermes_home(data_dir))
     if config is None or not config.db_path.exists():
         return None
 
@@ -261,8 +230,9 @@ def in_background_review() -> bool:
 EXPAND_QUERY_TASK = "lcm_expand_query"  # config.yaml ``auxiliary.lcm_expand_query``
 
 
-def query_expander(ctx: Any) -> AuxiliaryCall | None:
-    """Hermes' auxiliary model for ``lcm_expand_query``, when config.yaml names one, else None.
+def query_expander(ctx: Any, data_dir: Path) -> AuxiliaryCall | None:
+    """Hermes' auxiliary model for ``lcm_expand_query``, when config.yaml names one, else None
+    (``data_dir``: Hermes' home where Hermes cannot say).
 
     The task is declared to Hermes either way (``hermes model`` lists it, so it can be
     configured there); the tool is offered only once ``auxiliary.lcm_expand_query`` names
@@ -276,6 +246,6 @@ def query_expander(ctx: Any) -> AuxiliaryCall | None:
         "rewrites a memory search into other wordings (lcm_expand_query)",
         {"provider": "auto", "timeout": 20},
     )
-    if not auxiliary_configured(hermes_home(), EXPAND_QUERY_TASK):
+    if not auxiliary_configured(hermes_home(data_dir), EXPAND_QUERY_TASK):
         return None
     return auxiliary_call(EXPAND_QUERY_TASK)

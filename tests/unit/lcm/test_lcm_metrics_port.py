@@ -8,12 +8,13 @@ methods."""
 from __future__ import annotations
 
 import http.client
+import threading
 
-import pytest
 from support.net import free_port
 from support.wait import wait_until
 
-from hermes_runtime.lcm.host.plugin_host import METRICS_PORT_ENV, metrics_port, serve_metrics
+from hermes_runtime.common.boundedhttp import ServerLimits
+from hermes_runtime.lcm.host.plugin_host import serve_metrics
 
 
 def _request(port: int, method: str, path: str) -> tuple[int, bytes]:
@@ -36,7 +37,7 @@ def _listening(port: int) -> bool:
 
 def test_only_get_metrics_is_served() -> None:
     port = free_port()
-    serve_metrics(port)
+    serve_metrics(port, ServerLimits())
     wait_until(lambda: _listening(port), 10, "the LCM metrics port")
     status, body = _request(port, "GET", "/metrics")
     assert status == 200 and b"# HELP" in body
@@ -46,13 +47,10 @@ def test_only_get_metrics_is_served() -> None:
         assert _request(port, method, "/metrics")[0] == 501, method
 
 
-def test_the_port_comes_from_its_variable_and_a_bad_one_is_logged_not_fatal(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    assert metrics_port({METRICS_PORT_ENV: " 9464 "}) == 9464
-    assert metrics_port({METRICS_PORT_ENV: ""}) is None
-    assert metrics_port({}) is None
-    for bad in ("ninety", "0", "70000"):
-        assert metrics_port({METRICS_PORT_ENV: bad}) is None
-        logged = capsys.readouterr().err
-        assert "lcm.metrics.unavailable" in logged and METRICS_PORT_ENV in logged, logged
+def test_no_port_serves_nothing() -> None:
+    def servers() -> int:
+        return sum(t.name == "lcm-metrics" for t in threading.enumerate())
+
+    before = servers()
+    serve_metrics(None, ServerLimits())  # the variable unset: no server, no thread
+    assert servers() == before
