@@ -1,5 +1,5 @@
 """The path of the load pod's requests to the agent, read from the nodes when it refuses them,
-and kube-router restarted once when it refuses them to a Ready agent.
+and the path's kube-router and kube-proxy restarted once when it refuses them to a Ready agent.
 
 Why: a request from the load pod (on the control plane) to the agent's Service crosses
 kube-proxy on the control plane (DNAT to the agent pod; REJECT when the Service has no ready
@@ -8,10 +8,10 @@ does not admit). Both answer "connection refused". Once in a clean-clone run eve
 an agent on one worker was refused for 20 minutes though the agent was Ready and the load
 pod's address was in kube-router's ipsets there, while the same scenarios pass on other runs.
 The first refusal to a Ready agent is therefore recorded with what each node's REJECT rules
-counted, and kube-router is restarted on the nodes the path crosses (it rebuilds its ipsets
-and chains from the API server). A policy that truly refuses the load pod still refuses it
-after the restart, and the scenario fails with both records; a restart that helped is printed
-as a warning in the run's summary, never passed over in silence.
+counted, and kube-router and kube-proxy are restarted on the nodes the path crosses (each
+rebuilds its ipsets and chains from the API server). A policy that truly refuses the load pod
+still refuses it after the restart, and the scenario fails with both records; a restart that
+helped is printed as a warning in the run's summary, never passed over in silence.
 """
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ from . import nodes_testlib
 
 READY_REFUSED_S = 60  # an agent Ready this long whose every recent request was refused
 SLICE_S = 20  # how often the refusals are looked at while waiting
-ROUTER_SELECTOR = "k8s-app=kube-router"
+PATH_SELECTORS = ("k8s-app=kube-router", "k8s-app=kube-proxy")  # the DaemonSets on the path
 
 
 def wait_answered(
     cluster: kube.Cluster, namespace: str, moment: float, timeout: float = 240
 ) -> lib.Records:
-    """``faults_testlib.wait_answered``, with at most one kube-router restart when a Ready agent
+    """``faults_testlib.wait_answered``, with at most one restart of the path when a Ready agent
     refuses every request (module docstring); the timeout starts again after that restart."""
     deadline = time.monotonic() + timeout
     restarted: str | None = None
@@ -50,7 +50,7 @@ def wait_answered(
                     f"{exc}\n{restarted or ''}\n{path_state(cluster, namespace)}"
                 ) from exc
         if restarted is None and refused_while_ready(cluster, namespace, moment):
-            restarted = restart_routers(cluster, namespace)
+            restarted = restart_path(cluster, namespace)
             warnings.warn(restarted, stacklevel=2)
             deadline = time.monotonic() + timeout
 
@@ -85,9 +85,10 @@ def path_nodes(cluster: kube.Cluster, namespace: str) -> list[str]:
     return sorted(found)
 
 
-def restart_routers(cluster: kube.Cluster, namespace: str) -> str:
-    """Record the path's state, delete kube-router's pods on the path's nodes, wait for their
-    successors to run; what was done and what was seen before, as one text."""
+def restart_path(cluster: kube.Cluster, namespace: str) -> str:
+    """Record the path's state, delete kube-router's and kube-proxy's pods on the path's
+    nodes, wait for their successors to run; what was done and what was seen before, as one
+    text."""
     before = path_state(cluster, namespace)
     ready = {
         n.metadata.name
@@ -96,29 +97,34 @@ def restart_routers(cluster: kube.Cluster, namespace: str) -> str:
     }
     nodes = [node for node in path_nodes(cluster, namespace) if node in ready]
     for node in nodes:
-        for pod in _routers(cluster, node):
+        for pod in _path_pods(cluster, node):
             cluster.core.delete_namespaced_pod(pod.metadata.name, "kube-system")
     kube.wait_until(
-        lambda: all(_router_running(cluster, node) for node in nodes),
+        lambda: all(_path_running(cluster, node) for node in nodes),
         180,
-        f"kube-router running again on {nodes}",
+        f"kube-router and kube-proxy running again on {nodes}",
     )
     stamp = datetime.now(UTC).isoformat(timespec="seconds")
     return (
         f"{stamp} {namespace}: a Ready agent refused every request for {READY_REFUSED_S} s; "
-        f"kube-router restarted on {nodes}. Before the restart:\n{before}"
+        f"kube-router and kube-proxy restarted on {nodes}. Before the restart:\n{before}"
     )
 
 
-def _routers(cluster: kube.Cluster, node: str) -> list[client.V1Pod]:
-    return cluster.core.list_namespaced_pod(
-        "kube-system", label_selector=ROUTER_SELECTOR, field_selector=f"spec.nodeName={node}"
-    ).items
+def _path_pods(cluster: kube.Cluster, node: str) -> list[client.V1Pod]:
+    """kube-router's and kube-proxy's pods on ``node``."""
+    return [
+        pod
+        for selector in PATH_SELECTORS
+        for pod in cluster.core.list_namespaced_pod(
+            "kube-system", label_selector=selector, field_selector=f"spec.nodeName={node}"
+        ).items
+    ]
 
 
-def _router_running(cluster: kube.Cluster, node: str) -> bool:
-    pods = _routers(cluster, node)
-    return bool(pods) and all(
+def _path_running(cluster: kube.Cluster, node: str) -> bool:
+    pods = _path_pods(cluster, node)
+    return len(pods) == len(PATH_SELECTORS) and all(
         p.metadata.deletion_timestamp is None
         and p.status.phase == "Running"
         and all(s.ready for s in p.status.container_statuses or [])
@@ -129,7 +135,7 @@ def _router_running(cluster: kube.Cluster, node: str) -> bool:
 def path_state(cluster: kube.Cluster, namespace: str) -> str:
     """The load pod's and agents' addresses, the Service's endpoints, and per node on the
     path: whether kube-router's ipsets hold the load pod, the REJECT rules that counted
-    packets, and kube-router's last log lines."""
+    packets, and kube-router's and kube-proxy's last log lines."""
     load_ip = str(cluster.core.read_namespaced_pod(lib.LOAD_POD, namespace).status.pod_ip)
     agents = cluster.core.list_namespaced_pod(namespace, label_selector=AGENT_SELECTOR).items
     lines = [
@@ -140,9 +146,9 @@ def path_state(cluster: kube.Cluster, namespace: str) -> str:
     for node in path_nodes(cluster, namespace):
         lines.append(f"{node}: {_ipsets_hold(node, load_ip)}")
         lines += [f"  counted: {rule}" for rule in _rejects_counted(node)]
-        for router in _routers(cluster, node):
-            log = kube.pod_log(cluster, "kube-system", router.metadata.name)
-            lines += [f"  {router.metadata.name}: {line}" for line in log.splitlines()[-20:]]
+        for pod in _path_pods(cluster, node):
+            log = kube.pod_log(cluster, "kube-system", pod.metadata.name)
+            lines += [f"  {pod.metadata.name}: {line}" for line in log.splitlines()[-20:]]
     return "\n".join(lines)
 
 
