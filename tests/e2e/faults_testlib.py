@@ -97,10 +97,12 @@ def install_backends(helm: kube.Helm) -> None:
     )
 
 
-def release_secret_with(cluster: kube.Cluster, namespace: str, key: str, what: str) -> str:
+def release_secret_with(
+    cluster: kube.Cluster, namespace: str, key: str, what: str, release: str = RELEASE
+) -> str:
     """The name of the release's one Secret holding ``key`` (API key, backup password)."""
     secrets = cluster.core.list_namespaced_secret(
-        namespace, label_selector=f"app.kubernetes.io/instance={RELEASE}"
+        namespace, label_selector=f"app.kubernetes.io/instance={release}"
     ).items
     holders = [s for s in secrets if s.data and key in s.data]
     return str(_named(holders, what).metadata.name)

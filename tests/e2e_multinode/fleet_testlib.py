@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from e2e import faults_testlib as lib
 from e2e import images, kube
 from e2e.test_faults import VALUES
 
@@ -123,25 +124,13 @@ def wait_serving(
     return found[-1]
 
 
-def api_key(cluster: kube.Cluster, agent: Agent) -> str:
-    """The release's API key, from the chart's Secret (the one of the release holding
-    `api-key`), as a client of that agent is given it."""
-    secrets = cluster.core.list_namespaced_secret(
-        agent.namespace, label_selector=f"app.kubernetes.io/instance={agent.release}"
-    ).items
-    keys = [s.data["api-key"] for s in secrets if s.data and "api-key" in s.data]
-    assert len(keys) == 1, f"{agent.key}: expected one Secret with api-key, found {len(keys)}"
-    return base64.b64decode(keys[0]).decode()
-
-
-def backup_password(cluster: kube.Cluster, agent: Agent) -> str:
-    """The release's restic password (the Secret of the release holding RESTIC_PASSWORD)."""
-    secrets = cluster.core.list_namespaced_secret(
-        agent.namespace, label_selector=f"app.kubernetes.io/instance={agent.release}"
-    ).items
-    found = [s.data["RESTIC_PASSWORD"] for s in secrets if s.data and "RESTIC_PASSWORD" in s.data]
-    assert len(found) == 1, f"{agent.key}: expected one Secret with RESTIC_PASSWORD"
-    return base64.b64decode(found[0]).decode()
+def release_secret_value(cluster: kube.Cluster, agent: Agent, key: str) -> str:
+    """``key`` of the release's one Secret holding it (the API key a client of that agent is
+    given, the restic password), decoded."""
+    what = f"Secret of {agent.key} with {key}"
+    name = lib.release_secret_with(cluster, agent.namespace, key, what, agent.release)
+    secret = cluster.core.read_namespaced_secret(name, agent.namespace)
+    return base64.b64decode(secret.data[key]).decode()
 
 
 def start_client(cluster: kube.Cluster, namespace: str) -> None:
@@ -221,7 +210,7 @@ def chat_all(
                 {
                     "name": a.key,
                     "url": f"http://{a.fullname}:{API_PORT}",
-                    "key": api_key(cluster, a),
+                    "key": release_secret_value(cluster, a, "api-key"),
                     "session": f"fleet-{a.release}",
                     "text": f"{text} {a.key} {time.time():.3f}",
                 }

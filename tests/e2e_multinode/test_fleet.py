@@ -45,9 +45,9 @@ from . import nodes_testlib as nodes
 from .fleet_testlib import (
     Agent,
     Usage,
-    backup_password,
     chat_all,
     parallel,
+    release_secret_value,
     release_values,
     start_client,
     usage,
@@ -180,7 +180,10 @@ def isolation_breaches(cluster: kube.Cluster, fleet: list[Agent], teams: list[st
     """Every way one agent reaches another (probes from each agent container, the API
     server's verdicts on each ServiceAccount), one line each; the probes' summary printed."""
     apiservers = isolation.apiserver_targets(cluster)
-    hashes = [hashlib.sha256(backup_password(cluster, a).encode()).hexdigest() for a in fleet]
+    hashes = [
+        hashlib.sha256(release_secret_value(cluster, a, "RESTIC_PASSWORD").encode()).hexdigest()
+        for a in fleet
+    ]
     probes = parallel(
         fleet, lambda a: isolation.probe(cluster, a, fleet, apiservers, hashes), workers=5
     )
