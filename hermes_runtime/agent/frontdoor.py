@@ -203,7 +203,7 @@ class FrontDoor:
             await self._refuse(client_r, client_w, arrived, "refused", why)
             return
         if upstream is None:
-            upstream, first = await self._hold(client_r, client_w, watch, arrived, first)
+            upstream, first = await self._hold_counted(client_r, client_w, watch, arrived, first)
         if upstream is None:
             if not client_w.is_closing():
                 self._count("gave_up", arrived)
@@ -261,6 +261,27 @@ class FrontDoor:
         for writer in writers:
             writer.transport.abort()
 
+    async def _hold_counted(
+        self,
+        client_r: asyncio.StreamReader,
+        client_w: asyncio.StreamWriter,
+        watch: HeadWatch,
+        arrived: float,
+        first: bytes,
+    ) -> tuple[Connection | None, bytes]:
+        """``_hold``, counted among the held connections meanwhile.
+
+        The count rises here, with no await since the cap was checked: connections the loop
+        accepted together pass that check one at a time, so the cap holds for a burst too.
+        """
+        self._held += 1
+        self._gauge()
+        try:
+            return await self._hold(client_r, client_w, watch, arrived, first)
+        finally:
+            self._held -= 1
+            self._gauge()
+
     async def _hold(
         self,
         client_r: asyncio.StreamReader,
@@ -269,12 +290,12 @@ class FrontDoor:
         arrived: float,
         first: bytes,
     ) -> tuple[Connection | None, bytes]:
-        """``_held_until_upstream`` while the client's head is read meanwhile (the head time
+        """``_connect_upstream`` while the client's head is read meanwhile (the head time
         runs for held clients too); the connection (None: none, or the client too slow) and
         the bytes read so far."""
         buffer = bytearray(first)
         head = asyncio.ensure_future(_read_head(client_r, watch, buffer))
-        connect = asyncio.ensure_future(self._held_until_upstream(arrived))
+        connect = asyncio.ensure_future(self._connect_upstream(arrived))
         done, _ = await asyncio.wait({head, connect}, return_when=asyncio.FIRST_COMPLETED)
         if head in done and not head.result():
             if head.result() is None:
@@ -299,16 +320,6 @@ class FrontDoor:
             return None
         self._count("forwarded", arrived)
         return connection
-
-    async def _held_until_upstream(self, arrived: float) -> Connection | None:
-        """``_connect_upstream``, counted among the held connections meanwhile."""
-        self._held += 1
-        self._gauge()
-        try:
-            return await self._connect_upstream(arrived)
-        finally:
-            self._held -= 1
-            self._gauge()
 
     async def _connect_upstream(self, arrived: float) -> Connection | None:
         """Knock until the gateway accepts, while one is running or on its way."""

@@ -276,6 +276,31 @@ def test_past_the_cap_a_client_that_would_wait_gets_503_at_once(
             server.shutdown()
 
 
+def test_a_burst_never_holds_more_than_the_cap(
+    loop: asyncio.AbstractEventLoop, door_for: Any, tmp_path: Path
+) -> None:
+    """Connections arriving together while no gateway accepts: exactly ``max_held`` are
+    held and every other one is refused, however many the event loop accepts at once (here
+    all 40: they queue in the listen backlog while the loop is busy)."""
+    gateway_port = free_port()
+    door, metrics = door_for(gateway_port, Flags(tmp_path), hold=600.0, max_held=3)
+    busy = threading.Event()
+    loop.call_soon_threadsafe(lambda: (busy.set(), time.sleep(1.0)))
+    assert busy.wait(10)
+    burst = [open_held(door.port) for _ in range(40)]
+    connections = "hermes_runtime_front_door_connections_total"
+    try:
+        wait_for(
+            lambda: sample(metrics, connections, outcome="refused") + door.held == 40,
+            what="every connection of the burst held or refused",
+        )
+        assert door.held == 3
+        assert sample(metrics, connections, outcome="refused") == 37
+    finally:
+        for sock in burst:
+            sock.close()
+
+
 class Slow(socketserver.BaseRequestHandler):
     """Answers only once released: connections stay open, forwarded, meanwhile."""
 
