@@ -38,7 +38,7 @@ import runinfo
 
 from hermes_runtime.common.logs import Reporter, reporter
 from hermes_runtime.lcm.compact.assembly import assemble
-from hermes_runtime.lcm.compact.compaction import CompactionPolicy
+from hermes_runtime.lcm.compact.policy import CompactionPolicy
 from hermes_runtime.lcm.config import LcmConfig
 from hermes_runtime.lcm.embed.embedbatch import embed_all
 from hermes_runtime.lcm.embed.embedders import Embedder, offline_embedder

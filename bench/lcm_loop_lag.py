@@ -32,7 +32,7 @@ from typing import Any
 
 import runinfo
 
-from hermes_runtime.lcm.compact.compaction import CompactionPolicy
+from hermes_runtime.lcm.compact.policy import CompactionPolicy
 from hermes_runtime.lcm.config import LcmConfig
 from hermes_runtime.lcm.embed.embedbatch import embed_batch
 from hermes_runtime.lcm.embed.embedders import offline_embedder

@@ -20,7 +20,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from pydantic_core import ErrorDetails
 
 from hermes_runtime.common.errors import RuntimeFailure
-from hermes_runtime.lcm.compact.compaction import CompactionPolicy
+from hermes_runtime.lcm.compact.policy import CompactionPolicy
 
 EMBEDDERS = ("e5", "static", "openai", "off")  # docs/benchmarks.md
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_runtime.lcm.compact.assembly import summary_refs_of
-from hermes_runtime.lcm.compact.compaction import CompactionPolicy
+from hermes_runtime.lcm.compact.policy import CompactionPolicy
 from hermes_runtime.lcm.config import LcmConfig
 from hermes_runtime.lcm.host.hermes_plugin import LcmContextEngine
 from hermes_runtime.lcm.search.navigate import expand

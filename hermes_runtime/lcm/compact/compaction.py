@@ -13,6 +13,7 @@ import json
 import time
 from dataclasses import dataclass, field
 
+from hermes_runtime.lcm.compact.policy import CompactionPolicy
 from hermes_runtime.lcm.compact.summarize import Summarizer, summarize_with_escalation
 from hermes_runtime.lcm.records import (
     SUMMARY_HEADER_TOKENS,
@@ -23,19 +24,6 @@ from hermes_runtime.lcm.records import (
 from hermes_runtime.lcm.store import dag
 from hermes_runtime.lcm.store.dag import NewSummary
 from hermes_runtime.lcm.store.lcmstore import LcmStore
-
-
-@dataclass(frozen=True)
-class CompactionPolicy:
-    """Knobs with defaults that suit a 128k-token model."""
-
-    fresh_tail_messages: int = 8
-    leaf_chunk_tokens: int = 6_000
-    leaf_target_tokens: int = 800
-    condense_fanout: int = 4
-    condense_target_tokens: int = 1_200
-    call_timeout_seconds: float = 30.0
-    deadline_seconds: float = 90.0
 
 
 @dataclass

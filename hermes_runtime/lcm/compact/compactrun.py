@@ -20,7 +20,8 @@ from typing import Any
 from hermes_runtime.lcm import metrics
 from hermes_runtime.lcm.compact import outage
 from hermes_runtime.lcm.compact.assembly import assemble, count_tokens
-from hermes_runtime.lcm.compact.compaction import CompactionPolicy, CompactionReport, compact
+from hermes_runtime.lcm.compact.compaction import CompactionReport, compact
+from hermes_runtime.lcm.compact.policy import CompactionPolicy
 from hermes_runtime.lcm.compact.summarize import Summarizer
 from hermes_runtime.lcm.store.lcmstore import LcmStore
 from hermes_runtime.lcm.store.retention import retention

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from support.lcm_conversations import reconstruct, simple_conversation
 
-from hermes_runtime.lcm.compact.compaction import CompactionPolicy
+from hermes_runtime.lcm.compact.policy import CompactionPolicy
 from hermes_runtime.lcm.config import LcmConfig
 from hermes_runtime.lcm.engine.lcmengine import LcmEngine
 from hermes_runtime.lcm.search.textsearch import grep

@@ -13,7 +13,7 @@ from support.lcm_conversations import SMALL_POLICY as SMALL
 from support.lcm_conversations import blob, reconstruct, simple_conversation, tool_turn
 
 from hermes_runtime.lcm.compact.assembly import count_tokens, validation_errors
-from hermes_runtime.lcm.compact.compaction import CompactionPolicy
+from hermes_runtime.lcm.compact.policy import CompactionPolicy
 from hermes_runtime.lcm.compact.summarize import (
     LEVEL_DETAILED,
     LEVEL_DETERMINISTIC,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from hermes_runtime.common.errors import RuntimeFailure
-from hermes_runtime.lcm.compact.compaction import CompactionPolicy
+from hermes_runtime.lcm.compact.policy import CompactionPolicy
 from hermes_runtime.lcm.config import LcmConfig, LcmSection, read_lcm_section, selected_config
 
 

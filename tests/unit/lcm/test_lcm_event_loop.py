@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from fakes.fixtures import FakeLLM
 
-from hermes_runtime.lcm.compact.compaction import CompactionPolicy
+from hermes_runtime.lcm.compact.policy import CompactionPolicy
 from hermes_runtime.lcm.compact.summarize import LEVEL_DETAILED, OpenAISummarizer
 from hermes_runtime.lcm.config import LcmConfig
 from hermes_runtime.lcm.embed.embedbatch import EMBED_CHUNK, EMBED_CHUNK_CHARS, embed_chunks
