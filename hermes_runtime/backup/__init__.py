@@ -22,34 +22,76 @@ the URL ``<target>/litestream``) to restore each database from whichever copy is
 reads no replica without it. Every name a restore reads from the target is checked before it
 is joined onto a folder (``untrusted``): whoever can write the target chooses them.
 Design and runbook: docs/backup.md.
+
+Each name loads its module on first use (``common/lazyexports.py``): the agent's entrypoint
+reads the status record and must not hold restic's wrappers, boto3 and Litestream's for it.
 """
 
-from hermes_runtime.backup.continuous import ReplicationSettings, find_replicable, replicate
-from hermes_runtime.backup.create import create_backup
-from hermes_runtime.backup.metrics import write_backup_metrics
-from hermes_runtime.backup.prune import prune_snapshots
-from hermes_runtime.backup.replicas.base import Replicas
-from hermes_runtime.backup.replicas.target import replica_location, replicas_location
-from hermes_runtime.backup.reports import (
-    BackupSummary,
-    PrunePolicy,
-    PruneReport,
-    RestoreReport,
-    SnapshotInfo,
-    VerifyReport,
-)
-from hermes_runtime.backup.restic import PASSWORD_VARIABLES, ResticRepository, open_repository
-from hermes_runtime.backup.restore import restore_snapshot
-from hermes_runtime.backup.selection import DEFAULT_EXCLUDES
-from hermes_runtime.backup.snapshots import Listing, list_snapshots, repository_listing
-from hermes_runtime.backup.status import (
-    BackupStatus,
-    backup_status_path,
-    read_backup_status,
-    record_backup_outcome,
-)
-from hermes_runtime.backup.swap import data_dir_has_data
-from hermes_runtime.backup.verify import verify_snapshot
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hermes_runtime.common.lazyexports import lazy_exports
+
+if TYPE_CHECKING:
+    from hermes_runtime.backup.continuous import ReplicationSettings, find_replicable, replicate
+    from hermes_runtime.backup.create import create_backup
+    from hermes_runtime.backup.metrics import write_backup_metrics
+    from hermes_runtime.backup.prune import prune_snapshots
+    from hermes_runtime.backup.replicas.base import Replicas
+    from hermes_runtime.backup.replicas.target import replica_location, replicas_location
+    from hermes_runtime.backup.reports import (
+        BackupSummary,
+        PrunePolicy,
+        PruneReport,
+        RestoreReport,
+        SnapshotInfo,
+        VerifyReport,
+    )
+    from hermes_runtime.backup.restic import PASSWORD_VARIABLES, ResticRepository, open_repository
+    from hermes_runtime.backup.restore import restore_snapshot
+    from hermes_runtime.backup.selection import DEFAULT_EXCLUDES
+    from hermes_runtime.backup.snapshots import Listing, list_snapshots, repository_listing
+    from hermes_runtime.backup.status import (
+        BackupStatus,
+        backup_status_path,
+        read_backup_status,
+        record_backup_outcome,
+    )
+    from hermes_runtime.backup.swap import data_dir_has_data
+    from hermes_runtime.backup.verify import verify_snapshot
+
+_HOMES = {
+    "ReplicationSettings": "continuous",
+    "find_replicable": "continuous",
+    "replicate": "continuous",
+    "create_backup": "create",
+    "write_backup_metrics": "metrics",
+    "prune_snapshots": "prune",
+    "Replicas": "replicas.base",
+    "replica_location": "replicas.target",
+    "replicas_location": "replicas.target",
+    "BackupSummary": "reports",
+    "PrunePolicy": "reports",
+    "PruneReport": "reports",
+    "RestoreReport": "reports",
+    "SnapshotInfo": "reports",
+    "VerifyReport": "reports",
+    "PASSWORD_VARIABLES": "restic",
+    "ResticRepository": "restic",
+    "open_repository": "restic",
+    "restore_snapshot": "restore",
+    "DEFAULT_EXCLUDES": "selection",
+    "Listing": "snapshots",
+    "list_snapshots": "snapshots",
+    "repository_listing": "snapshots",
+    "BackupStatus": "status",
+    "backup_status_path": "status",
+    "read_backup_status": "status",
+    "record_backup_outcome": "status",
+    "data_dir_has_data": "swap",
+    "verify_snapshot": "verify",
+}
 
 __all__ = [
     "DEFAULT_EXCLUDES",
@@ -82,3 +124,5 @@ __all__ = [
     "verify_snapshot",
     "write_backup_metrics",
 ]
+
+__getattr__ = lazy_exports(__name__, _HOMES)

@@ -13,9 +13,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 def log_event(event: str, stream: TextIO | None = None, **fields: Any) -> None:
@@ -63,7 +64,15 @@ class Reporter:
 @contextmanager
 def reporter(operation: str, stream: TextIO | None = None) -> Iterator[Reporter]:
     out = stream if stream is not None else sys.stderr
-    if out.isatty():
+    if out.isatty():  # rich only here: the long-lived processes that log never draw bars
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
         progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),

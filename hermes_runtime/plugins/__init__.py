@@ -11,15 +11,16 @@ Public surface (the agent entrypoint imports it):
 Restarting the gateway when the links change is the agent's job (``hermes_runtime.agent``:
 ``Supervisor.request_restart``, or ``GatewayRestarter`` outside the entrypoint).
 
-Each name loads its module on first use: every gateway start imports ``plugins.syspath``
-(a plugin's packages onto ``sys.path``), which must not pay for the linker, the spec model
-and the watcher it does not use.
+Each name loads its module on first use (``common/lazyexports.py``): every gateway start
+imports ``plugins.syspath`` (a plugin's packages onto ``sys.path``), which must not pay for
+the linker, the spec model and the watcher it does not use.
 """
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from hermes_runtime.common.lazyexports import lazy_exports
 
 if TYPE_CHECKING:
     from hermes_runtime.plugins.indexsource import IndexSource
@@ -48,8 +49,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(f"{__name__}.{home}"), name)
+__getattr__ = lazy_exports(__name__, _HOMES)
