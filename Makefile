@@ -11,7 +11,8 @@ TOOLS_BIN := $(CURDIR)/.cache/tools/bin
 # clone on the same machine (CI) reuses them: .cache is a symlink to CACHE_HOME.
 CACHE_HOME ?= $(HOME)/.cache/hermes-runtime
 # Every image the e2e suite and the demo use, pushed to the local registry (docs/cluster.md).
-E2E_IMAGES := agent git-sync git-server seaweedfs openbao fake-llm busybox prometheus package-index agent-previous
+E2E_IMAGES := agent git-sync git-server seaweedfs openbao fake-llm busybox prometheus package-index agent-previous \
+  kube-state-metrics
 # The servers the integration tier runs in containers (tests/support/containers.py): the same
 # builds, kept in Docker only (the e2e step pushes them; Docker's cache makes that build quick).
 INTEGRATION_IMAGES := seaweedfs openbao git-server fake-llm

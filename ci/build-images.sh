@@ -4,7 +4,8 @@
 # 127.0.0.1:5001), the way a platform team publishes to theirs.
 #
 # Usage: ci/build-images.sh [IMAGE...]   IMAGE in: agent git-sync git-server seaweedfs openbao
-#                                        fake-llm busybox prometheus package-index (default: all);
+#                                        fake-llm busybox prometheus package-index
+#                                        kube-state-metrics (default: all);
 #                                        py314-tests (the Python 3.14 test runner), agent-on-upstream
 #                                        (Dockerfile.upstream) and hermes-standin (its stand-in base):
 #                                        only by name, never pushed
@@ -23,6 +24,10 @@
 #                      a requirement or a wheel/sdist under ci/images/hermes-dist/
 #                      (docs/hermes-versions.md; installed without hashes, with a warning)
 #
+# kube-state-metrics is upstream's, compiled from the Go module proxy by ci/k8s/build-addons.sh
+# (the cluster's add-ons; cached in .cache/k8s/bin, so after `make test`'s background build of
+# the cluster binaries this only packs it).
+#
 # git-sync is the stand-in (ci/images/git-sync/git_sync.py), a test double of upstream git-sync
 # v4 for machines where registry.k8s.io/git-sync/git-sync cannot be pulled (docs/plugins.md).
 #
@@ -38,7 +43,8 @@ LOCK="$REPO_ROOT/.cache/images/build.lock"
 REGISTRY="${REGISTRY:-localhost:5001}"
 APP_VERSION="$(awk -F'"' '/^appVersion:/ {print $2}' "$REPO_ROOT/charts/hermes-agent/Chart.yaml")"
 BASE_IMAGE="${BASE_IMAGE:-local/debian:bookworm}"
-ALL=(agent git-sync git-server seaweedfs openbao fake-llm busybox prometheus package-index agent-previous)
+ALL=(agent git-sync git-server seaweedfs openbao fake-llm busybox prometheus package-index agent-previous
+  kube-state-metrics)
 export DOCKER_BUILDKIT=0 # the legacy builder: Debian's docker.io 20.10 has no buildx plugin
 
 log() { echo "build-images: $*" >&2; }
@@ -46,7 +52,8 @@ log() { echo "build-images: $*" >&2; }
 tag_of() {
   case "$1" in
     agent) echo "hermes-runtime/agent:$APP_VERSION" ;;
-    git-sync | git-server | seaweedfs | openbao | fake-llm | busybox | prometheus | package-index | agent-previous)
+    git-sync | git-server | seaweedfs | openbao | fake-llm | busybox | prometheus | package-index | agent-previous | \
+      kube-state-metrics)
       echo "hermes-runtime/$1:dev" ;;
     py314-tests) echo "hermes-runtime/py314-tests:dev" ;;
     hermes-standin) echo "hermes-runtime/hermes-standin:dev" ;;
@@ -188,6 +195,14 @@ build_one() {
     busybox)
       ctx="$(aux_context "$name" /bin/busybox)" || return 1
       docker build -q -t "$tag" -f "$IMAGES_DIR/busybox.Dockerfile" "$ctx" >/dev/null || return 1
+      ;;
+    kube-state-metrics)
+      # Built once into the add-ons' cache (nothing to do when there); Docker's cache then
+      # keys the image on the binary's content.
+      "$REPO_ROOT/ci/k8s/build-addons.sh" kube-state-metrics || return 1
+      ctx="$(aux_context "$name" "$(source "$REPO_ROOT/ci/k8s/env.sh" && echo "$K8S_BIN")/$name")" ||
+        return 1
+      docker build -q -t "$tag" -f "$IMAGES_DIR/$name.Dockerfile" "$ctx" >/dev/null || return 1
       ;;
   esac
   push "$name" "$tag" || return 1

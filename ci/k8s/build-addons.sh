@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# Builds the cluster add-ons from Go modules (CoreDNS, local-path-provisioner) into
-# .cache/k8s/bin, and the busybox helper image of local-path-provisioner into
+# Builds the cluster add-ons from Go modules (CoreDNS, local-path-provisioner, and
+# kube-state-metrics for the e2e tier's live alerts: its image is made by ci/build-images.sh)
+# into .cache/k8s/bin, and the busybox helper image of local-path-provisioner into
 # .cache/k8s/images/busybox.tar; ci/kind/build-node-image.sh makes the other images.
-# Everything is skipped when already built.
+# Everything is skipped when already built. Each version is pinned by its module's go.mod.
+#
+# Usage: ci/k8s/build-addons.sh           every add-on
+#        ci/k8s/build-addons.sh NAME...   only these binaries (ci/build-images.sh asks for
+#                                         kube-state-metrics alone when building its image)
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -24,6 +29,15 @@ image() {  # image NAME TAG ARGS...
   [[ -f "$out" && "$out" -nt "$HERE/mkimage.py" && "$out" -nt "$0" ]] && return 0
   python3 "$HERE/mkimage.py" --tag "$tag" --out "$out" "$@"
 }
+if (($#)); then
+  for name in "$@"; do
+    case "$name" in
+      kube-state-metrics) build kube-state-metrics kube-state-metrics k8s.io/kube-state-metrics/v2 ;;
+      *) echo "build-addons: unknown add-on '$name' (known: kube-state-metrics)" >&2; exit 2 ;;
+    esac
+  done
+  exit 0
+fi
 applets=()
 for a in sh mkdir rm rmdir chmod chown ls cat echo sleep test true false env id wget nslookup httpd nc hostname; do applets+=(--symlink "/bin/$a:busybox"); done
 image busybox docker.io/hermes-runtime/busybox:dev --file /bin/busybox:/bin/busybox "${applets[@]}" \
@@ -31,3 +45,4 @@ image busybox docker.io/hermes-runtime/busybox:dev --file /bin/busybox:/bin/busy
 
 build coredns coredns .
 build local-path-provisioner local-path github.com/rancher/local-path-provisioner
+build kube-state-metrics kube-state-metrics k8s.io/kube-state-metrics/v2

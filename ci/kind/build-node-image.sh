@@ -11,6 +11,7 @@
 #   kubelet, kubeadm, kubectl, kube-apiserver, -controller-manager, -scheduler, kube-proxy  (ci/k8s/kubernetes)
 #   etcd 3.6.5 (ci/k8s/etcd), CoreDNS 1.14.7 (ci/k8s/coredns), local-path-provisioner 0.0.30
 #   crictl 1.34.0, kube-router 2.1.0 (the CNI and NetworkPolicy enforcer: manifests/default-cni.yaml)
+#   and, not in the node image, kube-state-metrics 2.20.0 for the e2e's alerts (ci/k8s/build-addons.sh)
 # Images are named as kubeadm and kind's config expect (registry.k8s.io/...), so nothing is pulled.
 #
 # Usage: ci/kind/build-node-image.sh            prints the node image name on stdout
@@ -54,7 +55,7 @@ install_kind() { # go_install, and again when the cached kind is another version
 
 build_binaries() {
   command -v go >/dev/null || {
-    log "Go (>= 1.24) is required to build kind and Kubernetes; /usr/local/go/bin/go not found"
+    log "Go (>= 1.26) is required to build kind and Kubernetes; /usr/local/go/bin/go not found"
     return 1
   }
   install_kind

@@ -11,6 +11,11 @@ what this Prometheus runs:
   those targets as file_sd;
 - the PrometheusRule objects' groups become one rules file.
 
+With `kube_state_metrics` it also scrapes kube-state-metrics (tests/e2e/charts/
+kube-state-metrics, upstream's exporter watching the test namespace) as the static job
+`kube-state-metrics`, the label the alerts' kube-state-metrics parts are told to select
+(`KSM_VALUES`).
+
 Both are rendered with `helm template` from the same values as the release (the cluster has
 no monitoring.coreos.com API, so the install itself renders neither). Prometheus (Debian's
 2.42, tests/e2e/charts/prometheus) then scrapes the agent through the chart's NetworkPolicy,
@@ -36,6 +41,10 @@ from . import images, kube
 
 CHART = kube.REPO_ROOT / "charts" / "hermes-agent"
 PROMETHEUS_CHART = Path(__file__).parent / "charts" / "prometheus"
+KSM_CHART = Path(__file__).parent / "charts" / "kube-state-metrics"
+KSM_JOB = "kube-state-metrics"
+# What the release's values need so its alerts read these kube-state-metrics series.
+KSM_VALUES = {"metrics": {"prometheusRule": {"kubeStateMetricsSelector": f'job="{KSM_JOB}"'}}}
 MONITORING_APIS = (
     "monitoring.coreos.com/v1/ServiceMonitor",
     "monitoring.coreos.com/v1/PrometheusRule",
@@ -122,16 +131,47 @@ def scrape_jobs(
     return configs, jobs
 
 
+def ksm_scrape_config(namespace: str) -> dict[str, Any]:
+    """The static scrape job of kube-state-metrics' Service.
+
+    `honor_labels`, as kube-state-metrics' own ServiceMonitors set it: its series carry the
+    `namespace`, `pod` and `container` of the objects they describe, which must win over any
+    target label of the same name (renamed `exported_*` otherwise, and the alerts' selectors
+    would find nothing)."""
+    return {
+        "job_name": KSM_JOB,
+        "honor_labels": True,
+        "scrape_interval": SCRAPE_INTERVAL,
+        "scrape_timeout": SCRAPE_INTERVAL,
+        "static_configs": [{"targets": [f"{KSM_JOB}.{namespace}.svc:8080"]}],
+    }
+
+
+def install_kube_state_metrics(helm: kube.Helm) -> None:
+    """kube-state-metrics watching the test namespace's CronJobs, Jobs and Pods."""
+    image = {"image": images.ref("kube-state-metrics")}
+    helm.install("kube-state-metrics", KSM_CHART, set_values=image, timeout="3m")
+
+
 def install_prometheus(
-    helm: kube.Helm, namespace: str, release: str, values: list[Path], tmp_path: Path
+    helm: kube.Helm,
+    namespace: str,
+    release: str,
+    values: list[Path],
+    tmp_path: Path,
+    *,
+    kube_state_metrics: bool = False,
 ) -> list[str]:
-    """Prometheus scraping ``release`` and evaluating its rules; returns the alert names."""
+    """Prometheus scraping ``release`` (and kube-state-metrics when asked) and evaluating its
+    rules; returns the alert names."""
     monitors, rules = render_monitoring(helm, release, values)
     configs, jobs = [], []
     for monitor in monitors:
         more_configs, more_jobs = scrape_jobs(monitor, namespace)
         configs += more_configs
         jobs += more_jobs
+    if kube_state_metrics:
+        configs.append(ksm_scrape_config(namespace))
     config = {
         "global": {
             "scrape_interval": SCRAPE_INTERVAL,

@@ -17,13 +17,13 @@ the chart's own PrometheusRules.
 - Vault down (OpenBao scaled to 0, as in tests/e2e/test_faults_vault.py): the refresher's
   failures fire HermesVaultRefreshFailing; Vault back and configured again, it clears.
 
+HermesVerifyFailed and the kube-state-metrics parts of HermesBackupMissing,
+HermesBackupFailed (the backup CronJob's series) and HermesPluginSyncStale (git-sync's
+restarts) fire live in tests/e2e/test_alerts_ksm.py, against upstream's kube-state-metrics
+built from the Go module proxy.
+
 Tested with promtool only (tests/chart/test_chart_alerts_*.py), and why:
 
-- HermesVerifyFailed, and the kube-state-metrics parts of HermesBackupMissing,
-  HermesBackupFailed (the backup CronJob's series) and HermesPluginSyncStale (git-sync's
-  restarts): they read kube-state-metrics, which this cluster does not run (no registry
-  reachable here serves its image, and Debian, whose Prometheus the e2e runs, does not
-  package it).
 - The held-connections part of HermesFrontDoorSaturated (held over 80% of the maximum for
   a scrape): the refusals part fires live in test_alerts.py; holding most of a maximum of
   connections for seconds needs a gateway that stays away that long.
