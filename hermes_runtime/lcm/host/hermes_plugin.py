@@ -483,15 +483,17 @@ def register(ctx: Any) -> None:
     without the registration calls is refused, a hook the host does not list
     is logged as degraded (``compat/context_engine.py``). ``lcm_expand_query`` is offered
     only when config.yaml names an auxiliary model for it (``plugin_host.query_expander``).
-    The plugin's settings are read here, once (``hostsettings.py``), and handed down.
+    The plugin's settings are read here, once (``hostsettings.py``), and handed down, with
+    Hermes' home resolved once for the start's reads of its config.
     """
     check_registration(ctx)
     settings = PluginHostSettings.from_environ(os.environ)
     engine = LcmContextEngine(settings=settings)
-    engine._shared.expander = query_expander(ctx, settings.data_dir)  # before the engine opens
+    home = hermes_home(settings.data_dir)
+    engine._shared.expander = query_expander(ctx, home)  # before the engine opens
     ctx.register_context_engine(engine)
     check_hooks(TURN_HOOKS)
     ctx.register_hook("post_llm_call", engine._shared.store_turn)
     ctx.register_hook("on_session_finalize", engine._shared.commit_queue)
-    warm_static_embedder(settings.data_dir)
-    open_existing_database(engine._shared.engine, settings.data_dir)
+    warm_static_embedder(home)
+    open_existing_database(engine._shared.engine, home)
