@@ -4,7 +4,9 @@ Why a module of its own: a gateway embeds beside its turns, never in them.
 The worker drains the queue newest first at a lower CPU priority, queues
 the history lacking its model's vectors when it starts (a model change
 re-embeds in the background), and notes its errors (``errors``, the last
-twenty) instead of failing the agent: the queue keeps the work.
+twenty) instead of failing the agent: the queue keeps the work. Freeing an idle model is
+logged (``lcm.embeddings.model_released``), so an operator reading a pod's memory fall (or a
+slower first search after a quiet hour) finds why in the log.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 
+from hermes_runtime.common.logs import log_event
 from hermes_runtime.lcm.embed.embedbatch import embed_batch
 from hermes_runtime.lcm.embed.embedders import Embedder, ReleasesIdleModel
 from hermes_runtime.lcm.embed.embedqueue import enqueue_missing
@@ -98,5 +101,11 @@ class EmbeddingWorker:
         self.store.close()
 
     def _release_idle_model(self) -> None:
-        if self.release_after > 0 and isinstance(self.embedder, ReleasesIdleModel):
-            self.embedder.release_idle(self.release_after)
+        if self.release_after <= 0 or not isinstance(self.embedder, ReleasesIdleModel):
+            return
+        if self.embedder.release_idle(self.release_after):
+            log_event(
+                "lcm.embeddings.model_released",
+                model=self.embedder.model,
+                idle_seconds=self.release_after,
+            )

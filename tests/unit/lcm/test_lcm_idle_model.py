@@ -7,11 +7,13 @@ The figures (resident memory before and after, the reload's time) are bench/lcm_
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from hermes_runtime.lcm.config import LcmConfig
 from hermes_runtime.lcm.embed.e5onnx import OnnxE5Embedder
@@ -50,7 +52,7 @@ def test_only_models_worth_freeing_take_part() -> None:
 
 
 def test_the_agents_worker_frees_the_model_once_idle_and_search_still_answers(
-    tmp_path: Path,
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     config = LcmConfig.for_home(tmp_path, {"embeddings_idle_release_seconds": 0.5})
     e5 = OnnxE5Embedder(cache_dir=MODEL_CACHE)
@@ -64,7 +66,15 @@ def test_the_agents_worker_frees_the_model_once_idle_and_search_still_answers(
         engine.worker.wake()
         wait_for(lambda: engine.store.counts()["embed_queue"] == 0)
         wait_for(lambda: not e5.loaded())  # nothing to do for half a second: freed
+        logged: list[str] = []
+        wait_for(lambda: logged.append(capfd.readouterr().err) or "model_released" in logged[-1])
         assert engine.worker.errors == []
+        released = [
+            json.loads(line)
+            for line in "".join(logged).splitlines()
+            if "lcm.embeddings.model_released" in line
+        ]
+        assert [(r["model"], r["idle_seconds"]) for r in released] == [(e5.model, 0.5)]
         found = hybrid_search(
             engine.store, e5, QUESTION, None, 5, mode="vector", index=engine.vectors
         )
