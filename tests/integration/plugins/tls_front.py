@@ -8,7 +8,6 @@ relays each connection's bytes to the index, so pip meets a real handshake.
 
 from __future__ import annotations
 
-import datetime
 import ipaddress
 import select
 import socket
@@ -22,9 +21,10 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from support.certs import certificate_builder, pem, self_signed_ca
 
 IDLE_SECONDS = 30.0
+CA_NAME = "test private CA"
 
 
 @dataclass(frozen=True)
@@ -34,40 +34,20 @@ class Authority:
     key_pem: Path
 
 
-def _certificate(
-    subject: str, key: ec.EllipticCurvePrivateKey, issuer: tuple[str, ec.EllipticCurvePrivateKey]
-) -> x509.CertificateBuilder:
-    now = datetime.datetime.now(datetime.UTC)
-    return (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-        .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer[0])]))
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-    )
-
-
 def private_authority(folder: Path) -> Authority:
     """A CA and a certificate it signed for 127.0.0.1 and localhost, as PEM files."""
     folder.mkdir(parents=True, exist_ok=True)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = (
-        _certificate("test private CA", ca_key, ("test private CA", ca_key))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
+    ca, ca_key = self_signed_ca(CA_NAME)
     key = ec.generate_private_key(ec.SECP256R1())
     names = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
     server = (
-        _certificate("127.0.0.1", key, ("test private CA", ca_key))
+        certificate_builder("127.0.0.1", key, CA_NAME)
         .add_extension(x509.SubjectAlternativeName(names), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     authority = Authority(folder / "ca.crt", folder / "server.crt", folder / "server.key")
-    authority.ca_pem.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    authority.cert_pem.write_bytes(server.public_bytes(serialization.Encoding.PEM))
+    authority.ca_pem.write_bytes(pem(ca))
+    authority.cert_pem.write_bytes(pem(server))
     authority.key_pem.write_bytes(
         key.private_bytes(
             serialization.Encoding.PEM,

@@ -8,7 +8,6 @@ Every value is random per run so a leak check can grep for it.
 
 from __future__ import annotations
 
-import datetime
 import io
 import json
 import os
@@ -21,10 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from support.certs import pem, self_signed_ca
 from support.openbao import OpenBaoServer
 from support.wait import wait_until
 
@@ -61,20 +57,7 @@ def tricky(prefix: str) -> str:
 
 
 def self_signed_ca_pem() -> str:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-k8s-ca")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(key, hashes.SHA256())
-    )
-    return cert.public_bytes(serialization.Encoding.PEM).decode()
+    return pem(self_signed_ca("test-k8s-ca")[0]).decode()
 
 
 def seed(server: OpenBaoServer) -> SeededVault:

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import datetime
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from support.certs import pem, self_signed_ca
 
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.plugins import IndexSource
@@ -19,21 +15,7 @@ URL = "https://idx.corp/simple"
 
 def _ca_bundle(path: Path) -> Path:
     """A self-signed CA certificate, as PEM, named ``unit test index CA``."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "unit test index CA")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    path.write_bytes(pem(self_signed_ca("unit test index CA")[0]))
     return path
 
 
