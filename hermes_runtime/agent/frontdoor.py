@@ -203,7 +203,7 @@ class FrontDoor:
             await self._refuse(client_r, client_w, arrived, "refused", why)
             return
         if upstream is None:
-            upstream, first = await self._hold_counted(client_r, client_w, watch, arrived, first)
+            upstream, first = await self._hold(client_r, client_w, watch, arrived, first)
         if upstream is None:
             if not client_w.is_closing():
                 self._count("gave_up", arrived)
@@ -261,27 +261,6 @@ class FrontDoor:
         for writer in writers:
             writer.transport.abort()
 
-    async def _hold_counted(
-        self,
-        client_r: asyncio.StreamReader,
-        client_w: asyncio.StreamWriter,
-        watch: HeadWatch,
-        arrived: float,
-        first: bytes,
-    ) -> tuple[Connection | None, bytes]:
-        """``_hold``, counted among the held connections meanwhile.
-
-        The count rises here, with no await since the cap was checked: connections the loop
-        accepted together pass that check one at a time, so the cap holds for a burst too.
-        """
-        self._held += 1
-        self._gauge()
-        try:
-            return await self._hold(client_r, client_w, watch, arrived, first)
-        finally:
-            self._held -= 1
-            self._gauge()
-
     async def _hold(
         self,
         client_r: asyncio.StreamReader,
@@ -292,23 +271,34 @@ class FrontDoor:
     ) -> tuple[Connection | None, bytes]:
         """``_connect_upstream`` while the client's head is read meanwhile (the head time
         runs for held clients too); the connection (None: none, or the client too slow) and
-        the bytes read so far."""
-        buffer = bytearray(first)
-        head = asyncio.ensure_future(_read_head(client_r, watch, buffer))
-        connect = asyncio.ensure_future(self._connect_upstream(arrived))
-        done, _ = await asyncio.wait({head, connect}, return_when=asyncio.FIRST_COMPLETED)
-        if head in done and not head.result():
-            if head.result() is None:
-                self._slow(client_w)
-            connect.cancel()
+        the bytes read so far.
+
+        Counted among the held connections meanwhile. The count rises before the first await,
+        so with none since the cap was checked (``_serve_client``): connections the loop
+        accepted together pass that check one at a time, and the cap holds for a burst too.
+        """
+        self._held += 1
+        self._gauge()
+        try:
+            buffer = bytearray(first)
+            head = asyncio.ensure_future(_read_head(client_r, watch, buffer))
+            connect = asyncio.ensure_future(self._connect_upstream(arrived))
+            done, _ = await asyncio.wait({head, connect}, return_when=asyncio.FIRST_COMPLETED)
+            if head in done and not head.result():
+                if head.result() is None:
+                    self._slow(client_w)
+                connect.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    connection = await connect
+                    _close_connection(connection)
+                return None, b""
+            head.cancel()  # done, or the gateway came first: the pipe watches the rest
             with contextlib.suppress(asyncio.CancelledError):
-                connection = await connect
-                _close_connection(connection)
-            return None, b""
-        head.cancel()  # done, or the gateway came first: the pipe watches the rest
-        with contextlib.suppress(asyncio.CancelledError):
-            await head
-        return await connect, bytes(buffer)
+                await head
+            return await connect, bytes(buffer)
+        finally:
+            self._held -= 1
+            self._gauge()
 
     async def _knock(self, arrived: float) -> Connection | None:
         """One try, without waiting: a gateway that accepts at once takes the client."""
