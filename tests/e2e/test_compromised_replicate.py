@@ -41,12 +41,10 @@ import pytest
 from . import images, kube
 from .test_compromised_agent import HUNT, OUTSIDE, PLANT, agent_state, in_agent
 from .test_scenario_backup import (
-    BACKENDS_CHART,
     BUCKET,
     CHART,
     CI_VALUES,
     PREFIX,
-    S3_CHART,
     S3Access,
     backup_cli,
     release_secret,
@@ -62,6 +60,7 @@ from .test_scenario_vault import (
     RELEASE,
     ROLE,
     VAULT_ADDR,
+    install_backends_and_s3,
     install_openbao,
     openbao_token_reviewer,
     s3_values_without_credentials,
@@ -284,14 +283,8 @@ def test_an_injected_shell_cannot_swap_replicates_config_nor_read_the_backup_pat
 ) -> None:
     images.require(IMAGES)
     bao = install_openbao(cluster, namespace, helm, tmp_path)
-    helm.install("backends", BACKENDS_CHART, timeout="3m")
-    access_key = "AK" + uuid.uuid4().hex[:16].upper()
-    secret_key = uuid.uuid4().hex + uuid.uuid4().hex[:8]
-    s3_server = {"bucket": BUCKET, "accessKey": access_key, "secretKey": secret_key}
-    helm.install(
-        "s3", S3_CHART, values=[write_values(tmp_path, "s3.json", s3_server)], timeout="3m"
-    )
-    s3_keys = {"AWS_ACCESS_KEY_ID": access_key, "AWS_SECRET_ACCESS_KEY": secret_key}
+    s3_keys = install_backends_and_s3(helm, tmp_path)
+    secret_key = s3_keys["AWS_SECRET_ACCESS_KEY"]
     kv = {
         AGENT_PATH: {"LLM_API_KEY": "sk-vault-" + uuid.uuid4().hex},
         REPLICATE_PATH: s3_keys,

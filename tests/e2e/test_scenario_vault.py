@@ -553,6 +553,20 @@ def s3_values_without_credentials() -> dict[str, Any]:
     return {"backup": {"enabled": True, "mode": "cronjob", "target": {"type": "s3", "s3": s3}}}
 
 
+def install_backends_and_s3(helm: kube.Helm, tmp_path: Path) -> dict[str, str]:
+    """The CI backends and the in-namespace S3 (``S3_CHART``) with fresh random keys: the
+    keys as the backup containers' variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``),
+    for a test to plant in Vault."""
+    helm.install("backends", BACKENDS_CHART, timeout="3m")
+    access_key = "AK" + secrets.token_hex(8).upper()
+    secret_key = secrets.token_hex(20)
+    s3_server = write_values(
+        tmp_path, "s3.yaml", {"bucket": BUCKET, "accessKey": access_key, "secretKey": secret_key}
+    )
+    helm.install("s3", S3_CHART, values=[s3_server], timeout="3m")
+    return {"AWS_ACCESS_KEY_ID": access_key, "AWS_SECRET_ACCESS_KEY": secret_key}
+
+
 @pytest.mark.timeout(900)
 def test_backup_cronjob_takes_its_s3_credentials_from_openbao(
     cluster: kube.Cluster,
@@ -563,17 +577,11 @@ def test_backup_cronjob_takes_its_s3_credentials_from_openbao(
 ) -> None:
     images.require([*IMAGES, "seaweedfs"])
     bao = install_openbao(cluster, namespace, helm, tmp_path)
-    helm.install("backends", BACKENDS_CHART, timeout="3m")
-    access_key = "AK" + secrets.token_hex(8).upper()
-    secret_key = secrets.token_hex(20)
-    s3_server = write_values(
-        tmp_path, "s3.yaml", {"bucket": BUCKET, "accessKey": access_key, "secretKey": secret_key}
-    )
-    helm.install("s3", S3_CHART, values=[s3_server], timeout="3m")
+    backup = install_backends_and_s3(helm, tmp_path)
+    access_key, secret_key = backup["AWS_ACCESS_KEY_ID"], backup["AWS_SECRET_ACCESS_KEY"]
 
     model_key = "sk-vault-" + secrets.token_hex(16)
     agent = {"LLM_API_KEY": model_key}
-    backup = {"AWS_ACCESS_KEY_ID": access_key, "AWS_SECRET_ACCESS_KEY": secret_key}
     set_up_openbao(cluster, namespace, bao, {AGENT_PATH: agent, BACKUP_PATH: backup})
 
     values = vault_values(ROLE, {AGENT_PATH: [*agent], BACKUP_PATH: [*backup]})
