@@ -18,8 +18,10 @@ pass integrity_check (tests/e2e/faults_testlib.py).
   are opened from inside the pod: those past its maximum are refused with a 503, and
   HermesFrontDoorSaturated fires (quiet before: a healthy agent refuses nothing).
 - Data volume filled (a tmpfs volume, tests/e2e/storage_testlib.py): HermesDataVolumeFull
-  goes pending then firing while the volume still has room (above `agent.dataVolume.minFreeMiB`,
-  8 MiB here: the pod still serves, HermesDataVolumeReserveReached stays quiet); then filled
+  goes pending then firing while the volume still has room (filled to halfway between the
+  alert's threshold and `agent.dataVolume.minFreeMiB`, so the turns the clients store while
+  the alert goes pending and firing do not reach the reserve: the pod still serves,
+  HermesDataVolumeReserveReached stays quiet); then filled
   to the last byte (a new file is refused) while the clients keep chatting, until
   HermesDataVolumeReserveReached and HermesAgentUnready (/ready answers 503) fire, and
   FULL_SECONDS at least; the ballast removed, the three alerts clear and the agent serves.
@@ -82,7 +84,7 @@ BACKUP_VALUES = {
         "prometheusRule": {"failedFor": "15s", "missingFor": "15s"},
     },
 }
-VOLUME_MIB = 96
+VOLUME_MIB = 128
 VOLUME_CLAIM = "small-data"
 FREE_RATIO = 0.25  # HermesDataVolumeFull's threshold in this test
 RESTART_VALUES = {
@@ -101,13 +103,17 @@ RESTART_VALUES = {
 }
 SATURATED = "HermesFrontDoorSaturated"
 FULL_ALERTS = ("HermesDataVolumeReserveReached", "HermesAgentUnready")
-# The reserve under which the agent takes no new turns: below the alert's threshold (12 MiB
-# free of 96), so the alert fires while the pod still serves; the full volume is under it.
+# The reserve under which the agent takes no new turns: far below the alert's threshold (32
+# MiB free of 128), so the alert fires while the pod still serves; the full volume is under it.
+RESERVE_MIB = 4
 VOLUME_VALUES = {
     **RESTART_VALUES,
     "persistence": {"existingClaim": VOLUME_CLAIM},
-    "agent": {"dataVolume": {"minFreeMiB": 8}},
+    "agent": {"dataVolume": {"minFreeMiB": RESERVE_MIB}},
 }
+# The free share the first ballast leaves: halfway between the alert's threshold and the
+# reserve (18 MiB), a margin of 14 MiB for what the chatting clients store meanwhile.
+NEAR_FULL_RATIO = (FREE_RATIO + RESERVE_MIB / VOLUME_MIB) / 2
 KILLS = 3  # under the supervisor's 5 crashes a minute, after which the container exits
 # In the agent container: SIGKILL the gateway KILLS times, each time once its successor runs
 # (a new pid in the gateway's own pid file); prints the time of each kill.
@@ -407,14 +413,15 @@ def test_a_full_data_volume_fires_its_alert_and_loses_no_acknowledged_turn(
             print(f"\ninstalled and scraped in {time.monotonic() - began:.0f} s")
             start = time.time()
             near = json.loads(
-                agent_exec(cluster, namespace, ["python3", "-c", FILL, str(FREE_RATIO / 2)])
+                agent_exec(cluster, namespace, ["python3", "-c", FILL, str(NEAR_FULL_RATIO)])
             )
             assert near["written"] > 0 and not near["error"], near
             pending = watch.wait_for(alert, "pending", 60)
             firing = watch.wait_for(alert, "firing", 60)
             assert pending < firing
             near = watch.poll()  # over the reserve: the agent still takes turns
-            assert not set(FULL_ALERTS) & set(near), near
+            free = watch.query(f"hermes_runtime_data_volume_free_bytes{{{JOB}}}")
+            assert not set(FULL_ALERTS) & set(near), (near, free)
             full = json.loads(agent_exec(cluster, namespace, ["python3", "-c", FILL, "0"]))
             assert full["error"] == "No space left on device", full
             refused = agent_exec(cluster, namespace, ["python3", "-c", WRITE_NEW_FILE])

@@ -11,7 +11,6 @@ import math
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -46,15 +45,27 @@ def cordon(cluster: kube.Cluster, node: str, on: bool) -> None:
     cluster.core.patch_node(node, {"spec": {"unschedulable": on}})
 
 
-@contextlib.contextmanager
-def cordoned(cluster: kube.Cluster, node: str) -> Iterator[None]:
-    """The node cordoned for the block, uncordoned after it whatever happened (the next
-    scenario needs every worker)."""
-    cordon(cluster, node, True)
-    try:
-        yield
-    finally:
-        cordon(cluster, node, False)
+def away_from(pod: client.V1Pod, node: str) -> client.V1Pod:
+    """``pod`` with a required node affinity that keeps it off ``node``.
+
+    Said in the pod, not by cordoning the node: the scheduler reads a cordon from its own
+    cache of nodes, so a pod created right after the cordon may still land on it."""
+    pod.spec.affinity = client.V1Affinity(
+        node_affinity=client.V1NodeAffinity(
+            required_during_scheduling_ignored_during_execution=client.V1NodeSelector(
+                node_selector_terms=[
+                    client.V1NodeSelectorTerm(
+                        match_expressions=[
+                            client.V1NodeSelectorRequirement(
+                                key="kubernetes.io/hostname", operator="NotIn", values=[node]
+                            )
+                        ]
+                    )
+                ]
+            )
+        )
+    )
+    return pod
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@ one worker reaching pods on another and the API server, both StorageClasses prov
 
 `local-path` volumes live in one node's directory (their PV is pinned to that node, like a
 local NVMe disk); `shared-path` volumes live on a filesystem every node mounts (no node
-affinity, like NFS, EFS or Filestore): a pod deleted and started again while its first node is
-cordoned lands on another node and finds its file there.
+affinity, like NFS, EFS or Filestore): a pod started again with a node affinity that keeps it
+off its first node lands on another node and finds its file there.
 """
 
 from __future__ import annotations
@@ -92,9 +92,7 @@ def test_shared_path_volume_follows_its_pod_to_another_node(
     )
     volume = nodes.bound_volume(cluster, namespace, "shared")
     assert volume.spec.node_affinity is None, volume.spec.node_affinity
-    with nodes.cordoned(cluster, wrote.node):
-        read = nodes.run_to_end(
-            cluster, namespace, nodes.volume_pod("reader", "shared", "cat /data/f")
-        )
-    assert read.node != wrote.node, f"the reader ran on the cordoned node {wrote.node}"
+    reader = nodes.away_from(nodes.volume_pod("reader", "shared", "cat /data/f"), wrote.node)
+    read = nodes.run_to_end(cluster, namespace, reader)
+    assert read.node != wrote.node, f"the reader ran on the writer's node {wrote.node}"
     assert read.logs.strip() == "shared-from-writer", read.logs
