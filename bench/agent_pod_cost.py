@@ -195,6 +195,8 @@ def idle_cpu(before: dict[str, Usage], after: dict[str, Usage]) -> dict[str, flo
 def role(cmd: str) -> str:
     if "zygote.py" in cmd or "gateway_main" in cmd:
         return "gateway"
+    if "embedprocess" in cmd:
+        return "embedder"
     if "agent run" in cmd:
         return "init" if cmd.startswith("/usr/bin/catatonit") else "entrypoint"
     return "other"

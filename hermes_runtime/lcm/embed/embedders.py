@@ -63,6 +63,13 @@ class ReleasesIdleModel(Protocol):
     def release_idle(self, idle_for: float) -> bool: ...
 
 
+@runtime_checkable
+class RunsAProcess(Protocol):
+    """An embedder whose model runs in a process of its own, ended by ``close``."""
+
+    def close(self) -> None: ...
+
+
 def normalize(matrix: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     norms[norms == 0] = 1.0

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from hermes_runtime.common.logs import log_event
 from hermes_runtime.lcm.embed.embedbatch import embed_batch
-from hermes_runtime.lcm.embed.embedders import Embedder, ReleasesIdleModel
+from hermes_runtime.lcm.embed.embedders import Embedder, ReleasesIdleModel, RunsAProcess
 from hermes_runtime.lcm.embed.embedqueue import enqueue_missing
 from hermes_runtime.lcm.store.lcmstore import LcmStore
 
@@ -73,11 +73,14 @@ class EmbeddingWorker:
         self._event.set()
 
     def stop(self, timeout: float = 5.0) -> None:
+        """Stop the thread, then end the embedder's own process if it has one."""
         self._stop.set()
         self._event.set()
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
+        if isinstance(self.embedder, RunsAProcess):
+            self.embedder.close()
 
     def _run(self) -> None:
         # Embeds committed items only: it neither waits for the turn hook's queue nor

@@ -45,7 +45,7 @@ from hermes_runtime.lcm.compact.compaction import CompactionReport
 from hermes_runtime.lcm.compact.outage import SummaryDeferred, may_defer
 from hermes_runtime.lcm.compact.summarize import LEVEL_DETERMINISTIC, make_summarizer
 from hermes_runtime.lcm.config import LcmConfig, read_lcm_section
-from hermes_runtime.lcm.embed.embedders import make_embedder
+from hermes_runtime.lcm.embed.embedprocess import gateway_embedder
 from hermes_runtime.lcm.engine.failedturns import TurnFailure
 from hermes_runtime.lcm.engine.lcmengine import LcmEngine
 from hermes_runtime.lcm.engine.tools import offered_schemas
@@ -212,7 +212,7 @@ class _Shared:
         with self._guard:
             if self._engine is None:
                 config = self._config or self._config_from_home()
-                embedder = make_embedder(config, self.settings.model_cache_dir)
+                embedder = gateway_embedder(config, self.settings.model_cache_dir)
                 self._engine = LcmEngine(config, embedder=embedder, start_worker=True)
                 self._engine.auxiliary = self.expander
                 self._engine.start_background()  # checkpoints, indexing, embeddings

@@ -19,6 +19,7 @@ from hermes_runtime.common.datadir import DEFAULT_DATA_DIR
 from hermes_runtime.common.envsettings import variables
 from hermes_runtime.lcm.config import LcmConfig
 from hermes_runtime.lcm.embed.e5onnx import OnnxE5Embedder
+from hermes_runtime.lcm.embed.embedprocess import ProcessEmbedder
 from hermes_runtime.lcm.embed.modelcache import model_cache_dir
 from hermes_runtime.lcm.host.hermes_plugin import LcmContextEngine, register
 from hermes_runtime.lcm.host.hostsettings import METRICS_PORT_ENV, PluginHostSettings
@@ -155,12 +156,14 @@ def test_register_reads_the_environment_once_and_copies_share_it(
 
 
 def test_the_engine_embeds_with_the_settings_model_cache(tmp_path: Path) -> None:
-    """The gateway's e5 finds its graph in the folder the settings name, not elsewhere."""
+    """The gateway's e5 finds its graph in the folder the settings name, not elsewhere, and
+    runs in a process of its own."""
     settings = PluginHostSettings(model_cache=tmp_path / "models")
     engine = LcmContextEngine(LcmConfig.for_home(tmp_path), settings=settings)
     try:
         embedder = engine.engine.embedder
-        assert isinstance(embedder, OnnxE5Embedder)
-        assert embedder.cache_dir == tmp_path / "models"
+        assert isinstance(embedder, ProcessEmbedder)
+        assert (embedder.name, embedder.cache_dir) == ("e5", tmp_path / "models")
+        assert embedder.model == OnnxE5Embedder(cache_dir=tmp_path).model
     finally:
         engine.engine.close()

@@ -1,0 +1,209 @@
+"""The gateway's e5 runs in a process of its own: same vectors, started on demand, ended idle.
+
+Real processes, the real e5 model (its graph from the machine's model cache): the child is
+``python -m hermes_runtime.lcm.embed.embedprocess`` as the gateway starts it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.embed.e5onnx import OnnxE5Embedder
+from hermes_runtime.lcm.embed.embedders import ReleasesIdleModel, RunsAProcess
+from hermes_runtime.lcm.embed.embedprocess import (
+    EmbedProcessError,
+    ProcessEmbedder,
+    exchange,
+    gateway_embedder,
+)
+from hermes_runtime.lcm.embed.modelcache import model_cache_dir
+from hermes_runtime.lcm.engine.lcmengine import LcmEngine
+from hermes_runtime.lcm.search.hybrid import hybrid_search
+
+MODEL_CACHE = model_cache_dir(os.environ)
+QUESTION = "Who keeps the harbour's keys?"
+PASSAGES = ["The harbour master, Ana, keeps the keys.", "", "Lunch is at noon."]
+
+
+@pytest.fixture
+def e5() -> Iterator[ProcessEmbedder]:
+    embedder = ProcessEmbedder("e5", MODEL_CACHE)
+    try:
+        yield embedder
+    finally:
+        embedder.close()
+
+
+def wait_for(predicate, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_the_child_gives_the_in_process_models_vectors(e5: ProcessEmbedder) -> None:
+    local = OnnxE5Embedder(cache_dir=MODEL_CACHE)
+    assert (e5.model, e5.dim, e5.rank_weight) == (local.model, local.dim, local.rank_weight)
+    assert e5.pid() is None  # nothing started before the first call
+    assert np.array_equal(e5.embed_query(QUESTION), local.embed_query(QUESTION))
+    passages = e5.embed(PASSAGES)
+    assert np.array_equal(passages, local.embed(PASSAGES))
+    assert not passages[1].any()  # a blank text: a zero vector, as in-process
+    assert e5.embed([]).shape == (0, e5.dim)
+    assert e5.pid() is not None
+
+
+def test_an_idle_child_is_ended_and_the_next_call_starts_another(e5: ProcessEmbedder) -> None:
+    assert isinstance(e5, ReleasesIdleModel) and isinstance(e5, RunsAProcess)
+    before = e5.embed_query(QUESTION)
+    first = e5.pid()
+    assert first is not None
+    assert not e5.release_idle(3600)  # used a moment ago: kept
+    assert e5.pid() == first
+    assert e5.release_idle(0)
+    assert e5.pid() is None and not running(first)
+    assert not e5.release_idle(0)  # nothing left to end
+    assert np.array_equal(e5.embed_query(QUESTION), before)
+    assert e5.pid() not in (None, first)
+
+
+def test_a_child_that_died_while_idle_is_replaced_by_the_next_call(e5: ProcessEmbedder) -> None:
+    before = e5.embed_query(QUESTION)
+    dead = e5.pid()
+    assert dead is not None
+    os.kill(dead, signal.SIGKILL)
+    wait_for(lambda: not running(dead))
+    assert np.array_equal(e5.embed_query(QUESTION), before)
+    assert e5.pid() not in (None, dead)
+
+
+def test_a_child_that_cannot_start_fails_the_call_naming_its_exit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Asked twice (a new child each time), then the call fails: the worker keeps the work."""
+    broken = tmp_path / "broken" / "numpy"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError('a broken install')\n")
+    monkeypatch.setenv("PYTHONPATH", str(broken.parent))  # the child's numpy: this one
+    e5 = ProcessEmbedder("e5", MODEL_CACHE)
+    with pytest.raises(EmbedProcessError, match=r"embedding process \(e5\) exited with code 1"):
+        e5.embed_query(QUESTION)
+    assert e5.pid() is None
+
+
+def test_the_childs_embedder_error_fails_that_call_and_the_child_answers_the_next(
+    e5: ProcessEmbedder,
+) -> None:
+    e5.embed_query(QUESTION)
+    child = e5._running_child()
+    with pytest.raises(EmbedProcessError, match="IndexError"):
+        exchange(child, {"texts": [], "query": True})  # a question with no text
+    assert exchange(child, {"texts": [QUESTION], "query": True}).shape == (1, e5.dim)
+
+
+def test_the_child_gets_no_secret_and_runs_below_the_gateway(
+    e5: ProcessEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-not-for-the-embedder")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-for-the-embedder-either")
+    e5.embed_query(QUESTION)
+    pid = e5.pid()
+    assert pid is not None
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    names = {entry.split(b"=", 1)[0].decode() for entry in environ if entry}
+    assert not names & {"OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY"}, names
+    assert b"not-for-the-embedder" not in b"\0".join(environ)
+    assert "not-for-the-embedder" not in Path(f"/proc/{pid}/cmdline").read_text()
+    gateway = os.getpriority(os.PRIO_PROCESS, os.getpid())
+    assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, gateway + 10)
+
+
+def test_the_child_keeps_its_output_for_replies() -> None:
+    """What a library prints on the child's stdout goes to stderr, never into a reply."""
+    code = (
+        "import sys\n"
+        "from hermes_runtime.lcm.embed import embedprocess\n"
+        "class Noisy:\n"
+        "    dim = 2\n"
+        "    def embed(self, texts):\n"
+        "        print('chatter from a library')\n"
+        "        return [[1.0, 0.0]] * len(texts)\n"
+        "    def embed_query(self, text):\n"
+        "        return [0.0, 1.0]\n"
+        "embedprocess.offline_embedder = lambda *a, **k: Noisy()\n"
+        "embedprocess.main(['noisy', '1', '/nonexistent', '0'])\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        vectors = exchange(child, {"texts": ["a", "b"], "query": False})
+        assert vectors.tolist() == [[1.0, 0.0], [1.0, 0.0]]
+        assert exchange(child, {"texts": ["q"], "query": True}).tolist() == [[0.0, 1.0]]
+    finally:
+        _, err = child.communicate(timeout=30)
+    assert child.returncode == 0  # the end of its input ends it
+    assert b"chatter from a library" in err
+
+
+def test_the_gateway_runs_e5_in_a_child_and_static_in_process(tmp_path: Path) -> None:
+    e5 = gateway_embedder(LcmConfig.for_home(tmp_path), tmp_path / "models")
+    assert isinstance(e5, ProcessEmbedder) and e5.cache_dir == tmp_path / "models"
+    static = gateway_embedder(LcmConfig.for_home(tmp_path, {"embeddings": "static"}), None)
+    assert static is not None and not isinstance(static, RunsAProcess)
+    assert gateway_embedder(LcmConfig.for_home(tmp_path, {"embeddings": "off"}), None) is None
+
+
+def test_the_worker_ends_the_idle_child_and_search_starts_it_again(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    config = LcmConfig.for_home(tmp_path, {"embeddings_idle_release_seconds": 0.5})
+    e5 = ProcessEmbedder("e5", MODEL_CACHE)
+    engine = LcmEngine(config, embedder=e5, start_worker=True)
+    engine.start_background()
+    assert engine.worker is not None
+    try:
+        engine.ingest("s1", [{"role": "user", "content": "Ana, the harbour master, has the keys."}])
+        engine.worker.wake()
+        wait_for(lambda: engine.store.counts()["embed_queue"] == 0)
+        wait_for(lambda: e5.pid() is None)  # nothing to do for half a second: ended
+        logged: list[str] = []
+        wait_for(lambda: logged.append(capfd.readouterr().err) or "model_released" in logged[-1])
+        released = [
+            json.loads(line)
+            for line in "".join(logged).splitlines()
+            if "lcm.embeddings.model_released" in line
+        ]
+        assert [r["model"] for r in released] == [e5.model]
+        found = hybrid_search(
+            engine.store, e5, QUESTION, None, 5, mode="vector", index=engine.vectors
+        )
+        assert [hit.snippet for hit in found][:1] == ["Ana, the harbour master, has the keys."]
+        child = e5.pid()
+        assert child is not None
+        assert engine.worker.errors == []
+    finally:
+        engine.close()
+    assert e5.pid() is None and not running(child)  # the engine's close ends it
