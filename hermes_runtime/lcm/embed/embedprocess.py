@@ -35,7 +35,6 @@ import numpy as np
 
 import hermes_runtime
 from hermes_runtime.lcm.embed.embedders import Embedder, make_embedder, offline_embedder
-from hermes_runtime.lcm.embed.modelcache import model_cache_dir
 
 if TYPE_CHECKING:
     from hermes_runtime.lcm.config import LcmConfig
@@ -58,6 +57,8 @@ def gateway_embedder(config: LcmConfig, model_cache: Path | None) -> Embedder | 
     a ``ProcessEmbedder``, the others as ``make_embedder`` makes them. ``model_cache``: the
     gateway's settings' folder (None: the environment's rule)."""
     if config.embeddings in IN_A_CHILD:
+        from hermes_runtime.lcm.embed.modelcache import model_cache_dir  # the child needs none
+
         return ProcessEmbedder(config.embeddings, model_cache or model_cache_dir(os.environ))
     return make_embedder(config, model_cache)
 

@@ -207,3 +207,22 @@ def test_the_worker_ends_the_idle_child_and_search_starts_it_again(
     finally:
         engine.close()
     assert e5.pid() is None and not running(child)  # the engine's close ends it
+
+
+def test_neither_side_imports_more_than_its_job() -> None:
+    """The gateway's side names the model without ONNX Runtime; the child starts without the
+    HTTP client and the settings library (a first search after idling waits for its start)."""
+    code = (
+        "import sys\n"
+        "from hermes_runtime.lcm.embed import embedprocess\n"
+        "child = sorted(m for m in ('onnxruntime', 'httpx', 'pydantic') if m in sys.modules)\n"
+        "e5 = embedprocess.ProcessEmbedder('e5', embedprocess.Path(sys.argv[1]))\n"
+        "print(child, e5.model, 'onnxruntime' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(MODEL_CACHE)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert out == ["[]", OnnxE5Embedder(cache_dir=MODEL_CACHE).model, "False"], out
