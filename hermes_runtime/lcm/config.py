@@ -79,64 +79,81 @@ class LcmConfig:
         return {**own, **asdict(self.policy)}
 
 
-def read_lcm_section(home: Path) -> dict[str, Any]:
-    """The ``lcm:`` mapping of ``home/config.yaml`` ({} when absent or not a mapping)."""
-    section = _hermes_config(home).get("lcm")
-    return section if isinstance(section, dict) else {}
+@dataclass(frozen=True)
+class HermesConfigFile:
+    """Hermes' ``home/config.yaml``, read once: what LCM's start asks of it.
 
-
-def auxiliary_configured(home: Path, task: str) -> bool:
-    """Whether ``home/config.yaml`` names a model for Hermes' auxiliary task ``task``.
-
-    Named: its ``auxiliary.<task>`` section sets a ``base_url``, a ``model``, or a
-    ``provider`` other than ``auto``. Why not Hermes' ``auto``: it falls back to the
-    agent's own model, and a tool that spends a second call of that model on every use
-    must be asked for. A config.yaml that cannot be read names none.
+    The plugin's registration asks three questions (is an auxiliary model named, which
+    embedder, is LCM selected) and the engine a fourth (its section): one reading answers
+    all, so they cannot disagree about a file edited in between. ``error``: why the file
+    could not be read or parsed (None: read, or absent).
     """
-    from ruamel.yaml import YAMLError
 
-    try:
-        auxiliary = _hermes_config(home).get("auxiliary")
-    except (OSError, ValueError, YAMLError):
-        return False
-    section = auxiliary.get(task) if isinstance(auxiliary, dict) else None
-    if not isinstance(section, dict):
-        return False
-    provider = str(section.get("provider") or "").strip().lower()
-    named = (str(section.get(key) or "").strip() for key in ("base_url", "model"))
-    return provider not in ("", "auto") or any(named)
+    home: Path
+    data: dict[str, Any]
+    error: Exception | None = None
+
+    @classmethod
+    def read(cls, home: Path) -> HermesConfigFile:
+        """The file as a mapping ({} when absent or not a mapping)."""
+        from ruamel.yaml import YAML, YAMLError  # only the host process and the probe read it
+
+        path = home / "config.yaml"
+        try:
+            if not path.exists():
+                return cls(home, {})
+            data = YAML(typ="safe").load(path.read_text(encoding="utf-8")) or {}
+        except (OSError, ValueError, YAMLError) as exc:
+            return cls(home, {}, exc)
+        return cls(home, data if isinstance(data, dict) else {})
+
+    def lcm_section(self) -> dict[str, Any]:
+        """The ``lcm:`` mapping ({} when absent or not a mapping); the read's error, raised."""
+        if self.error is not None:
+            raise self.error
+        section = self.data.get("lcm")
+        return section if isinstance(section, dict) else {}
+
+    def lcm_config(self) -> LcmConfig:
+        """The engine's settings from the ``lcm:`` section (``RuntimeFailure`` on a bad key)."""
+        return LcmConfig.for_home(self.home, self.lcm_section())
+
+    def auxiliary_configured(self, task: str) -> bool:
+        """Whether the file names a model for Hermes' auxiliary task ``task``.
+
+        Named: its ``auxiliary.<task>`` section sets a ``base_url``, a ``model``, or a
+        ``provider`` other than ``auto``. Why not Hermes' ``auto``: it falls back to the
+        agent's own model, and a tool that spends a second call of that model on every use
+        must be asked for. A file that cannot be read names none.
+        """
+        auxiliary = self.data.get("auxiliary")
+        section = auxiliary.get(task) if isinstance(auxiliary, dict) else None
+        if not isinstance(section, dict):
+            return False
+        provider = str(section.get("provider") or "").strip().lower()
+        named = (str(section.get(key) or "").strip() for key in ("base_url", "model"))
+        return provider not in ("", "auto") or any(named)
+
+    def selected(self) -> LcmConfig | None:
+        """LCM's settings when the file selects it (``context.engine: lcm``), else None.
+
+        Why one reading for both questions: the pod's readiness probe and the plugin must
+        agree on where ``lcm.db`` is (``lcm.db_path`` moves it). A file that cannot be
+        read or parsed selects nothing (Hermes itself reports it); a bad ``lcm:`` section
+        raises ``RuntimeFailure`` naming the key, as the engine would.
+        """
+        context = self.data.get("context")
+        if self.error is not None or not (
+            isinstance(context, dict) and context.get("engine") == "lcm"
+        ):
+            return None
+        return self.lcm_config()
 
 
 def selected_config(home: Path) -> LcmConfig | None:
-    """LCM's settings when ``home/config.yaml`` selects it (``context.engine: lcm``), else None.
-
-    Why one reading for both questions: the pod's readiness probe and the plugin must
-    agree on where ``lcm.db`` is (``lcm.db_path`` moves it). A config.yaml that cannot be
-    read or parsed selects nothing (Hermes itself reports it); a bad ``lcm:`` section
-    raises ``RuntimeFailure`` naming the key, as the engine would.
-    """
-    from ruamel.yaml import YAMLError
-
-    try:
-        data = _hermes_config(home)
-    except (OSError, ValueError, YAMLError):
-        return None
-    context = data.get("context")
-    if not (isinstance(context, dict) and context.get("engine") == "lcm"):
-        return None
-    section = data.get("lcm")
-    return LcmConfig.for_home(home, section if isinstance(section, dict) else {})
-
-
-def _hermes_config(home: Path) -> dict[str, Any]:
-    """Hermes' ``home/config.yaml`` as a mapping ({} when absent or not a mapping)."""
-    from ruamel.yaml import YAML  # only the host process and the probe read it
-
-    path = home / "config.yaml"
-    if not path.exists():
-        return {}
-    data = YAML(typ="safe").load(path.read_text(encoding="utf-8")) or {}
-    return data if isinstance(data, dict) else {}
+    """``HermesConfigFile.selected`` of ``home``'s file, read now (the readiness probe asks
+    at every probe: a config.yaml edited since the start counts)."""
+    return HermesConfigFile.read(home).selected()
 
 
 def _expand_path(value: Any) -> Any:

@@ -44,7 +44,7 @@ from hermes_runtime.lcm.compact.assembly import count_tokens
 from hermes_runtime.lcm.compact.compaction import CompactionReport
 from hermes_runtime.lcm.compact.outage import SummaryDeferred, may_defer
 from hermes_runtime.lcm.compact.summarize import LEVEL_DETERMINISTIC, make_summarizer
-from hermes_runtime.lcm.config import LcmConfig, read_lcm_section
+from hermes_runtime.lcm.config import HermesConfigFile, LcmConfig
 from hermes_runtime.lcm.embed.embedprocess import gateway_embedder
 from hermes_runtime.lcm.engine.failedturns import TurnFailure
 from hermes_runtime.lcm.engine.lcmengine import LcmEngine
@@ -92,6 +92,7 @@ class _Shared:
         self.loaded_at = time.time()
         self._watching = False  # failed turns observed (or the adapter said why not)
         self.expander: AuxiliaryCall | None = None  # lcm_expand_query's model (``register``)
+        self.config_file: HermesConfigFile | None = None  # config.yaml as ``register`` read it
 
     def bind_session(self, hermes_session_id: str, lcm_session_id: str) -> None:
         """Remember which LCM session holds a Hermes session (rotations keep the old one).
@@ -204,9 +205,10 @@ class _Shared:
             logger.warning("LCM: committing the queued turns failed: %s", exc)
 
     def _config_from_home(self) -> LcmConfig:
-        """LCM's settings from the ``lcm`` section of Hermes' config, in Hermes' home."""
-        home = hermes_home(self.settings.data_dir)
-        return LcmConfig.for_home(home, read_lcm_section(home))
+        """LCM's settings from the ``lcm`` section of Hermes' config, in Hermes' home: as the
+        plugin's registration read it, else read now."""
+        read = self.config_file or HermesConfigFile.read(hermes_home(self.settings.data_dir))
+        return read.lcm_config()
 
     def engine(self) -> LcmEngine:
         with self._guard:
@@ -484,16 +486,17 @@ def register(ctx: Any) -> None:
     is logged as degraded (``compat/context_engine.py``). ``lcm_expand_query`` is offered
     only when config.yaml names an auxiliary model for it (``plugin_host.query_expander``).
     The plugin's settings are read here, once (``hostsettings.py``), and handed down, with
-    Hermes' home resolved once for the start's reads of its config.
+    Hermes' config.yaml read once for every question the start asks of it.
     """
     check_registration(ctx)
     settings = PluginHostSettings.from_environ(os.environ)
     engine = LcmContextEngine(settings=settings)
-    home = hermes_home(settings.data_dir)
-    engine._shared.expander = query_expander(ctx, home)  # before the engine opens
+    config_file = HermesConfigFile.read(hermes_home(settings.data_dir))
+    engine._shared.config_file = config_file
+    engine._shared.expander = query_expander(ctx, config_file)  # before the engine opens
     ctx.register_context_engine(engine)
     check_hooks(TURN_HOOKS)
     ctx.register_hook("post_llm_call", engine._shared.store_turn)
     ctx.register_hook("on_session_finalize", engine._shared.commit_queue)
-    warm_static_embedder(home)
-    open_existing_database(engine._shared.engine, home)
+    warm_static_embedder(config_file)
+    open_existing_database(engine._shared.engine, config_file)

@@ -20,7 +20,7 @@ from typing import Any
 
 from hermes_runtime.common.boundedhttp import ServerLimits
 from hermes_runtime.compat import AuxiliaryCall, auxiliary_call, on_review_thread, register_task
-from hermes_runtime.lcm.config import auxiliary_configured, read_lcm_section, selected_config
+from hermes_runtime.lcm.config import HermesConfigFile
 from hermes_runtime.lcm.engine.lcmengine import LcmEngine
 
 logger = logging.getLogger("hermes_runtime.lcm.host.hermes_plugin")  # the plugin's own log name
@@ -135,9 +135,9 @@ def commit_at_exit(engine: LcmEngine) -> None:
         logger.warning("LCM: committing the queued turns at exit failed: %s", exc)
 
 
-def warm_static_embedder(home: Path) -> None:
-    """Load the static embedding model now, at gateway start, before any request (``home``:
-    Hermes' home, ``compat/home.py``).
+def warm_static_embedder(config_file: HermesConfigFile) -> None:
+    """Load the static embedding model now, at gateway start, before any request, when
+    Hermes' config.yaml (``config_file``) picks it.
 
     Its Rust loader keeps the GIL for the whole load, which would freeze the
     gateway's event loop if the first embedding happened mid-traffic. Only for
@@ -145,7 +145,7 @@ def warm_static_embedder(home: Path) -> None:
     GIL. Never fatal.
     """
     try:
-        if read_lcm_section(home).get("embeddings") == "static":
+        if config_file.lcm_section().get("embeddings") == "static":
             from hermes_runtime.lcm.embed.embedders import StaticModelEmbedder
 
             StaticModelEmbedder().embed(["warm-up"])
@@ -154,10 +154,10 @@ def warm_static_embedder(home: Path) -> None:
 
 
 def open_existing_database(
-    open_engine: Callable[[], object], home: Path
+    open_engine: Callable[[], object], config_file: HermesConfigFile
 ) -> threading.Thread | None:
-    """With LCM selected and ``lcm.db`` already there, open it now, in the background
-    (``home``: Hermes' home).
+    """With LCM selected by Hermes' config.yaml (``config_file``) and ``lcm.db`` already
+    there, open it now, in the background.
 
     The first writable open migrates the schema and builds the full-text index file; left
     to the first turn, a read-only reader (``lcm grep`` from the CLI, the readiness probe's
@@ -165,7 +165,7 @@ def open_existing_database(
     metrics port stays closed. A new volume keeps the lazy open: nothing creates ``lcm.db``
     before LCM is used (another context engine may be selected).
     """
-    config = selected_config(home)
+    config = config_file.selected()
     if config is None or not config.db_path.exists():
         return None
 
@@ -229,13 +229,13 @@ def in_background_review() -> bool:
 EXPAND_QUERY_TASK = "lcm_expand_query"  # config.yaml ``auxiliary.lcm_expand_query``
 
 
-def query_expander(ctx: Any, home: Path) -> AuxiliaryCall | None:
-    """Hermes' auxiliary model for ``lcm_expand_query``, when config.yaml names one, else None
-    (``home``: Hermes' home).
+def query_expander(ctx: Any, config_file: HermesConfigFile) -> AuxiliaryCall | None:
+    """Hermes' auxiliary model for ``lcm_expand_query``, when config.yaml (``config_file``)
+    names one, else None.
 
     The task is declared to Hermes either way (``hermes model`` lists it, so it can be
     configured there); the tool is offered only once ``auxiliary.lcm_expand_query`` names
-    a model (``config.auxiliary_configured``): read at plugin load, so a change applies
+    a model (``HermesConfigFile.auxiliary_configured``): read at plugin load, so a change applies
     at the gateway's next start.
     """
     register_task(
@@ -245,6 +245,6 @@ def query_expander(ctx: Any, home: Path) -> AuxiliaryCall | None:
         "rewrites a memory search into other wordings (lcm_expand_query)",
         {"provider": "auto", "timeout": 20},
     )
-    if not auxiliary_configured(home, EXPAND_QUERY_TASK):
+    if not config_file.auxiliary_configured(EXPAND_QUERY_TASK):
         return None
     return auxiliary_call(EXPAND_QUERY_TASK)

@@ -17,7 +17,7 @@ from fakes.fixtures import FakeLLM, start_fake_llm
 from support.lcm_conversations import simple_conversation
 
 from hermes_runtime.compat import auxiliary_call
-from hermes_runtime.lcm.config import LcmConfig, auxiliary_configured
+from hermes_runtime.lcm.config import HermesConfigFile, LcmConfig
 from hermes_runtime.lcm.embed.embedbatch import embed_all
 from hermes_runtime.lcm.embed.embedders import StaticModelEmbedder
 from hermes_runtime.lcm.engine.expandquery import alternatives
@@ -96,7 +96,7 @@ def test_an_auxiliary_model_is_named_in_config_yaml(
 ) -> None:
     auxiliary = {} if section is None else {"lcm_expand_query": section}
     (tmp_path / "config.yaml").write_text(json.dumps({"auxiliary": auxiliary}))
-    assert auxiliary_configured(tmp_path, "lcm_expand_query") is named
+    assert HermesConfigFile.read(tmp_path).auxiliary_configured("lcm_expand_query") is named
 
 
 # -- lcm_status --------------------------------------------------------------------------------

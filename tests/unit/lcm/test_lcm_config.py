@@ -10,7 +10,7 @@ import pytest
 
 from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.lcm.compact.policy import CompactionPolicy
-from hermes_runtime.lcm.config import LcmConfig, LcmSection, read_lcm_section, selected_config
+from hermes_runtime.lcm.config import HermesConfigFile, LcmConfig, LcmSection, selected_config
 
 
 def test_booleans_written_as_strings_mean_what_they_say(tmp_path: Path) -> None:
@@ -104,7 +104,7 @@ def test_the_selected_config_is_the_one_the_lcm_section_makes(tmp_path: Path) ->
     config = selected_config(tmp_path)
     assert config is not None
     assert (config.db_path, config.threshold_percent) == (moved, 0.6)
-    assert config == LcmConfig.for_home(tmp_path, read_lcm_section(tmp_path))
+    assert config == HermesConfigFile.read(tmp_path).lcm_config()
 
     config_yaml.write_text("context:\n  engine: lcm\nlcm:\n  threshold_percent: 2\n")
     with pytest.raises(RuntimeFailure, match=r"config\.yaml lcm\.threshold_percent: value 2"):

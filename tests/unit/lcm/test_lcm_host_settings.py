@@ -17,7 +17,7 @@ from hermes_runtime.agent.settings import AgentSettings
 from hermes_runtime.common.boundedhttp import HttpLimitsEnv, ServerLimits
 from hermes_runtime.common.datadir import DEFAULT_DATA_DIR
 from hermes_runtime.common.envsettings import variables
-from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.config import HermesConfigFile, LcmConfig
 from hermes_runtime.lcm.embed.e5onnx import OnnxE5Embedder
 from hermes_runtime.lcm.embed.embedprocess import ProcessEmbedder
 from hermes_runtime.lcm.embed.modelcache import model_cache_dir
@@ -153,6 +153,46 @@ def test_register_reads_the_environment_once_and_copies_share_it(
     assert settings.metrics_port == 9464 and settings.model_cache_dir == tmp_path
     monkeypatch.setenv(METRICS_PORT_ENV, "9465")  # read at registration, not later
     assert ctx.engine._shared.settings.metrics_port == 9464
+
+
+def test_register_reads_config_yaml_once_for_every_question_of_the_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The expander, the static model's warm-up, the open at start and the engine's own
+    settings all answer from one reading: a file edited later applies at the next start."""
+    home = tmp_path / "home"
+    home.mkdir()
+    config_yaml = home / "config.yaml"
+    config_yaml.write_text("context:\n  engine: lcm\nlcm:\n  embeddings: 'off'\n")
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    monkeypatch.setenv(METRICS_PORT_ENV, "0")
+    reads: list[Path] = []
+    read = HermesConfigFile.read
+
+    def counted(home: Path) -> HermesConfigFile:
+        reads.append(home)
+        return read(home)
+
+    monkeypatch.setattr(HermesConfigFile, "read", counted)
+
+    class Ctx:
+        engine: Any = None
+
+        def register_context_engine(self, engine: Any) -> None:
+            self.engine = engine
+
+        def register_hook(self, name: str, callback: Any) -> None:
+            pass
+
+    ctx = Ctx()
+    register(ctx)
+    config_yaml.write_text("context:\n  engine: lcm\nlcm:\n  embeddings: nope\n")
+    engine = ctx.engine._shared.engine()
+    try:
+        assert reads == [home]
+        assert engine.config.embeddings == "off" and engine.embedder is None
+    finally:
+        engine.close()
 
 
 def test_the_engine_embeds_with_the_settings_model_cache(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hermes_runtime.common.sqlite import connect
-from hermes_runtime.lcm.config import LcmConfig
+from hermes_runtime.lcm.config import HermesConfigFile, LcmConfig
 from hermes_runtime.lcm.host.plugin_host import open_existing_database
 from hermes_runtime.lcm.search.textsearch import grep
 from hermes_runtime.lcm.store.lcmstore import LcmStore
@@ -53,7 +53,7 @@ def test_an_existing_database_is_migrated_and_indexed_at_start(
         opened.append(store)
         return store
 
-    thread = open_existing_database(open_engine, tmp_path)
+    thread = open_existing_database(open_engine, HermesConfigFile.read(tmp_path))
     assert thread is not None
     thread.join(60)
     reader = LcmStore(config.db_path, readonly=True)  # the CLI beside the gateway
@@ -74,6 +74,6 @@ def test_nothing_is_created_on_a_new_volume_or_for_another_engine(
     calls: list[int] = []
     if engine == "compressor":
         schema_3(config.db_path)  # there, but LCM is not the engine: left alone
-    assert open_existing_database(lambda: calls.append(1), tmp_path) is None
+    assert open_existing_database(lambda: calls.append(1), HermesConfigFile.read(tmp_path)) is None
     assert calls == []
     assert config.db_path.exists() is (engine == "compressor")
