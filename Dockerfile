@@ -226,7 +226,7 @@ RUN HERMES_HOME=/tmp/version-check hermes --version && hermes-runtime --version 
 # LCM's e5 graph (int8 for CPUs with VNNI, int7 without: lcm/embed/e5onnx.py), built once here
 # into the read-only cache the runtime reads: no pod spends CPU building it into its data volume.
 RUN python3 -c 'import os; from hermes_runtime.lcm.embed.e5onnx import E5Weights, model_file; \
-        from hermes_runtime.lcm.embed.modelcache import model_cache_dir; \
+        from hermes_runtime.common.modelcache import model_cache_dir; \
         w, cache = E5Weights.load(), model_cache_dir(os.environ); \
         print([str(model_file(w, bits, cache)) for bits in (8, 7)])' \
     && chmod -R a+rX /opt/hermes-runtime/models && ls -l /opt/hermes-runtime/models

@@ -28,7 +28,7 @@ def rss_mib():
             return round(int(line.split()[1]) / 1024, 1)
 import os
 from hermes_runtime.lcm.embed.e5onnx import OnnxE5Embedder
-from hermes_runtime.lcm.embed.modelcache import model_cache_dir
+from hermes_runtime.common.modelcache import model_cache_dir
 e5 = OnnxE5Embedder(cache_dir=model_cache_dir(os.environ))
 out = {"before_mib": rss_mib()}
 started = time.perf_counter(); e5.embed_query("Which city does my sister live in now?")

@@ -274,7 +274,8 @@ def _run_embed(args: argparse.Namespace) -> Any:
     from hermes_runtime.lcm.embed.embedprogress import progress_reporter
     from hermes_runtime.lcm.store.lcmstore import LcmStore
 
-    embedder = offline_embedder(args.model, threads=args.threads)
+    model_cache = cli_settings().model_cache_dir
+    embedder = offline_embedder(args.model, threads=args.threads, model_cache=model_cache)
     store = LcmStore(args.db, args.outputs, create=False)
     try:
         with progress_reporter(embedder.model) as report:
@@ -322,7 +323,13 @@ def _search(args: argparse.Namespace) -> int:
 
     with _reading(args) as store:
         found = search_history(
-            store, args.query, args.session, args.limit, args.mode, args.embed_pending
+            store,
+            args.query,
+            args.session,
+            args.limit,
+            args.mode,
+            args.embed_pending,
+            model_cache=cli_settings().model_cache_dir,
         )
         pending = 0
         if args.mode != "fts":
@@ -338,7 +345,7 @@ def _search_model(args: argparse.Namespace) -> str:
     """The model a CLI search ranks with (``search_history``'s default)."""
     from hermes_runtime.lcm.embed.embedders import offline_embedder
 
-    return str(offline_embedder(DEFAULT_EMBEDDER).model)
+    return str(offline_embedder(DEFAULT_EMBEDDER, model_cache=cli_settings().model_cache_dir).model)
 
 
 def _expand(args: argparse.Namespace) -> int:
@@ -372,7 +379,7 @@ def _doctor(args: argparse.Namespace) -> int:
         sweep = remove_orphan_outputs(store, args.grace_seconds) if args.fix else None
         report = doctor(store, full=args.full)
         cores = os.cpu_count() or 1
-        embedding = embedding_status(store, DEFAULT_EMBEDDER, cores)
+        embedding = embedding_status(store, DEFAULT_EMBEDDER, cores, cli_settings().model_cache_dir)
     finally:
         store.stop_fulltext()
         store.close()

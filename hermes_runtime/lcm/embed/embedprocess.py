@@ -57,7 +57,7 @@ def gateway_embedder(config: LcmConfig, model_cache: Path | None) -> Embedder | 
     a ``ProcessEmbedder``, the others as ``make_embedder`` makes them. ``model_cache``: the
     gateway's settings' folder (None: the environment's rule)."""
     if config.embeddings in IN_A_CHILD:
-        from hermes_runtime.lcm.embed.modelcache import model_cache_dir  # the child needs none
+        from hermes_runtime.common.modelcache import model_cache_dir  # the child needs none
 
         return ProcessEmbedder(config.embeddings, model_cache or model_cache_dir(os.environ))
     return make_embedder(config, model_cache)

@@ -205,8 +205,7 @@ class _Shared:
             logger.warning("LCM: committing the queued turns failed: %s", exc)
 
     def _config_from_home(self) -> LcmConfig:
-        """LCM's settings from the ``lcm`` section of Hermes' config, in Hermes' home: as the
-        plugin's registration read it, else read now."""
+        """LCM's settings from Hermes' config.yaml, as ``register`` read it, else read now."""
         read = self.config_file or HermesConfigFile.read(hermes_home(self.settings.data_dir))
         return read.lcm_config()
 
@@ -485,8 +484,7 @@ def register(ctx: Any) -> None:
     without the registration calls is refused, a hook the host does not list
     is logged as degraded (``compat/context_engine.py``). ``lcm_expand_query`` is offered
     only when config.yaml names an auxiliary model for it (``plugin_host.query_expander``).
-    The plugin's settings are read here, once (``hostsettings.py``), and handed down, with
-    Hermes' config.yaml read once for every question the start asks of it.
+    The plugin's settings (``hostsettings.py``) and Hermes' config.yaml are read here, once.
     """
     check_registration(ctx)
     settings = PluginHostSettings.from_environ(os.environ)

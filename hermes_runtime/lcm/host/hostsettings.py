@@ -12,7 +12,7 @@ plugin, and handed down as values; nothing below reads a variable of its own. Th
   variables and bounds as the entrypoint's metrics port; a bad value is logged
   (``http.limits.refused``) and every cap keeps its default (the entrypoint refuses the
   same value, so this only guards a gateway started by hand).
-- the e5 graph's cache (``ModelCacheEnv``, ``lcm/embed/modelcache.py``).
+- the e5 graph's cache (``ModelCacheEnv``, ``common/modelcache.py``).
 - the data dir by the runtime's rule (``common/datadir.py``), which the plugin uses only
   where Hermes cannot say its own (``compat/home.py``).
 """
@@ -28,7 +28,7 @@ from hermes_runtime.common.boundedhttp import HttpLimitsEnv
 from hermes_runtime.common.datadir import DATA_DIR_ENV, DEFAULT_DATA_DIR, resolve_data_dir
 from hermes_runtime.common.envsettings import given_values, variables
 from hermes_runtime.common.logs import log_event
-from hermes_runtime.lcm.embed.modelcache import ModelCacheEnv
+from hermes_runtime.common.modelcache import ModelCacheEnv
 
 METRICS_PORT_ENV = "HERMES_RUNTIME_LCM_METRICS_PORT"
 HTTP_LIMIT_VARIABLES = frozenset(variables(HttpLimitsEnv))

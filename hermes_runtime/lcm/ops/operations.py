@@ -100,8 +100,10 @@ def search_history(
     mode: str = "hybrid",
     embed_pending: int = 256,
     config: LcmConfig | None = None,
+    model_cache: Path | None = None,
 ) -> SearchResult:
     """Hybrid search of a read-only database, embedding at most ``embed_pending`` queued items.
+    ``model_cache``: where e5's graph is kept, from the calling process's settings.
 
     Bounded: with e5 a fresh import can queue hours of embedding work, and an
     operator's search must answer now. Those items are embedded in memory for
@@ -110,7 +112,8 @@ def search_history(
     embedder = None
     if mode != "fts":
         embedder = make_embedder(
-            config or LcmConfig(db_path=store.db_path, outputs_dir=store.outputs_dir)
+            config or LcmConfig(db_path=store.db_path, outputs_dir=store.outputs_dir),
+            model_cache,
         )
     index = VectorIndex()
     pending = 0

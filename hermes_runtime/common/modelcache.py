@@ -3,9 +3,10 @@
 
 The rule is written once, here, as fields a process's settings model includes
 (``ModelCacheEnv``), so every process that embeds finds the same folder: the gateway's LCM
-plugin through its settings (``lcm/host/hostsettings.py``), a process without a settings
-model of its own holding it (the CLI's verbs, an image's build step) through
-``model_cache_dir``. An unset or blank variable means the next choice.
+plugin and the CLI through their settings (``lcm/host/hostsettings.py``,
+``cli/settings.py``), which hand the folder to the embedder; a process without a settings
+model (an image's build step, a benchmark) through ``model_cache_dir``. An unset or blank
+variable means the next choice.
 
 An image may build the graph ahead into a read-only folder and point the variable there. In
 the agent image ``HOME`` is ``/opt/data/home``: without the image's cache the file would sit
