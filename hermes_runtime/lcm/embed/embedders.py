@@ -62,7 +62,10 @@ class ReleasesIdleModel(Protocol):
 
 @runtime_checkable
 class RunsAProcess(Protocol):
-    """An embedder whose model runs in a process of its own, ended by ``close``."""
+    """An embedder whose model runs in a process of its own: ``warm`` starts it without
+    waiting (the model loads while the caller goes on), ``close`` ends it."""
+
+    def warm(self) -> None: ...
 
     def close(self) -> None: ...
 

@@ -112,6 +112,17 @@ class ProcessEmbedder:
             self._end_child()
             return True
 
+    def warm(self) -> None:
+        """Start the child now if none runs, without waiting for its model; nothing while a
+        call holds the pipe (a child is running then)."""
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            self._running_child()
+            self._last_used = time.monotonic()
+        finally:
+            self._lock.release()
+
     def pid(self) -> int | None:
         """The running child's process id (None: no child now)."""
         child = self._child
@@ -235,6 +246,7 @@ def main(argv: list[str]) -> int:
     if int(nice) > current:
         os.setpriority(os.PRIO_PROCESS, 0, min(19, int(nice)))
     embedder = offline_embedder(name, threads=int(threads), model_cache=Path(cache_dir))
+    embedder.embed_query("warm-up")  # the model loads now: a first request may be on its way
     serve(embedder, sys.stdin.buffer, replies)
     return 0
 

@@ -19,7 +19,7 @@ from hermes_runtime.lcm.compact.assembly import assemble, summary_refs_in
 from hermes_runtime.lcm.compact.compactrun import Compactions
 from hermes_runtime.lcm.compact.summarize import Summarizer
 from hermes_runtime.lcm.config import LcmConfig
-from hermes_runtime.lcm.embed.embedders import Embedder, make_embedder
+from hermes_runtime.lcm.embed.embedders import Embedder, RunsAProcess, make_embedder
 from hermes_runtime.lcm.embed.embedworker import EmbeddingWorker
 from hermes_runtime.lcm.embed.vectorindex import VectorIndex
 from hermes_runtime.lcm.engine import failedturns, hostsync, tools
@@ -358,6 +358,12 @@ class LcmEngine:
             payload = {"error": f"{name}: bad arguments: {type(exc).__name__} {exc}"}
         metrics.RETRIEVAL_SECONDS.labels(tool=name).observe(time.perf_counter() - started)
         return json.dumps(payload, ensure_ascii=False, default=str)
+
+    def warm_embedder(self) -> None:
+        """Start loading the embedding model where it runs in a process of its own (a turn
+        begins: its search, if any, comes after the model's first reply)."""
+        if isinstance(self.embedder, RunsAProcess):
+            self.embedder.warm()
 
     def close(self) -> None:
         """Commit the queued turns (an error is raised after the rest is shut), then stop."""

@@ -29,6 +29,8 @@ from hermes_runtime.lcm.embed.embedprocess import (
     gateway_embedder,
 )
 from hermes_runtime.lcm.engine.lcmengine import LcmEngine
+from hermes_runtime.lcm.host.hermes_plugin import LcmContextEngine
+from hermes_runtime.lcm.host.hostsettings import PluginHostSettings
 from hermes_runtime.lcm.search.hybrid import hybrid_search
 
 MODEL_CACHE = model_cache_dir(os.environ)
@@ -84,6 +86,36 @@ def test_an_idle_child_is_ended_and_the_next_call_starts_another(e5: ProcessEmbe
     assert not e5.release_idle(0)  # nothing left to end
     assert np.array_equal(e5.embed_query(QUESTION), before)
     assert e5.pid() not in (None, first)
+
+
+def test_warm_starts_the_child_without_a_call_and_a_turn_begins_with_it(
+    tmp_path: Path,
+) -> None:
+    """``pre_llm_call`` (a turn begins) starts the child, so its model loads while the model
+    answers; an engine not open yet is not opened by it."""
+    e5 = ProcessEmbedder("e5", MODEL_CACHE)
+    try:
+        e5.warm()
+        started = e5.pid()
+        assert started is not None
+        e5.warm()  # running: the same child
+        assert e5.pid() == started
+        assert e5.embed_query(QUESTION).shape == (e5.dim,) and e5.pid() == started
+    finally:
+        e5.close()
+    shared = LcmContextEngine(
+        LcmConfig.for_home(tmp_path), settings=PluginHostSettings(model_cache=MODEL_CACHE)
+    )._shared
+    shared.warm_embedder(session_id="s", user_message="hi")
+    assert shared._engine is None  # not opened by a hook
+    engine = shared.engine()
+    try:
+        assert isinstance(engine.embedder, ProcessEmbedder) and engine.embedder.pid() is None
+        shared.warm_embedder(session_id="s", user_message="hi")
+        assert engine.embedder.pid() is not None
+    finally:
+        engine.close()
+    assert engine.embedder.pid() is None
 
 
 def test_a_child_that_died_while_idle_is_replaced_by_the_next_call(e5: ProcessEmbedder) -> None:

@@ -39,6 +39,8 @@ def test_entry_point_points_at_register() -> None:
     assert isinstance(ctx.engine, ContextEngine) and ctx.engine.name == "lcm"
     assert ctx.hooks["post_llm_call"].__self__ is ctx.engine._shared
     assert ctx.hooks["on_session_finalize"].__self__ is ctx.engine._shared
+    assert ctx.hooks["pre_llm_call"].__self__ is ctx.engine._shared
+    assert ctx.hooks["pre_llm_call"](session_id="s", user_message="hi") is None  # no context
 
 
 def test_deepcopy_shares_store_but_not_counters(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from hermes_cli.plugins import clear_thread_tool_whitelist, set_thread_tool_whit
 from support.lcm_conversations import SYSTEM, make_hermes_engine, simple_conversation
 
 from hermes_runtime.common.sqlite import connect
-from hermes_runtime.lcm.host import hermes_plugin
+from hermes_runtime.lcm.host import sharedengine
 from hermes_runtime.lcm.host.hermes_plugin import LcmContextEngine
 from hermes_runtime.lcm.store import sessions, writebehind
 
@@ -114,7 +114,7 @@ def test_busy_database_holds_the_turn_with_a_warning_and_stores_it_once_free(
     """Another process holds the write lock past the hook's wait: the hook returns (never
     waits 30 s), and the turn is held in memory and stored once the lock is free, not
     dropped (a client that sends its own history never hands it to LCM again, issue 30)."""
-    monkeypatch.setattr(hermes_plugin, "TURN_SYNC_WAIT_SECONDS", 0.2)
+    monkeypatch.setattr(sharedengine, "TURN_SYNC_WAIT_SECONDS", 0.2)
     engine = make_hermes_engine(tmp_path, commit_interval_ms=0)  # a transaction a turn
     first = plain_turns(0)
     other_process = connect(tmp_path / "lcm.db")
@@ -145,7 +145,7 @@ def test_busy_database_does_not_hold_a_queued_turn_and_it_is_stored_once_free(
     other_process = connect(tmp_path / "lcm.db")
     other_process.execute("BEGIN IMMEDIATE")
     try:
-        with caplog.at_level(logging.WARNING, logger=hermes_plugin.__name__):
+        with caplog.at_level(logging.WARNING, logger=sharedengine.__name__):
             hook(engine, "session-1", first)  # returns with the lock still held
         assert caplog.text == ""
     finally:
@@ -160,7 +160,7 @@ def test_busy_database_does_not_hold_a_queued_turn_and_it_is_stored_once_free(
 def test_compaction_holding_the_session_skips_the_hook(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(hermes_plugin, "TURN_SYNC_WAIT_SECONDS", 0.1)
+    monkeypatch.setattr(sharedengine, "TURN_SYNC_WAIT_SECONDS", 0.1)
     engine = make_hermes_engine(tmp_path)
     held, release = threading.Event(), threading.Event()
 
@@ -173,7 +173,7 @@ def test_compaction_holding_the_session_skips_the_hook(
     holder.start()
     held.wait(10)
     try:
-        with caplog.at_level(logging.WARNING, logger=hermes_plugin.__name__):
+        with caplog.at_level(logging.WARNING, logger=sharedengine.__name__):
             hook(engine, "session-1", plain_turns(0))
     finally:
         release.set()
