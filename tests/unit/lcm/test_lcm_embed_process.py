@@ -157,12 +157,14 @@ def test_the_child_gets_no_secret_and_runs_below_the_gateway(
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-not-for-the-embedder")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-for-the-embedder-either")
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
     e5.embed_query(QUESTION)
     pid = e5.pid()
     assert pid is not None
     environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     names = {entry.split(b"=", 1)[0].decode() for entry in environ if entry}
     assert not names & {"OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY"}, names
+    assert b"OPENBLAS_NUM_THREADS=1" in environ  # the image's thread cap holds there too
     assert b"not-for-the-embedder" not in b"\0".join(environ)
     assert "not-for-the-embedder" not in Path(f"/proc/{pid}/cmdline").read_text()
     gateway = os.getpriority(os.PRIO_PROCESS, os.getpid())
