@@ -132,20 +132,23 @@ def test_the_settings_are_frozen() -> None:
         settings.metrics_port = 1  # type: ignore[misc]
 
 
+class Ctx:
+    """What ``register`` calls on Hermes' plugin context, nothing more."""
+
+    engine: Any = None
+
+    def register_context_engine(self, engine: Any) -> None:
+        self.engine = engine
+
+    def register_hook(self, name: str, callback: Any) -> None:
+        pass
+
+
 def test_register_reads_the_environment_once_and_copies_share_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(METRICS_PORT_ENV, "9464")
     monkeypatch.setenv("HERMES_RUNTIME_MODEL_CACHE", str(tmp_path))
-
-    class Ctx:
-        engine: Any = None
-
-        def register_context_engine(self, engine: Any) -> None:
-            self.engine = engine
-
-        def register_hook(self, name: str, callback: Any) -> None:
-            pass
 
     ctx = Ctx()
     register(ctx)
@@ -174,15 +177,6 @@ def test_register_reads_config_yaml_once_for_every_question_of_the_start(
         return read(home)
 
     monkeypatch.setattr(HermesConfigFile, "read", counted)
-
-    class Ctx:
-        engine: Any = None
-
-        def register_context_engine(self, engine: Any) -> None:
-            self.engine = engine
-
-        def register_hook(self, name: str, callback: Any) -> None:
-            pass
 
     ctx = Ctx()
     register(ctx)
