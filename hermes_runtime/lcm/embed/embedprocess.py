@@ -34,7 +34,13 @@ from typing import IO, TYPE_CHECKING, Any
 import numpy as np
 
 import hermes_runtime
-from hermes_runtime.lcm.embed.embedders import Embedder, make_embedder, offline_embedder
+from hermes_runtime.common.idlememory import drop_from_page_cache
+from hermes_runtime.lcm.embed.embedders import (
+    Embedder,
+    ReadsModelFiles,
+    make_embedder,
+    offline_embedder,
+)
 
 if TYPE_CHECKING:
     from hermes_runtime.lcm.config import LcmConfig
@@ -103,10 +109,13 @@ class ProcessEmbedder:
     _child: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _last_used: float = field(default=0.0, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _files: list[Path] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
         local = offline_embedder(self.name, threads=self.threads, model_cache=self.cache_dir)
         self.model, self.dim, self.rank_weight = local.model, local.dim, local.rank_weight
+        if isinstance(local, ReadsModelFiles):
+            self._files = local.model_files()
 
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
@@ -117,12 +126,14 @@ class ProcessEmbedder:
         return self._call([text], query=True)[0]
 
     def release_idle(self, idle_for: float) -> bool:
-        """End the child once no call used it for ``idle_for`` seconds; True if it was ended."""
+        """End the child once no call used it for ``idle_for`` seconds, and drop the model's
+        files from the page cache (nothing maps them now); True if it was ended."""
         with self._lock:
             if self._child is None or time.monotonic() - self._last_used < idle_for:
                 return False
             self._end_child()
-            return True
+        drop_from_page_cache(self._files)
+        return True
 
     def warm(self) -> None:
         """Start the child now if none runs, without waiting for its model; nothing while a

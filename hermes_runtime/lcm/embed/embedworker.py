@@ -15,7 +15,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 
-from hermes_runtime.common.heap import return_freed_memory
+from hermes_runtime.common.idlememory import return_freed_memory
 from hermes_runtime.common.logs import log_event
 from hermes_runtime.lcm.embed.embedbatch import embed_batch
 from hermes_runtime.lcm.embed.embedders import Embedder, ReleasesIdleModel, RunsAProcess

@@ -260,3 +260,39 @@ def test_neither_side_imports_more_than_its_job() -> None:
         check=True,
     ).stdout.split()
     assert out == ["[]", OnnxE5Embedder(cache_dir=MODEL_CACHE).model, "False"], out
+
+
+def resident_bytes(path: Path) -> int:
+    """How much of ``path`` is in the page cache (util-linux's fincore)."""
+    out = subprocess.run(
+        ["fincore", "--bytes", "--noheadings", "--raw", "--output", "RES", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(out.stdout.strip())
+
+
+def test_the_models_graph_leaves_the_page_cache_when_the_idle_child_ends(
+    tmp_path: Path,
+) -> None:
+    """The graph's pages stay charged to the container until dropped: the release drops them
+    (a copy of the machine's graph in a folder of this test's own, which nothing else reads)."""
+    local = OnnxE5Embedder(cache_dir=MODEL_CACHE)
+    local.embed_query(QUESTION)  # the machine's graph built, if it was not
+    (graph,) = [f for f in local.model_files() if f.parent == MODEL_CACHE]
+    own = tmp_path / "models"
+    own.mkdir()
+    copy = own / graph.name
+    with copy.open("wb") as handle:
+        handle.write(graph.read_bytes())
+        os.fsync(handle.fileno())  # clean pages: a dirty page is written back, not dropped
+    e5 = ProcessEmbedder("e5", own)
+    try:
+        assert copy in e5._files
+        e5.embed_query(QUESTION)
+        assert resident_bytes(copy) > 0
+        assert e5.release_idle(0)
+        assert resident_bytes(copy) == 0
+    finally:
+        e5.close()
