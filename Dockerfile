@@ -225,10 +225,7 @@ RUN HERMES_HOME=/tmp/version-check hermes --version && hermes-runtime --version 
     && litestream version && rm -rf /tmp/version-check
 # LCM's e5 graph (int8 for CPUs with VNNI, int7 without: lcm/embed/e5onnx.py), built once here
 # into the read-only cache the runtime reads: no pod spends CPU building it into its data volume.
-RUN python3 -c 'import os; from hermes_runtime.lcm.embed.e5onnx import E5Weights, model_file; \
-        from hermes_runtime.common.modelcache import model_cache_dir; \
-        w, cache = E5Weights.load(), model_cache_dir(os.environ); \
-        print([str(model_file(w, bits, cache)) for bits in (8, 7)])' \
+RUN hermes-runtime lcm build-model \
     && chmod -R a+rX /opt/hermes-runtime/models && ls -l /opt/hermes-runtime/models
 # One BLAS thread for numpy (OpenBLAS): LCM's embedding worker keeps one core busy, and a
 # search's numpy spread over both cores fights it, slowing turns while a backlog is embedded;

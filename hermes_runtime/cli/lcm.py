@@ -75,6 +75,18 @@ def register(verbs: Any) -> None:
     )
     p.add_argument("query", help="what to look for, in plain words")
     _embed_parser(verbs)
+    p = add_verb(
+        verbs,
+        "build-model",
+        "build e5's graph into the model cache (an image's build step: no pod then builds it)",
+        _build_model,
+    )
+    p.add_argument(
+        "--model-cache",
+        type=Path,
+        help="the folder (default: $HERMES_RUNTIME_MODEL_CACHE, else "
+        "$XDG_CACHE_HOME/hermes-runtime, else ~/.cache/hermes-runtime)",
+    )
     p = add_verb(verbs, "expand", "a summary's sources, a message or an output in full", _expand)
     _common(p)
     p.add_argument(
@@ -290,6 +302,19 @@ def _run_embed(args: argparse.Namespace) -> Any:
         store.stop_fulltext()
         store.stop_checkpoints()
         store.close()
+
+
+def _build_model(args: argparse.Namespace) -> int:
+    from hermes_runtime.lcm.embed.e5onnx import build_model_files
+
+    folder = args.model_cache or cli_settings().model_cache_dir
+    files = build_model_files(folder)
+    emit(
+        args,
+        {"model_cache": str(folder), "files": [str(f) for f in files]},
+        "\n".join(map(str, files)),
+    )
+    return 0
 
 
 def _embedded_text(result: Any) -> str:

@@ -99,13 +99,11 @@ def test_the_e5_graph_is_built_into_the_image(agent_image: str) -> None:
     pod builds it (~3 s of CPU) into its data volume, and an embed runs with a read-only
     root and no writable home."""
     probe = (
-        "from hermes_runtime.lcm.embed.e5onnx import model_name\n"
+        "from hermes_runtime.lcm.embed.e5onnx import cached_model_path\n"
         "from hermes_runtime.common.modelcache import model_cache_dir\n"
-        "from importlib import metadata\n"
         "import os, sys\n"
-        "ort = metadata.version('onnxruntime')\n"
         "cache = model_cache_dir(os.environ)\n"
-        "files = [cache / f'{model_name(b)}-ort{ort}.onnx' for b in (8, 7)]\n"
+        "files = [cached_model_path(b, cache) for b in (8, 7)]\n"
         "missing = [str(f) for f in files if not f.is_file()]\n"
         "sys.exit(f'missing: {missing}' if missing else 0)\n"
     )

