@@ -61,7 +61,10 @@ def test_the_docker_daemon_does_not_keep_its_callers_tmpdir(aux_images: dict[str
         assert not tmpdirs, f"dockerd {pid} runs with {tmpdirs[0].decode()}"
 
 
-def test_a_second_build_takes_the_lock_at_once(aux_images: dict[str, str]) -> None:
+def test_a_second_build_gets_the_lock(aux_images: dict[str, str]) -> None:
+    """Within a minute: a daemon holding the lock would make it give up (exit 1). It may wait
+    a moment for another test's build (the tier's workers build their fixtures side by side);
+    which processes hold the lock is the test above's."""
     result = subprocess.run(
         [str(REPO / "ci" / "build-images.sh"), "busybox"],
         env={**os.environ, "NO_PUSH": "1", "BUILD_LOCK_WAIT_SECONDS": "60"},
@@ -71,4 +74,4 @@ def test_a_second_build_takes_the_lock_at_once(aux_images: dict[str, str]) -> No
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "waiting for another ci/build-images.sh" not in result.stderr, result.stderr
+    assert "gave up after" not in result.stderr, result.stderr
