@@ -3,10 +3,11 @@
 Why: ONNX Runtime stays in a process after its model is dropped (its libraries, its arenas),
 so a gateway that embeds in its own process keeps tens of MiB an idle agent does not use.
 Run in a child, all of it goes when the child exits, and the gateway never imports ONNX
-Runtime. The child starts on the first call (mostly the worker embedding a new turn, before
-the agent searches it), at the worker's lower CPU priority, and ends when ``release_idle``
-finds it unused; a child that died is replaced by the next call, which asks the new one again;
-a second death fails that call (the worker's queue keeps the work).
+Runtime. The child starts when a turn begins (``warm``, from Hermes' ``pre_llm_call``: the
+model loads while the model answers) or on the first call, at the worker's lower CPU
+priority, and ends when ``release_idle`` finds it unused; a child that died is replaced by the
+next call, which asks the new one again; a second death fails that call (the worker's queue
+keeps the work).
 
 The wire, one exchange at a time: a JSON line on the child's stdin
 (``{"texts": [...], "query": bool}``), a JSON line back (``{"rows": n, "dim": d}`` or
