@@ -171,12 +171,11 @@ def _restore_latest_beside_listing(
     id, reporting any error anew). Raises only what the listing raises (no snapshot, an
     unreachable repository).
     """
-    quiet = repo.with_messages_to(lambda line: None)  # a failure here is redone and reported
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="restic-list") as pool:
         listing_done = pool.submit(repository_listing, repo)
         staged: RestoredTree | None
-        try:
-            staged = restore_tree(quiet, LatestTagged(repo.agent), stage, [NO_LOCK])
+        try:  # restic's lines are logged: its retries say why a restore waits on a lost store
+            staged = restore_tree(repo, LatestTagged(repo.agent), stage, [NO_LOCK])
         except (OSError, RuntimeFailure) as exc:
             staged, reason = None, str(exc)
         listing = listing_done.result()
