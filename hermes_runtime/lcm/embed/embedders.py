@@ -53,6 +53,11 @@ class Embedder(Protocol):
     def embed_query(self, text: str) -> np.ndarray: ...
 
 
+# Niceness of embedding work (the worker's thread, the embedding process): a turn's work on
+# the other core and the gateway's event loop come first, the backlog takes what is left.
+EMBEDDING_NICE = 10
+
+
 @runtime_checkable
 class ReleasesIdleModel(Protocol):
     """An embedder whose model is worth freeing while the agent is idle (``e5``)."""

