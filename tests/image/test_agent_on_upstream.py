@@ -61,3 +61,23 @@ def test_the_image_runs_as_the_upstream_user_under_catatonit(agent_on_upstream_i
     assert config["Cmd"] == ["hermes-runtime", "agent", "run"]
     passwd = docker("run", "--rm", agent_on_upstream_image, "getent", "passwd", "10000").stdout
     assert passwd.split(":")[0] == "hermes", passwd  # upstream's user, not a second one
+
+
+def _environment(image: str) -> dict[str, str]:
+    found = json.loads(docker("image", "inspect", "--format", "{{json .Config.Env}}", image).stdout)
+    return dict(entry.split("=", 1) for entry in found)
+
+
+def test_both_agent_images_set_the_same_runtime_environment(
+    agent_image: str, agent_on_upstream_image: str
+) -> None:
+    """Dockerfile and Dockerfile.upstream each write the runtime's ENV block (Docker has no
+    include): what the runtime reads from it must agree, only the venv's paths may differ."""
+    ours, upstream = _environment(agent_image), _environment(agent_on_upstream_image)
+    runtime = {"HERMES_HOME", "HOME", "OPENBLAS_NUM_THREADS", "LANG"}
+    names = {n for n in ours if n.startswith("HERMES_RUNTIME_") or n in runtime}
+    assert names >= {"HERMES_HOME", "HERMES_RUNTIME_MODEL_CACHE", "OPENBLAS_NUM_THREADS"}
+    assert {n: ours[n] for n in names} == {n: upstream.get(n) for n in names}
+    for name in ("HERMES_", "OPENBLAS_"):
+        extra = {n for n in upstream if n.startswith(name)} - names - {"HERMES_VENV"}
+        assert not extra, f"set in Dockerfile.upstream only: {sorted(extra)}"
