@@ -175,7 +175,7 @@ build_one() {
       ;;
     hermes-standin) # never pushed: the base of agent-on-upstream where upstream's is unreachable
       SUITE=sid FORCE="${NO_CACHE:-0}" "$REPO_ROOT/ci/build-base-image.sh" || return 1
-      ctx="$(aux_context "$name" "$IMAGES_DIR/agent-requirements.txt")" || return 1
+      ctx="$(aux_context "$name" "$IMAGES_DIR/standin-requirements.txt")" || return 1
       BASE_IMAGE=local/debian:sid docker_build "$tag" "$ctx" "$IMAGES_DIR/hermes-standin.Dockerfile" ||
         return 1
       return 0

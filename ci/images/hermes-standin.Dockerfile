@@ -4,9 +4,9 @@
 # (docs/hermes-versions.md): Debian with Python 3.14, Hermes in a venv at /opt/hermes/.venv,
 # user `hermes` (UID 10000) whose home is /opt/data, HERMES_HOME=/opt/data, a SQLite with the
 # WAL-reset fix (sid's), the venv's bin first on PATH, root as the default user. Hermes is the
-# newest that installs here: PyPI's 0.19.0, which declares Python < 3.14 and runs on it; its
-# dependencies are held to the agent lock's versions (a constraints file: this image is a test
-# base, never published).
+# newest that installs here: PyPI's 0.19.0, which declares Python < 3.14 and runs on it. What
+# it installs is ci/images/standin-requirements.txt, hash-checked wheels held to the agent
+# lock's versions (the command that regenerates it is its first lines).
 ARG BASE_IMAGE=local/debian:sid
 FROM ${BASE_IMAGE}
 ENV PYTHONUNBUFFERED=1 \
@@ -20,14 +20,12 @@ RUN set -eux; \
     rm -rf /var/lib/apt/lists/*
 COPY build-ca/ /usr/local/share/ca-certificates/
 RUN update-ca-certificates >/dev/null 2>&1 || true
-COPY agent-requirements.txt /build/agent-requirements.txt
+COPY standin-requirements.txt /build/standin-requirements.txt
 RUN set -eux; \
     useradd -u 10000 -m -d /opt/data hermes; \
-    sed -n 's/^\([A-Za-z0-9_.-]*==[^ ]*\).*/\1/p' /build/agent-requirements.txt \
-      | grep -v '^hermes-agent==' > /build/constraints.txt; \
     python3.14 -m venv /opt/hermes/.venv; \
-    /opt/hermes/.venv/bin/pip install -q --only-binary :all: --ignore-requires-python \
-      -c /build/constraints.txt hermes-agent==0.19.0 aiohttp; \
+    /opt/hermes/.venv/bin/pip install -q --require-hashes --only-binary :all: \
+      --ignore-requires-python -r /build/standin-requirements.txt; \
     /opt/hermes/.venv/bin/hermes --version; \
     rm -rf /build
 ENV HERMES_HOME=/opt/data \

@@ -172,6 +172,27 @@ def test_the_server_images_install_their_binary_wheels_by_hash() -> None:
         assert len(re.findall(r"--hash=sha256:[0-9a-f]{64}", lock)) >= 2, lock
 
 
+def test_the_standin_base_installs_hash_locked_wheels_held_to_the_agent_lock() -> None:
+    """The stand-in for upstream's image (ci/images/hermes-standin.Dockerfile) installs
+    Hermes from a lock of its own (Python 3.14 needs another resolution than the agent's
+    3.11), hash-checked, wheels only, at the agent lock's version of every shared package."""
+    dockerfile = (REPO / "ci" / "images" / "hermes-standin.Dockerfile").read_text()
+    installs = re.findall(r"pip install ([^;]+);", dockerfile)
+    assert len(installs) == 1, installs
+    assert "--require-hashes" in installs[0] and "--only-binary :all:" in installs[0]
+    assert "-r /build/standin-requirements.txt" in installs[0], installs[0]
+    path = REPO / "ci" / "images" / "standin-requirements.txt"
+    lock, agent = _lock(path), _lock()
+    assert lock.get("hermes-agent", ("",))[0] == agent["hermes-agent"][0]
+    for name, (version, hashes) in lock.items():
+        assert hashes and all(SHA256.fullmatch(h) for h in hashes), name
+        assert name not in agent or agent[name][0] == version, f"{name}: {version} here"
+    assert any(
+        "-c ci/images/agent-requirements.txt" in line and "--generate-hashes" in line
+        for line in path.read_text().splitlines()[:3]
+    ), f"{path.name} does not start with the command that regenerates it"
+
+
 def test_verify_download_accepts_the_pinned_file_and_refuses_anything_else(
     tmp_path: Path,
 ) -> None:
