@@ -20,10 +20,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import re
-import subprocess
-import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -35,6 +32,7 @@ from support.announce import announce
 from support.wheels import build_wheel, pinned
 
 from . import images, kube
+from .gitremote_testlib import git_remote
 from .test_scenario_conversation import (
     BACKENDS_CHART,
     CHART,
@@ -51,14 +49,6 @@ GOOD = "geo"
 # Plugins whose requirements are refused: no hash, a package not on the index, another platform.
 BAD = ("nohash", "absent", "winonly")
 PUSH_TIMEOUT = 240.0
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "e2e",
-    "GIT_AUTHOR_EMAIL": "e2e@example.invalid",
-    "GIT_COMMITTER_NAME": "e2e",
-    "GIT_COMMITTER_EMAIL": "e2e@example.invalid",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_TERMINAL_PROMPT": "0",
-}
 
 
 # ---------------------------------------------------------------------------------------
@@ -104,7 +94,7 @@ def plugin_files(name: str, modules: list[str], requirements: str) -> dict[str, 
 
 
 # ---------------------------------------------------------------------------------------
-# The in-cluster index and Git server
+# The in-cluster index
 
 
 def publish(cluster: kube.Cluster, namespace: str, wheels: list[Path]) -> None:
@@ -118,32 +108,6 @@ def publish(cluster: kube.Cluster, namespace: str, wheels: list[Path]) -> None:
                 timeout=30,
             )
             assert response.status_code == 200, (wheel.name, response.status_code, response.text)
-
-
-def git(work: Path, *args: str, cwd: Path | None = None) -> str:
-    env = {**os.environ, **GIT_ENV, "HOME": str(work)}
-    done = subprocess.run(
-        ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, f"git {' '.join(args)} failed: {done.stderr}"
-    return done.stdout.strip()
-
-
-def push(cluster: kube.Cluster, namespace: str, name: str, files: dict[str, str]) -> str:
-    """Commit `files` to the plugin's repository and push; return the commit."""
-    with (
-        kube.port_forward(cluster, namespace, "svc/git-server", 8080) as port,
-        tempfile.TemporaryDirectory(prefix="e2e-git-") as tmp,
-    ):
-        work = Path(tmp)
-        repo = work / name
-        git(work, "clone", "-q", f"http://127.0.0.1:{port}/{name}.git", str(repo))
-        for rel, text in files.items():
-            (repo / rel).write_text(text)
-        git(work, "add", "-A", cwd=repo)
-        git(work, "commit", "-qm", f"e2e change to {name}", cwd=repo)
-        git(work, "push", "-q", "origin", "HEAD:main", cwd=repo)
-        return git(work, "rev-parse", "HEAD", cwd=repo)
 
 
 # ---------------------------------------------------------------------------------------
@@ -283,7 +247,8 @@ def test_plugin_packages_install_reload_on_push_and_refuse_bad_requirements(
     files = plugin_files(GOOD, ["geodep", "extradep"], pinned(geodep) + pinned(extradep))
     digest = hashlib.sha256(files["requirements.txt"].encode()).hexdigest()
     started = time.monotonic()
-    push(cluster, namespace, GOOD, files)
+    with git_remote(cluster, namespace) as remote:
+        remote.push(GOOD, files)
     kube.wait_until(
         lambda: install_state(cluster, namespace, GOOD).get("requirements_sha256") == digest,
         PUSH_TIMEOUT,

@@ -22,17 +22,14 @@ E2E_GIT_SYNC=upstream|standin forces one.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import subprocess
-import tempfile
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +38,8 @@ from kubernetes.client.rest import ApiException
 from support.announce import announce
 
 from . import images, kube
+from .gitremote_testlib import GitRemote
+from .gitremote_testlib import git_remote as remote_of
 from .test_scenario_conversation import (
     BACKENDS_CHART,
     CHART,
@@ -59,14 +58,6 @@ GIT_SERVER = "http://git-server:8080"
 LOADS = "/opt/data/plugin-loads.log"
 SYNC_PERIOD = "1s"
 RELOAD_TIMEOUT = 180.0
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "e2e",
-    "GIT_AUTHOR_EMAIL": "e2e@example.invalid",
-    "GIT_COMMITTER_NAME": "e2e",
-    "GIT_COMMITTER_EMAIL": "e2e@example.invalid",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_TERMINAL_PROMPT": "0",
-}
 
 
 def plugin_files(name: str, version: str) -> dict[str, str]:
@@ -217,57 +208,9 @@ def agent_values(
 # Pushing to the in-cluster Git server
 
 
-@dataclass
-class GitRemote:
-    """Clones of the in-cluster repositories on this host, pushed through a port-forward."""
-
-    base: str
-    work: Path
-
-    def git(self, *args: str, cwd: Path | None = None) -> str:
-        env = {**os.environ, **GIT_ENV, "HOME": str(self.work)}
-        done = subprocess.run(
-            ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
-        )
-        if done.returncode != 0:
-            raise AssertionError(f"git {' '.join(args)} failed: {done.stderr}")
-        return done.stdout.strip()
-
-    def clone(self, name: str) -> Path:
-        path = self.work / name
-        if not path.exists():
-            self.git("clone", "-q", f"{self.base}/{name}.git", str(path))
-        else:
-            self.git("pull", "-q", "--ff-only", cwd=path)
-        return path
-
-    def head(self, name: str) -> str:
-        return self.git("ls-remote", f"{self.base}/{name}.git", "refs/heads/main").split()[0]
-
-    def push(self, name: str, files: dict[str, str], symlinks: dict[str, str] | None = None) -> str:
-        """Commit `files` (and symlinks) under the plugin's subPath and push; return the sha."""
-        repo = self.clone(name)
-        folder = repo / REPOS[name] if REPOS[name] else repo
-        for rel, text in files.items():
-            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
-            (folder / rel).write_text(text)
-        for rel, target in (symlinks or {}).items():
-            with contextlib.suppress(FileNotFoundError):
-                (folder / rel).unlink()
-            os.symlink(target, folder / rel)
-        self.git("add", "-A", cwd=repo)
-        self.git("commit", "-qm", f"e2e change to {name}", cwd=repo)
-        self.git("push", "-q", "origin", "HEAD:main", cwd=repo)
-        return self.git("rev-parse", "HEAD", cwd=repo)
-
-
-@contextlib.contextmanager
-def git_remote(cluster: kube.Cluster, namespace: str) -> Iterator[GitRemote]:
-    with (
-        kube.port_forward(cluster, namespace, "svc/git-server", 8080) as port,
-        tempfile.TemporaryDirectory(prefix="e2e-git-") as work,
-    ):
-        yield GitRemote(f"http://127.0.0.1:{port}", Path(work))
+def git_remote(cluster: kube.Cluster, namespace: str) -> AbstractContextManager[GitRemote]:
+    """The in-cluster Git server, each plugin pushed into its folder of REPOS."""
+    return remote_of(cluster, namespace, REPOS)
 
 
 # ---------------------------------------------------------------------------------------
