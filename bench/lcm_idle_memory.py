@@ -3,8 +3,9 @@
 In a fresh process, as the agent's gateway holds it: resident memory (VmRSS) before the model,
 with it loaded (after a question and a batch of passages), after the worker's idle release
 (``OnnxE5Embedder.release_idle``: the engine dropped; then the C heap trimmed, as the
-worker does), and after the next question loads it again; with the first question's time (the model loaded from its cached
-graph) beside the reload's and a warm question's. Each round runs in a new process.
+worker does), and after the next question loads it again; with the first question's time
+(the model loaded from its cached graph) beside the reload's and a warm question's. Each
+round runs in a new process.
 
 Run: ``.venv/bin/python bench/lcm_idle_memory.py [--rounds 3]``
 """
