@@ -201,7 +201,7 @@ def test_a_store_lost_during_restore_is_named_and_the_data_dir_stays_untouched(
     already talking to it, our reachability check does before restic starts (both happen,
     depending on the moment: restore resolves ``latest`` beside its first restic run).
     """
-    add_many_files(data_dir)  # 24 MB: restic is still reading packs when the store dies
+    add_many_files(data_dir)  # 24 MB: a restore that is still running when the store dies
     with seaweedfs_server() as server:
         target = s3_target(server)
         create_ok(target, data_dir)
