@@ -26,7 +26,7 @@ class GitRemote:
     sub_paths: Mapping[str, str] = field(default_factory=dict)
 
     def git(self, *args: str, cwd: Path | None = None) -> str:
-        env = {**os.environ, **GIT_ENV, "GIT_TERMINAL_PROMPT": "0", "HOME": str(self.work)}
+        env = {**os.environ, **GIT_ENV, "HOME": str(self.work)}
         done = subprocess.run(
             ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
         )
