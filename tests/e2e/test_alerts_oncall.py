@@ -43,13 +43,14 @@ from . import faults_testlib as lib
 from . import images, kube
 from . import prometheus_testlib as prom
 from . import storage_testlib as storage
+from .gitremote_testlib import git_remote
 from .test_alerts import BACKUP_VALUES, FULLNAME, JOB, values_files
 from .test_faults_vault import vault_down, vault_up
 from .test_scenario_conversation import AGENT_SELECTOR, BACKENDS_CHART, CHART, RELEASE
 from .test_scenario_plugins import (  # noqa: F401 (git_sync_choice, git_sync_image: fixtures)
+    REPOS,
     agent_values,
     backends_values,
-    git_remote,
     git_sync_choice,
     git_sync_image,
     plugin_files,
@@ -180,7 +181,7 @@ def test_dashboard_answers_a_stale_plugin_alerts_and_a_down_agent_keeps_its_back
             failures.append("HermesEmbeddingBacklogGrowing fires while the embedder keeps up")
         assert not wanted & set(quiet), quiet
 
-        with git_remote(cluster, namespace) as remote:
+        with git_remote(cluster, namespace, REPOS) as remote:
             pushed = time.time()
             remote.push(PLUGIN, plugin_files(PLUGIN, "2"), {"passwd": "/etc/passwd"})
         stale = watch.wait_for("HermesPluginSyncStale", "firing", 180)

@@ -29,7 +29,6 @@ import subprocess
 import textwrap
 import threading
 import time
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +37,7 @@ from kubernetes.client.rest import ApiException
 from support.announce import announce
 
 from . import images, kube
-from .gitremote_testlib import GitRemote
-from .gitremote_testlib import git_remote as remote_of
+from .gitremote_testlib import git_remote
 from .test_scenario_conversation import (
     BACKENDS_CHART,
     CHART,
@@ -208,11 +206,6 @@ def agent_values(
 # Pushing to the in-cluster Git server
 
 
-def git_remote(cluster: kube.Cluster, namespace: str) -> AbstractContextManager[GitRemote]:
-    """The in-cluster Git server, each plugin pushed into its folder of REPOS."""
-    return remote_of(cluster, namespace, REPOS)
-
-
 # ---------------------------------------------------------------------------------------
 # Reading the agent
 
@@ -353,7 +346,7 @@ def test_plugins_from_git_load_once_reload_on_push_and_refuse_escapes(
     images.require(IMAGES)
     install(helm, tmp_path, git_sync_image, ["weather", "tools"], "scenario2")
 
-    with git_remote(cluster, namespace) as remote:
+    with git_remote(cluster, namespace, REPOS) as remote:
         # Links name the checked worktree (subPath for tools), never git-sync's `current`.
         for name, below in (("weather", ""), ("tools", "/plugins/tools")):
             head = remote.head(name)
