@@ -116,23 +116,38 @@ VOLUME_VALUES = {
 NEAR_FULL_RATIO = (FREE_RATIO + RESERVE_MIB / VOLUME_MIB) / 2
 KILLS = 3  # under the supervisor's 5 crashes a minute, after which the container exits
 # In the agent container: SIGKILL the gateway KILLS times, each time once its successor runs
-# (a new pid in the gateway's own pid file); prints the time of each kill.
+# (a new pid in the gateway's own pid file); prints the time of each kill and how many of its
+# knocks the front door refused.
 KILL_LOOP = """
-import json, os, signal, socket, sys, time
+import json, os, selectors, signal, socket, sys, time
 port = int(os.environ.get("API_SERVER_PORT", "8642"))
 killed = []
 def knock(count):
     # Connections to the front door while no gateway accepts: up to its maximum are held,
-    # the rest refused.
+    # the rest refused with a 503. All stay open until a refusal is read (or 5 s passed): the
+    # front door may accept them later than the kernel did, and a held connection whose client
+    # left no longer counts against its maximum.
     opened = []
     for _ in range(count):
         try:
             opened.append(socket.create_connection(("127.0.0.1", port), timeout=5))
         except OSError:
             pass
-    time.sleep(0.5)
+    refused = 0
+    with selectors.DefaultSelector() as waiting:
+        for conn in opened:
+            waiting.register(conn, selectors.EVENT_READ)
+        deadline = time.monotonic() + 5
+        while not refused and time.monotonic() < deadline:
+            for key, _ in waiting.select(timeout=0.2):
+                waiting.unregister(key.fileobj)
+                try:
+                    refused += key.fileobj.recv(64).split(b" ")[1:2] == [b"503"]
+                except OSError:
+                    pass
     for conn in opened:
         conn.close()
+    return refused
 def current():
     try:
         pid = json.load(open("/opt/data/gateway.pid"))["pid"]
@@ -149,8 +164,8 @@ for _ in range(int(sys.argv[1])):
     time.sleep(1)
     os.kill(pid, signal.SIGKILL)
     killed.append(pid)
-    knock(300)
-    print(time.time(), pid, flush=True)
+    at = time.time()
+    print(at, pid, knock(300), flush=True)
 """
 # In the agent container: write a ballast until only argv[1] of the data volume is free (0:
 # until the volume refuses a write); prints the bytes written and the error that stopped it.
@@ -372,8 +387,10 @@ def test_gateway_killed_in_a_loop_fires_the_restart_alert(
         pod = lib.serving_pod_name(cluster, namespace)
         start = time.time()
         out = agent_exec(cluster, namespace, ["python3", "-c", KILL_LOOP, str(KILLS)])
-        kills = [float(line.split()[0]) for line in out.splitlines() if line.strip()]
+        rows = [line.split() for line in out.splitlines() if line.strip()]
+        kills = [float(row[0]) for row in rows]
         assert len(kills) == KILLS, out
+        assert sum(int(row[2]) for row in rows) > 0, f"no knock was refused a 503: {out}"
         firing = watch.wait_for(alert, "firing", 120)
         assert firing > kills[-1] - 1, (firing, kills)  # not before the loop
         saturated = watch.wait_for(SATURATED, "firing", 120)
