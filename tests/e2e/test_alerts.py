@@ -14,9 +14,9 @@ pass integrity_check (tests/e2e/faults_testlib.py).
   succeeds into the same repository).
 - Gateway killed in a loop (SIGKILL three times; the supervisor restarts it in place):
   HermesGatewayRestarting fires, with nothing of the agent restarted by the kubelet. Right
-  after each kill more connections than the front door holds (`agent.frontDoorMaxHeld`, 256)
-  are opened from inside the pod: those past its maximum are refused with a 503, and
-  HermesFrontDoorSaturated fires (quiet before: a healthy agent refuses nothing).
+  after each kill more connections than the front door holds (`agent.frontDoorMaxHeld`, set
+  to 16 here) are opened from inside the pod: those past its maximum are refused with a 503,
+  and HermesFrontDoorSaturated fires (quiet before: a healthy agent refuses nothing).
 - Data volume filled (a tmpfs volume, tests/e2e/storage_testlib.py): HermesDataVolumeFull
   goes pending then firing while the volume still has room (filled to halfway between the
   alert's threshold and `agent.dataVolume.minFreeMiB`, so the turns the clients store while
@@ -115,9 +115,15 @@ VOLUME_VALUES = {
 # reserve (18 MiB), a margin of 14 MiB for what the chatting clients store meanwhile.
 NEAR_FULL_RATIO = (FREE_RATIO + RESERVE_MIB / VOLUME_MIB) / 2
 KILLS = 3  # under the supervisor's 5 crashes a minute, after which the container exits
+# The front door's cap on held connections in the kill test, and the knocks after each kill:
+# a small cap, so the front door refuses some knocks even when the gateway's restart and the
+# front door's retries (every held connection knocks every 50 ms) slow its accept loop.
+MAX_HELD = 16
+KNOCKS = 4 * MAX_HELD
+KILL_VALUES = {**RESTART_VALUES, "agent": {"frontDoorMaxHeld": MAX_HELD}}
 # In the agent container: SIGKILL the gateway KILLS times, each time once its successor runs
-# (a new pid in the gateway's own pid file); prints the time of each kill and how many of its
-# knocks the front door refused.
+# (a new pid in the gateway's own pid file), then opens argv[2] connections to the front door;
+# prints the time of each kill, the pid killed and how many of its knocks the front door refused.
 KILL_LOOP = """
 import json, os, selectors, signal, socket, sys, time
 port = int(os.environ.get("API_SERVER_PORT", "8642"))
@@ -164,8 +170,7 @@ for _ in range(int(sys.argv[1])):
     time.sleep(1)
     os.kill(pid, signal.SIGKILL)
     killed.append(pid)
-    at = time.time()
-    print(at, pid, knock(300), flush=True)
+    print(time.time(), pid, knock(int(sys.argv[2])), flush=True)
 """
 # In the agent container: write a ballast until only argv[1] of the data volume is free (0:
 # until the volume refuses a write); prints the bytes written and the error that stopped it.
@@ -373,7 +378,7 @@ def test_gateway_killed_in_a_loop_fires_the_restart_alert(
     images.require(IMAGES)
     began = time.monotonic()
     alert = "HermesGatewayRestarting"
-    alerts = start_release(cluster, namespace, helm, tmp_path, RESTART_VALUES)
+    alerts = start_release(cluster, namespace, helm, tmp_path, KILL_VALUES)
     assert {alert, SATURATED} <= set(alerts), alerts
     with kube.port_forward(cluster, namespace, "svc/prometheus", 9090) as port:
         watch = prom.AlertWatch(f"http://127.0.0.1:{port}")
@@ -386,7 +391,7 @@ def test_gateway_killed_in_a_loop_fires_the_restart_alert(
         print(f"\ninstalled and scraped in {time.monotonic() - began:.0f} s")
         pod = lib.serving_pod_name(cluster, namespace)
         start = time.time()
-        out = agent_exec(cluster, namespace, ["python3", "-c", KILL_LOOP, str(KILLS)])
+        out = agent_exec(cluster, namespace, ["python3", "-c", KILL_LOOP, str(KILLS), str(KNOCKS)])
         rows = [line.split() for line in out.splitlines() if line.strip()]
         kills = [float(row[0]) for row in rows]
         assert len(kills) == KILLS, out
