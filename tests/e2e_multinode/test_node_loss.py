@@ -217,7 +217,7 @@ def lost_turns(
         )
         kept = [i for i, a in enumerate(before) if a.marker not in hit_markers]
         tail |= {a.marker for a in before[(kept[-1] + 1 if kept else 0) :]}
-    hit = [answered[m] for m in [*check.missing, *check.twice]]
+    hit = [answered[m] for m in sorted(hit_markers)]
     older = [a for a in hit if a.marker not in tail]
     context = (
         f"missing {check.missing}, twice {check.twice}; restored from {sources}; "
