@@ -27,6 +27,12 @@ from .test_scenario_conversation import AGENT_SELECTOR, BACKENDS_CHART, RELEASE,
 
 LOAD_POD = "fault-load"
 LOAD_SCRIPT = Path(__file__).resolve().parents[1] / "support" / "chat_load.py"
+# Each load client's think time between an answer and its next turn. Back to back, the two
+# clients keep the gateway busy without rest for the whole scenario, and the scenarios running
+# beside it share the machine's cores with it (docs/benchmarks.md, "Test tiers"); a turn a
+# second each still puts turns through every fault, and /health is probed every 50 ms
+# whatever the pause.
+LOAD_PAUSE_SECONDS = 1.0
 AGENT_UID = 10000  # the chart's podSecurityContext.runAsUser / fsGroup
 API_PORT_NAME = "http"
 
@@ -141,6 +147,7 @@ def load_pod(cluster: kube.Cluster, namespace: str, restartable: bool = False) -
         ),
     )
     command = ["python3", "/load/chat_load.py", "--url", api_base_url(cluster, namespace)]
+    command += ["--pause", str(LOAD_PAUSE_SECONDS)]
     if restartable:
         command += ["--starts-file", "/state/starts"]
     pod = kube.restricted_pod(LOAD_POD, images.ref("agent"), command, user=AGENT_UID)

@@ -4,7 +4,8 @@ Shared by bench/agent_faults.py (on the host, against a local entrypoint) and th
 suite (tests/e2e/test_faults.py), which ships this file into a pod and runs it as a program
 against the agent's Service: standard library only, so any image with python3 runs it.
 
-Each client sends the turns of one conversation back to back and retries a turn until it is
+Each client sends the turns of one conversation one after another (back to back, or with a
+think time between an answer and the next turn: ``pause``) and retries a turn until it is
 answered with HTTP 200 (every failed attempt is recorded). A turn's user text carries a unique
 marker (``[A:00012]``) so a checker can count it in LCM. Every attempt carries the turn's
 ``Idempotency-Key`` (the same on each retry of the turn, unique to this client's run), as
@@ -123,7 +124,8 @@ def post_json(
 
 @dataclass
 class ChatClient:
-    """A retrying client: each turn is sent until it is answered (``RETRY_PAUSE`` between).
+    """A retrying client: each turn is sent until it is answered (``RETRY_PAUSE`` between),
+    the next one ``pause`` seconds after the answer (a user's think time; 0: back to back).
 
     ``base_url`` is a one-element list so a caller can switch servers under a running client.
     """
@@ -139,10 +141,13 @@ class ChatClient:
     slowest_turn_s: float = 0.0
     stop: threading.Event = field(default_factory=threading.Event)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])  # keys of this run only
+    pause: float = 0.0
 
     def run(self) -> None:
         turn = 0
         while not self.stop.is_set():
+            if turn and self.pause:
+                self.stop.wait(self.pause)
             turn += 1
             started, attempts = time.monotonic(), 0
             while not self.stop.is_set():
@@ -298,6 +303,12 @@ def main() -> None:
         help="count the starts in this file and name the clients after the previous start's "
         "(a container restarted with the node must not reuse a marker: A, B, then C, D...)",
     )
+    parser.add_argument(
+        "--pause",
+        type=float,
+        default=0.0,
+        help="seconds each client waits after an answer before its next turn (default 0)",
+    )
     args = parser.parse_args()
     key = os.environ["HERMES_API_KEY"]
     lock = threading.Lock()
@@ -313,7 +324,7 @@ def main() -> None:
     names = [chr(ord("A") + first + i) for i in range(count)]
     for index, name in enumerate(names):
         session = f"fault-session-{name}" if index < args.session_clients else ""
-        client = ChatClient([args.url], key, name, session, emit)
+        client = ChatClient([args.url], key, name, session, emit, pause=args.pause)
         threads.append(threading.Thread(target=client.run, daemon=True))
     for thread in threads:
         thread.start()

@@ -6,6 +6,7 @@ that changed the turn's text would make them, and the LCM exactly-once check, me
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from dataclasses import asdict
@@ -83,3 +84,20 @@ def test_every_turn_has_its_own_idempotency_key_the_same_on_each_retry() -> None
     other = ChatClient(["http://127.0.0.1:1"], "key", name="A")
     assert other.request(1)[1]["Idempotency-Key"] != first
     assert "stream" not in client.request(1)[0]  # non-streaming: the cache covers it
+
+
+def test_a_paused_client_waits_its_think_time_after_each_answer(fake_llm: FakeLLM) -> None:
+    records: list[Attempt] = []
+    pause = 0.3
+    client = ChatClient([fake_llm.root_url], "key", record=records.append, pause=pause)
+    thread = threading.Thread(target=client.run, daemon=True)
+    thread.start()
+    wait_until(lambda: client.ok >= 3, 60, "three answered turns")
+    client.stop.set()
+    thread.join(30)
+
+    answered = [r for r in records if r.ok][:3]
+    assert [r.turn for r in answered] == [1, 2, 3]
+    for before, after in itertools.pairwise(answered):
+        # total_s is rounded to the millisecond
+        assert after.started >= before.started + before.total_s + pause - 0.001, records
