@@ -40,8 +40,9 @@ PYTEST_ARGS ?=
 # The e2e scenarios mostly wait on Kubernetes, each in its own namespace: run them side by side
 # (pytest-xdist), the longest of the last run first, each to the next idle worker, so the
 # workers end together (tests/support/longest_first.py; the durations are kept in .cache).
+# Even on 2 cores four workers end sooner than three (docs/benchmarks.md, "Test tiers").
 # 0: one by one.
-E2E_WORKERS ?= 3
+E2E_WORKERS ?= 4
 E2E_PYTEST := $(PYTEST) tests/e2e -n $(E2E_WORKERS) --dist load --longest-first \
   -o cache_dir=$(CURDIR)/.cache/pytest
 # The unit, integration, chart and image tiers, three tests at a time: most of their time is

@@ -1,10 +1,10 @@
 """``--longest-first``: run the tests that took longest last time first, so workers end together.
 
-Why: the e2e tier is twenty scenarios of 20-200 s on three pytest-xdist workers. With the
-collection's file order, the 200 s fault suite could start late and run alone at the end while
-two workers sat idle: the tier took 460-480 s for about 400 s of work per worker. Handing the
-longest scenarios out first (``--dist load``, which gives each idle worker the next test in
-collection order) is the classic longest-processing-time schedule.
+Why: the e2e tier is scenarios of very different lengths on a few pytest-xdist workers. With
+the collection's file order, the longest could start late and run alone at the end while the
+other workers sat idle. Handing the longest scenarios out first (``--dist load``, which gives
+each idle worker the next test in collection order) is the classic longest-processing-time
+schedule.
 
 Durations come from the previous run: the controller adds up each test's setup, call and
 teardown and stores them in pytest's cache (``-o cache_dir=...`` keeps that cache beside the
