@@ -47,7 +47,9 @@ connecting, or the connection is closed, counted as ``slow``. The head is watche
 after that first request are the gateway's to close (aiohttp's keep-alive timeout).
 
 It runs on the entrypoint's event loop. Knocking is polling (``retry_seconds``): a port that
-starts to listen sends no event, so a held client tries to connect again and again.
+starts to listen sends no event. Held clients share one watcher of the route and the
+gateway's port (``waitroom.py``): however many are held, a restart costs one connect per
+interval.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ from dataclasses import dataclass
 from hermes_runtime.agent.datareserve import OK, DataReserve
 from hermes_runtime.agent.handover import Route
 from hermes_runtime.agent.metrics import AgentMetrics
+from hermes_runtime.agent.waitroom import WaitRoom
 from hermes_runtime.common.boundedhttp import REFUSAL, ServerLimits, Slot, Slots
 from hermes_runtime.common.logs import log_event
 
@@ -120,6 +123,9 @@ class FrontDoor:
         self._idle = asyncio.Event()  # set while no connection is open
         self._idle.set()
         self._refused_logged = -math.inf  # when the last refusal was logged (monotonic)
+        self._room = WaitRoom(
+            route, lambda: asyncio.open_connection(*self._upstream), self._policy.retry_seconds
+        )
         self.slots = Slots(self._policy.limits, name=f"API port {listen[1]}")
 
     @property
@@ -312,32 +318,32 @@ class FrontDoor:
         return connection
 
     async def _connect_upstream(self, arrived: float) -> Connection | None:
-        """Knock until the gateway accepts, while one is running or on its way."""
+        """Wait in the room until the route leads somewhere, then connect there."""
         deadline = arrived + self._policy.hold_seconds
-        while time.monotonic() < deadline:
-            route = self._route()
-            if route.kind == "relay" and route.address is not None:
-                connection = await _connect(route.address, self._policy.relay_connect_seconds)
-                if connection is not None:
-                    self._count("relayed", arrived)
-                    return connection
-            elif route.kind == "close":
+        while (route := await self._room.wait(deadline)) is not None:
+            if route.kind == "close":
                 return None  # the pod is going away: no gateway will answer
-            elif route.kind == "gateway":
-                try:
-                    connection = await asyncio.open_connection(*self._upstream)
-                except OSError:
-                    pass  # not listening yet (starting, crashed, back-off): knock again
-                else:
-                    self._count("forwarded", arrived)
-                    return connection
-            await asyncio.sleep(self._policy.retry_seconds)
+            connection = await self._connect_to(route)
+            if connection is not None:
+                self._count("relayed" if route.kind == "relay" else "forwarded", arrived)
+                return connection
+            self._room.failed()  # not listening after all (a crash, a back-off): wait again
         log_event(
             "agent.front_door.gave_up",
             waited_seconds=round(time.monotonic() - arrived, 2),
             gateway_port=self._upstream[1],
         )
         return None
+
+    async def _connect_to(self, route: Route) -> Connection | None:
+        if route.kind == "relay":
+            if route.address is None:
+                return None
+            return await _connect(route.address, self._policy.relay_connect_seconds)
+        try:
+            return await asyncio.open_connection(*self._upstream)
+        except OSError:
+            return None
 
     async def _refuse(
         self,
