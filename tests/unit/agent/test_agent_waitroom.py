@@ -67,18 +67,22 @@ def close_all(connections: list[Connection | None]) -> None:
 
 
 def test_held_clients_share_one_knock_while_the_port_refuses() -> None:
-    async def scenario() -> tuple[list[Route | None], int, float]:
+    async def scenario() -> tuple[list[Route | None], int, float, int, int]:
         gateway = Gateway()
         room = gateway.room()
         started = time.monotonic()
         routes = await asyncio.gather(*(room.wait(started + 0.5) for _ in range(WAITERS)))
-        return routes, gateway.knocks, time.monotonic() - started
+        elapsed, knocks = time.monotonic() - started, gateway.knocks
+        await asyncio.sleep(10 * INTERVAL)  # nobody waits now: the watcher must have stopped
+        return routes, knocks, elapsed, room.waiting, gateway.knocks - knocks
 
-    routes, knocks, elapsed = asyncio.run(scenario())
+    routes, knocks, elapsed, waiting, knocks_after = asyncio.run(scenario())
     assert routes == [None] * WAITERS  # nobody listened within the time: nowhere to go
     # One knock per interval (a refused knock sleeps one interval), however many wait; one
     # knock per client per interval would be WAITERS times as many.
     assert 1 <= knocks <= elapsed / INTERVAL + 2, knocks
+    assert waiting == 0
+    assert knocks_after <= 1  # at most the round under way when the last waiter left
 
 
 def test_when_the_port_opens_every_held_client_gets_its_own_connection() -> None:
